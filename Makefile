@@ -1,0 +1,71 @@
+# tokentap build, test and measurement targets.
+#   make test   everything CI runs: lint, unit tests with the race detector, end-to-end checks
+#   make unit   unit tests only (fast loop while developing)
+#   make bench  benchmarks of the hot paths and of accuracy against the fake engine
+#   make fuzz   every fuzz target for FUZZTIME each
+
+GO        ?= go
+PKG       := github.com/tokentap/tokentap
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DATE      ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
+BIN       := bin/tokentap
+FUZZTIME  ?= 60s
+BENCHTIME ?= 1s
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: build test unit race lint e2e bench fuzz deps tools clean demo
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
+
+demo: build
+	./$(BIN) matrix
+
+# The one command that runs all tests (README, .ci/run).
+test: deps lint race e2e
+
+unit:
+	$(GO) test ./...
+
+race:
+	$(GO) test -race -count=1 -timeout 10m ./...
+
+lint: tools
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# Slow end-to-end checks: the built binary as a user runs it.
+e2e: build
+	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags e2e ./e2e/...
+
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./...
+
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+tools:
+	@test -x $$($(GO) env GOPATH)/bin/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+# System packages the tests drive for real: nginx (proxy reference in benches),
+# chromium (HTML report screenshot test). Installed only when missing.
+deps:
+	@missing=""; \
+	  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+)
+
+// logFlags are the logging settings every long-running command shares.
+type logFlags struct {
+	Level string `env:"LOG_LEVEL" envDefault:"warn"`
+	JSON  bool   `env:"LOG_JSON"`
+}
+
+// loadEnv fills cfg (a pointer to a struct with `env` tags) from TOKENTAP_*
+// variables. Call it before defining flags so the env values become the flag
+// defaults and flags given on the command line win.
+func loadEnv(cfg any) error {
+	if err := env.ParseWithOptions(cfg, env.Options{Prefix: "TOKENTAP_"}); err != nil {
+		return fmt.Errorf("environment: %w", err)
+	}
+	return nil
+}
+
+func newFlagSet(name, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: tokentap %s [flags]\n\n%s\n\nFlags (environment variable in brackets; flags win):\n", name, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; done is true when the command should exit now with
+// code (after --help: 0; after a bad flag: 2, with the error and usage shown).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0, true
+	}
+	if err != nil {
+		return 2, true
+	}
+	return 0, false
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.Level, "log-level", l.Level, "log level: debug, info, warn, error [TOKENTAP_LOG_LEVEL]")
+	fs.BoolVar(&l.JSON, "log-json", l.JSON, "log JSON lines even on a terminal [TOKENTAP_LOG_JSON]")
+}
+
+// logger builds the zerolog logger: human-readable on a terminal, JSON
+// otherwise, to stderr; quiet (warn) by default.
+func (l *logFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(l.Level))
+	if err != nil || l.Level == "" {
+		return zerolog.Nop(), fmt.Errorf("unknown log level %q (use debug, info, warn or error)", l.Level)
+	}
+	var w io.Writer = stderr
+	if f, ok := stderr.(*os.File); ok && !l.JSON && isatty.IsTerminal(f.Fd()) {
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// notBuilt is what a subcommand that does not exist yet answers.
+func notBuilt(name string, stderr io.Writer) int {
+	fmt.Fprintf(stderr, "tokentap %s: not built yet in this version\n", name)
+	return 2
+}

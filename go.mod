@@ -1,0 +1,15 @@
+module github.com/tokentap/tokentap
+
+go 1.26.8
+
+require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/caarlos0/env/v11 v11.4.2
+	github.com/mattn/go-isatty v0.0.20
+	github.com/rs/zerolog v1.35.1
+)
+
+require (
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

@@ -1,0 +1,241 @@
+// Package result defines the document one matrix run produces (METHOD.md §5):
+// what was run, on what, what the engine said about itself, and every prefill
+// row and decode cell with its figures and histograms. Reports are rendered
+// from this document alone, so a run can be re-rendered or compared later.
+package result
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/tokentap/tokentap/histo"
+)
+
+// SchemaVersion of the document. Readers refuse newer ones.
+const SchemaVersion = 1
+
+// Status of a prefill row or decode cell (METHOD.md §3, checked in this order).
+type Status string
+
+// Statuses.
+const (
+	OverCapacity   Status = "over_capacity"
+	Failed         Status = "failed"
+	RequestsQueued Status = "requests_queued"
+	Valid          Status = "valid"
+	NotRun         Status = "not_run" // the run was stopped (Ctrl-C, error) before this cell
+)
+
+// Label is the status as the seed pages print it.
+func (s Status) Label() string {
+	switch s {
+	case OverCapacity:
+		return "Over capacity"
+	case Failed:
+		return "Failed"
+	case RequestsQueued:
+		return "Requests queued"
+	case Valid:
+		return "Valid"
+	case NotRun:
+		return "Not run"
+	}
+	return string(s)
+}
+
+// Result is one run.
+type Result struct {
+	Schema   int       `json:"schema"`
+	Tool     Tool      `json:"tool"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended"`
+	Hardware Hardware  `json:"hardware"`
+	Engine   Engine    `json:"engine"`
+	Model    Model     `json:"model"`
+	Settings Settings  `json:"settings"`
+	Probes   []Fact    `json:"probes,omitempty"`
+	Prefill  []Prefill `json:"prefill"`
+	Decode   []Cell    `json:"decode"`
+	// Notes are things the run wants a reader to know: dropped contexts,
+	// a fake engine that fell behind, an interrupted run.
+	Notes []string `json:"notes,omitempty"`
+	// Interrupted is set when the run stopped before every cell ran.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// Tool identifies the tokentap build that made the run.
+type Tool struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Commit  string `json:"commit,omitempty"`
+}
+
+// Hardware the engine ran on. Source says "detected" (where tokentap ran),
+// "given" (flags/env) or "detected+given".
+type Hardware struct {
+	Type   string `json:"type,omitempty"` // e.g. "Discrete GPU", "CPU"
+	GPU    string `json:"gpu,omitempty"`
+	VRAM   string `json:"vram,omitempty"` // as shown, e.g. "12 GB"
+	Driver string `json:"driver,omitempty"`
+	CPU    string `json:"cpu,omitempty"` // e.g. "Intel Xeon E5-2680 v4 (14C)"
+	RAM    string `json:"ram,omitempty"` // e.g. "32 GB"
+	OS     string `json:"os,omitempty"`
+	Source string `json:"source,omitempty"`
+}
+
+// Engine is what served the model.
+type Engine struct {
+	Name          string `json:"name,omitempty"` // vllm, sglang, llama.cpp, tgi, ollama, openai-compatible, tokentap-fake
+	Version       string `json:"version,omitempty"`
+	Quantization  string `json:"quantization,omitempty"`
+	Backend       string `json:"backend,omitempty"`
+	Build         string `json:"build,omitempty"`
+	LaunchCommand string `json:"launch_command,omitempty"`
+	URL           string `json:"url,omitempty"` // target base URL (no credentials)
+}
+
+// Model is what was served.
+type Model struct {
+	Name     string `json:"name,omitempty"`   // display name, e.g. "Fara1.5-4B-AutoRound-W4A16-RTN"
+	Served   string `json:"served,omitempty"` // the name requests used, e.g. "bench"
+	Revision string `json:"revision,omitempty"`
+}
+
+// Settings of the run.
+type Settings struct {
+	DecodeTest    string   `json:"decode_test"`  // "Fixed duration"
+	PrefillMode   string   `json:"prefill_mode"` // "Measured during decode warm-up" or "Separate cold requests"
+	WindowSeconds float64  `json:"window_s"`
+	MaxOutput     int      `json:"max_output"`
+	Contexts      []int    `json:"contexts"`    // decode contexts run (tokens)
+	Concurrency   []int    `json:"concurrency"` // decode concurrency levels
+	PrefillAt     []int    `json:"prefill_at"`  // prefill contexts (tokens)
+	API           string   `json:"api"`         // chat or completions
+	Dropped       []int    `json:"dropped,omitempty"`
+	KVCapacity    int      `json:"kv_capacity_tokens,omitempty"`
+	MaxModelLen   int      `json:"max_model_len,omitempty"`
+	Scenario      string   `json:"scenario,omitempty"`
+	By            string   `json:"by,omitempty"` // who ran it
+	Extra         []string `json:"extra,omitempty"`
+}
+
+// Fact is one probed fact and where it came from.
+type Fact struct {
+	Name   string `json:"name"`   // e.g. "max_model_len", "kv_capacity_tokens", "version"
+	Value  string `json:"value"`  // as text
+	Source string `json:"source"` // endpoint, e.g. "GET /v1/models data[0].max_model_len", or "flag --kv-capacity"
+}
+
+// Prefill is one prefill row.
+type Prefill struct {
+	Context      int     `json:"context"`       // target prompt tokens
+	PromptTokens int     `json:"prompt_tokens"` // as the engine counted them
+	Status       Status  `json:"status"`
+	TTFTms       float64 `json:"ttft_ms,omitempty"`
+	TokPerSec    float64 `json:"tok_s,omitempty"` // prompt_tokens / TTFT
+	Requests     int     `json:"requests"`
+	Error        string  `json:"error,omitempty"`
+	// DuringWarmup is true when the row is the first warm-up request of the
+	// same decode context (no extra request spent).
+	DuringWarmup bool `json:"during_warmup,omitempty"`
+}
+
+// Cell is one decode cell (C, N) with every column of METHOD.md §3.
+// Figures are present only when Measured is true.
+type Cell struct {
+	Context     int    `json:"context"`
+	Concurrency int    `json:"concurrency"`
+	Status      Status `json:"status"`
+	// Reason explains the status in a sentence (why over capacity, what failed).
+	Reason string `json:"reason,omitempty"`
+
+	Measured            bool    `json:"measured"`
+	TotalTokPerSec      float64 `json:"total_tok_s,omitempty"`
+	PerRequestTokPerSec float64 `json:"per_request_tok_s,omitempty"`
+	TTFTms              float64 `json:"ttft_ms,omitempty"`
+	TBTms               float64 `json:"tbt_ms,omitempty"`
+	AvgActive           float64 `json:"avg_active,omitempty"`
+	Completed           int     `json:"completed"`
+	OutputTokens        int     `json:"output_tokens"`
+	MeasuredForSeconds  float64 `json:"measured_for_s,omitempty"`
+
+	// PromptTokens is the achieved context as the engine counted it (median
+	// over the cell's requests).
+	PromptTokens int `json:"prompt_tokens,omitempty"`
+	// Sent and Failed count requests sent in the window and failed ones.
+	Sent       int `json:"sent,omitempty"`
+	FailedReqs int `json:"failed_requests,omitempty"`
+	// MaxWaiting is the highest waiting-requests gauge scraped in the window;
+	// -1 when the engine has no such gauge.
+	MaxWaiting int `json:"max_waiting"`
+
+	Histograms *histo.Set `json:"histograms,omitempty"`
+}
+
+// Write encodes r as indented JSON.
+func (r *Result) Write(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(r)
+}
+
+// WriteFile writes r to path atomically (temp file, then rename), so a run
+// stopped half-way never leaves a truncated result behind.
+func (r *Result) WriteFile(path string) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := r.Write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Read decodes a result document, refusing a newer schema.
+func Read(rd io.Reader) (*Result, error) {
+	var r Result
+	dec := json.NewDecoder(rd)
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("not a tokentap result document: %w", err)
+	}
+	if r.Schema < 1 || r.Schema > SchemaVersion {
+		return nil, fmt.Errorf("result schema %d; this tokentap reads 1 to %d", r.Schema, SchemaVersion)
+	}
+	return &r, nil
+}
+
+// ReadFile reads a result document from path.
+func ReadFile(path string) (*Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Cell returns the decode cell (c, n), or nil.
+func (r *Result) Cell(c, n int) *Cell {
+	for i := range r.Decode {
+		if r.Decode[i].Context == c && r.Decode[i].Concurrency == n {
+			return &r.Decode[i]
+		}
+	}
+	return nil
+}
