@@ -18,6 +18,7 @@ import (
 type wire struct {
 	V                int       `json:"v"`
 	ID               string    `json:"id,omitempty"`
+	ResponseID       string    `json:"response_id,omitempty"`
 	Tag              string    `json:"tag,omitempty"`
 	Model            string    `json:"model,omitempty"`
 	API              API       `json:"api,omitempty"`
@@ -45,7 +46,7 @@ type wire struct {
 // MarshalJSON encodes r in the versioned wire form.
 func (r Record) MarshalJSON() ([]byte, error) {
 	w := wire{
-		V: SchemaVersion, ID: r.ID, Tag: r.Tag, Model: r.Model, API: r.API, Wall: r.Wall,
+		V: SchemaVersion, ID: r.ID, ResponseID: r.ResponseID, Tag: r.Tag, Model: r.Model, API: r.API, Wall: r.Wall,
 		Stream: r.Stream, MaxTokens: r.MaxTokens,
 		SentNS: int64(r.Sent), EndNS: int64(r.End),
 		Status: r.Status, Outcome: r.Outcome, Blame: r.Blame, Error: r.Error,
@@ -94,7 +95,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("record schema v%d; this tokentap reads v1 to v%d (upgrade tokentap)", w.V, SchemaVersion)
 	}
 	*r = Record{
-		ID: w.ID, Tag: w.Tag, Model: w.Model, API: w.API, Wall: w.Wall,
+		ID: w.ID, ResponseID: w.ResponseID, Tag: w.Tag, Model: w.Model, API: w.API, Wall: w.Wall,
 		Stream: w.Stream, MaxTokens: w.MaxTokens,
 		Sent: time.Duration(w.SentNS), End: time.Duration(w.EndNS),
 		Status: w.Status, Outcome: w.Outcome, Blame: w.Blame, Error: w.Error,

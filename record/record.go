@@ -94,11 +94,12 @@ const (
 // Record is everything measured of one request. All durations are offsets on
 // the run clock (see Clock), except where a field says otherwise.
 type Record struct {
-	ID    string    // tokentap's id for the request (unique within a run)
-	Tag   string    // free label set by the producer, e.g. the matrix cell "C=16384 N=4" or "warmup"
-	Model string    // model named in the request
-	API   API       // chat or completions
-	Wall  time.Time // wall-clock time of Sent, for ordering records of several runs
+	ID         string    // tokentap's id for the request (unique within a run)
+	ResponseID string    // the engine's id for the response (the chunks' "id"), when it sent one
+	Tag        string    // free label set by the producer, e.g. the matrix cell "C=16384 N=4" or "warmup"
+	Model      string    // model named in the request
+	API        API       // chat or completions
+	Wall       time.Time // wall-clock time of Sent, for ordering records of several runs
 
 	Stream    bool // the request asked for a stream
 	MaxTokens int  // max_tokens of the request, 0 when absent
