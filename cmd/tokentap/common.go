@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
@@ -23,10 +24,55 @@ type logFlags struct {
 // variables. Call it before defining flags so the env values become the flag
 // defaults and flags given on the command line win.
 func loadEnv(cfg any) error {
-	if err := env.ParseWithOptions(cfg, env.Options{Prefix: "TOKENTAP_"}); err != nil {
+	err := env.ParseWithOptions(cfg, env.Options{Prefix: "TOKENTAP_"})
+	if err == nil {
+		return nil
+	}
+	// The library names the struct field; users set variables, so name those.
+	keys := envKeys(reflect.TypeOf(cfg), "TOKENTAP_")
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
 		return fmt.Errorf("environment: %w", err)
 	}
-	return nil
+	msgs := make([]string, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) && keys[pe.Name] != "" {
+			msgs = append(msgs, fmt.Sprintf("%s: %v", keys[pe.Name], pe.Err))
+			continue
+		}
+		msgs = append(msgs, e.Error())
+	}
+	return fmt.Errorf("bad environment variable: %s", strings.Join(msgs, "; "))
+}
+
+// envKeys maps field names of a config struct (and of nested structs with
+// envPrefix) to their environment variable names.
+func envKeys(t reflect.Type, prefix string) map[string]string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	keys := map[string]string{}
+	if t.Kind() != reflect.Struct {
+		return keys
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if p, ok := f.Tag.Lookup("envPrefix"); ok {
+			for k, v := range envKeys(f.Type, prefix+p) {
+				keys[k] = v
+			}
+			continue
+		}
+		if tag, _, _ := strings.Cut(f.Tag.Get("env"), ","); tag != "" {
+			keys[f.Name] = prefix + tag
+		} else if f.Type.Kind() == reflect.Struct {
+			for k, v := range envKeys(f.Type, prefix) { // embedded or nested without a prefix
+				keys[k] = v
+			}
+		}
+	}
+	return keys
 }
 
 func newFlagSet(name, summary string, stderr io.Writer) *flag.FlagSet {
