@@ -14,8 +14,13 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// logFlags are the logging settings every long-running command shares.
-type logFlags struct {
+// logFlags is the first name of LogFlags, kept so code written against it
+// builds; embed LogFlags, since an embedded logFlags is invisible to env.
+type logFlags = LogFlags
+
+// LogFlags are the logging settings every long-running command shares.
+// Embed it (exported, so caarlos0/env sees it) in a command's config struct.
+type LogFlags struct {
 	Level string `env:"LOG_LEVEL" envDefault:"warn"`
 	JSON  bool   `env:"LOG_JSON"`
 }
@@ -98,14 +103,14 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	return 0, false
 }
 
-func (l *logFlags) register(fs *flag.FlagSet) {
+func (l *LogFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.Level, "log-level", l.Level, "log level: debug, info, warn, error [TOKENTAP_LOG_LEVEL]")
 	fs.BoolVar(&l.JSON, "log-json", l.JSON, "log JSON lines even on a terminal [TOKENTAP_LOG_JSON]")
 }
 
 // logger builds the zerolog logger: human-readable on a terminal, JSON
 // otherwise, to stderr; quiet (warn) by default.
-func (l *logFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
+func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(l.Level))
 	if err != nil || l.Level == "" {
 		return zerolog.Nop(), fmt.Errorf("unknown log level %q (use debug, info, warn or error)", l.Level)

@@ -61,7 +61,7 @@ func TestEnvThenFlags(t *testing.T) {
 			if tt.env != "" {
 				t.Setenv("TOKENTAP_LOG_LEVEL", tt.env)
 			}
-			var lf logFlags
+			var lf LogFlags
 			if err := loadEnv(&lf); err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestEnvThenFlags(t *testing.T) {
 }
 
 func TestBadLogLevel(t *testing.T) {
-	lf := logFlags{Level: "loud"}
+	lf := LogFlags{Level: "loud"}
 	if _, err := lf.logger(&bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "debug, info, warn or error") {
 		t.Fatalf("want a clear error for an unknown level, got %v", err)
 	}
@@ -90,7 +90,7 @@ func TestBadLogLevel(t *testing.T) {
 
 func TestBadEnvIsReported(t *testing.T) {
 	t.Setenv("TOKENTAP_LOG_JSON", "maybe")
-	var lf logFlags
+	var lf LogFlags
 	err := loadEnv(&lf)
 	if err == nil || !strings.Contains(err.Error(), "LOG_JSON") {
 		t.Fatalf("want an error naming TOKENTAP_LOG_JSON, got %v", err)
@@ -99,7 +99,7 @@ func TestBadEnvIsReported(t *testing.T) {
 
 func TestBadEnvInEmbeddedConfig(t *testing.T) {
 	type cfg struct {
-		logFlags
+		LogFlags
 		Window string `env:"WINDOW"`
 	}
 	t.Setenv("TOKENTAP_LOG_JSON", "perhaps")
