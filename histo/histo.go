@@ -8,8 +8,14 @@
 package histo
 
 import (
+	"bytes"
+	"compress/zlib"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -27,13 +33,16 @@ const (
 	rateScale = 1000
 )
 
-// Set holds one run's worth of a cell's distributions.
+// Set holds one run's worth of a cell's distributions. Make one with New (or
+// decode one with UnmarshalJSON); the zero Set has no histograms to record in.
 type Set struct {
 	TTFT *hdr.Histogram // time to first token, µs
 	TBT  *hdr.Histogram // time between tokens, µs (a multi-token event's gap split evenly, per token)
 	E2E  *hdr.Histogram // request end-to-end, µs
 	Rate *hdr.Histogram // per-request decode rate, milli-tokens/s
-	// Clamped counts values outside a histogram's range that were clamped.
+	// Clamped counts values outside a histogram's range: latencies below 0
+	// or above MaxLatency and rates below 0 or above MaxRate (recorded at the
+	// nearest bound), and NaN rates (dropped).
 	Clamped int64
 }
 
@@ -46,11 +55,14 @@ func New() *Set {
 }
 
 func (s *Set) recordLatency(h *hdr.Histogram, d time.Duration, n int64) {
+	// Sub-microsecond values (a multi-token event's gap split many ways, two
+	// events read in one go) truncate to 0 µs, which HDR records exactly.
 	us := d.Microseconds()
-	if us < 1 {
-		us = 1 // sub-microsecond gaps are real (a multi-token event split many ways); keep them in the first bucket
-	}
-	if us > MaxLatency.Microseconds() {
+	switch {
+	case us < 0:
+		us = 0 // a clock that went backwards: keep the count, flag it
+		s.Clamped += n
+	case us > MaxLatency.Microseconds():
 		us = MaxLatency.Microseconds()
 		s.Clamped += n
 	}
@@ -72,28 +84,38 @@ func (s *Set) RecordTBT(d time.Duration, n int) {
 // RecordE2E records one request's end-to-end time.
 func (s *Set) RecordE2E(d time.Duration) { s.recordLatency(s.E2E, d, 1) }
 
-// RecordRate records one request's decode rate in tokens per second.
+// RecordRate records one request's decode rate in tokens per second, to
+// 0.001 tokens/s. Rates above MaxRate are clamped to it, negative rates to 0
+// (both counted in Clamped); NaN is dropped and counted in Clamped.
 func (s *Set) RecordRate(tokensPerSecond float64) {
-	v := int64(tokensPerSecond * rateScale)
-	if v < 1 {
-		v = 1
-	}
-	if v > int64(MaxRate*rateScale) {
-		v = int64(MaxRate * rateScale)
+	var v int64
+	switch {
+	case tokensPerSecond != tokensPerSecond: // NaN
 		s.Clamped++
+		return
+	case tokensPerSecond < 0:
+		s.Clamped++
+	case tokensPerSecond >= MaxRate:
+		v = int64(MaxRate * rateScale)
+		if tokensPerSecond > MaxRate {
+			s.Clamped++
+		}
+	default:
+		v = int64(math.Round(tokensPerSecond * rateScale))
 	}
 	_ = s.Rate.RecordValue(v)
 }
 
-// Merge adds every value of o into s. Both must come from New or Decode.
+// Merge adds every value of o into s, exactly: both come from New or
+// UnmarshalJSON, so they share one geometry and every count lands in the same
+// bucket it had in o. A nil o is a no-op.
 func (s *Set) Merge(o *Set) {
 	if o == nil {
 		return
 	}
-	s.TTFT.Merge(o.TTFT)
-	s.TBT.Merge(o.TBT)
-	s.E2E.Merge(o.E2E)
-	s.Rate.Merge(o.Rate)
+	// Same geometry by construction, so nothing is dropped; count it anyway
+	// should a hand-built Set ever break that.
+	s.Clamped += s.TTFT.Merge(o.TTFT) + s.TBT.Merge(o.TBT) + s.E2E.Merge(o.E2E) + s.Rate.Merge(o.Rate)
 	s.Clamped += o.Clamped
 }
 
@@ -148,35 +170,98 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON decodes what MarshalJSON wrote.
+// UnmarshalJSON decodes what MarshalJSON wrote. A missing histogram decodes
+// as an empty one. It refuses (with an error, never a panic) anything that is
+// not an HDR V2 compressed histogram of exactly the geometry New makes, so a
+// decoded set merges with any other without dropping a value and a crafted
+// document cannot make it allocate more than New does. On error s is left
+// unchanged.
 func (s *Set) UnmarshalJSON(b []byte) error {
 	var w wireSet
 	if err := json.Unmarshal(b, &w); err != nil {
-		return err
+		return fmt.Errorf("histo: not a histogram set: %w", err)
 	}
-	dec := func(name, v string, fresh func() *hdr.Histogram) (*hdr.Histogram, error) {
-		if v == "" {
-			return fresh(), nil
-		}
-		h, err := hdr.Decode([]byte(v))
-		if err != nil {
-			return nil, fmt.Errorf("histo: %s: %w", name, err)
-		}
-		return h, nil
+	if w.Clamped < 0 {
+		return fmt.Errorf("histo: clamped count %d is negative", w.Clamped)
 	}
+	var n Set
 	var err error
-	if s.TTFT, err = dec("ttft_us", w.TTFT, newLatency); err != nil {
+	if n.TTFT, err = decodeHist("ttft_us", w.TTFT, latencyHighest, newLatency); err != nil {
 		return err
 	}
-	if s.TBT, err = dec("tbt_us", w.TBT, newLatency); err != nil {
+	if n.TBT, err = decodeHist("tbt_us", w.TBT, latencyHighest, newLatency); err != nil {
 		return err
 	}
-	if s.E2E, err = dec("e2e_us", w.E2E, newLatency); err != nil {
+	if n.E2E, err = decodeHist("e2e_us", w.E2E, latencyHighest, newLatency); err != nil {
 		return err
 	}
-	if s.Rate, err = dec("rate_mtok_s", w.Rate, newRate); err != nil {
+	if n.Rate, err = decodeHist("rate_mtok_s", w.Rate, rateHighest, newRate); err != nil {
 		return err
 	}
-	s.Clamped = w.Clamped
+	n.Clamped = w.Clamped
+	*s = n
+	return nil
+}
+
+var (
+	latencyHighest = MaxLatency.Microseconds()
+	rateHighest    = int64(MaxRate * rateScale)
+)
+
+// decodeHist decodes one base64 HDR V2 compressed histogram whose geometry
+// must be (1, highest, sigFigs).
+func decodeHist(name, v string, highest int64, fresh func() *hdr.Histogram) (h *hdr.Histogram, err error) {
+	if v == "" {
+		return fresh(), nil
+	}
+	if err := checkHeader(v, highest); err != nil {
+		return nil, fmt.Errorf("histo: %s: %w", name, err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			h, err = nil, fmt.Errorf("histo: %s: corrupt histogram: %v", name, r)
+		}
+	}()
+	h, err = hdr.Decode([]byte(v))
+	if err != nil {
+		return nil, fmt.Errorf("histo: %s: corrupt histogram: %w", name, err)
+	}
+	return h, nil
+}
+
+// checkHeader reads only the fixed header of an encoded histogram (cookie,
+// lengths, geometry) and refuses any geometry but ours before the decoder
+// allocates a counts array for it.
+func checkHeader(v string, highest int64) error {
+	raw, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return fmt.Errorf("not base64: %w", err)
+	}
+	if len(raw) < 8 {
+		return fmt.Errorf("encoded histogram of %d bytes is too short", len(raw))
+	}
+	if c := int32(binary.BigEndian.Uint32(raw[0:4])) &^ 0xf0; c != hdr.V2CompressedEncodingCookieBase {
+		return fmt.Errorf("not an HDR V2 compressed histogram (cookie %#x)", uint32(c))
+	}
+	n := int64(int32(binary.BigEndian.Uint32(raw[4:8])))
+	if n < 0 || n > int64(len(raw)-8) {
+		return fmt.Errorf("compressed length %d does not fit the %d bytes given", n, len(raw)-8)
+	}
+	z, err := zlib.NewReader(bytes.NewReader(raw[8 : 8+n]))
+	if err != nil {
+		return fmt.Errorf("not zlib data: %w", err)
+	}
+	defer z.Close()
+	var hd [40]byte
+	if _, err := io.ReadFull(z, hd[:]); err != nil {
+		return fmt.Errorf("truncated header: %w", err)
+	}
+	sig := int32(binary.BigEndian.Uint32(hd[12:16]))
+	lowest := int64(binary.BigEndian.Uint64(hd[16:24]))
+	high := int64(binary.BigEndian.Uint64(hd[24:32]))
+	if sig != sigFigs || lowest != 1 || high != highest {
+		return fmt.Errorf("geometry (lowest %d, highest %d, %d digits) is not tokentap's (1, %d, %d)",
+			lowest, high, sig, highest, sigFigs)
+	}
 	return nil
 }
