@@ -1,11 +1,155 @@
 package main
 
-import "io"
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+)
+
+// fakeEngineConfig holds the fake-engine settings; the model fields start
+// from fixtures.DefaultModel.
+type fakeEngineConfig struct {
+	Listen           string        `env:"FAKE_LISTEN"`
+	Name             string        `env:"FAKE_MODEL"`
+	Version          string        `env:"FAKE_VERSION"`
+	MaxModelLen      int           `env:"FAKE_MAX_MODEL_LEN"`
+	PrefillTokPerSec float64       `env:"FAKE_PREFILL_TOK_PER_SEC"`
+	PrefillSlowdown  float64       `env:"FAKE_PREFILL_SLOWDOWN"`
+	FirstEventDelay  time.Duration `env:"FAKE_FIRST_EVENT_DELAY"`
+	TBTBase          time.Duration `env:"FAKE_TBT_BASE"`
+	TBTPerRunning    time.Duration `env:"FAKE_TBT_PER_RUNNING"`
+	TBTPerKTokens    time.Duration `env:"FAKE_TBT_PER_KTOKENS"`
+	MaxRunning       int           `env:"FAKE_MAX_RUNNING"`
+	KVCapacity       int           `env:"FAKE_KV_CAPACITY"`
+	BlockSize        int           `env:"FAKE_BLOCK_SIZE"`
+	MaxWaiting       int           `env:"FAKE_MAX_WAITING"`
+	TokensPerEvent   int           `env:"FAKE_TOKENS_PER_EVENT"`
+	StopAfter        int           `env:"FAKE_STOP_AFTER"`
+	FinishChunk      bool          `env:"FAKE_FINISH_CHUNK"`
+	Faults           []string      `env:"FAKE_FAULT" envSeparator:";"`
+	Ledger           bool          `env:"FAKE_LEDGER"`
+	LogFlags
+}
+
+func defaultFakeEngineConfig() fakeEngineConfig {
+	m := fixtures.DefaultModel()
+	return fakeEngineConfig{
+		Listen: "127.0.0.1:8000", Name: m.Name, Version: m.Version, MaxModelLen: m.MaxModelLen,
+		PrefillTokPerSec: m.PrefillTokPerSec, PrefillSlowdown: m.PrefillSlowdown,
+		FirstEventDelay: m.FirstEventDelay, TBTBase: m.TBTBase, TBTPerRunning: m.TBTPerRunning,
+		TBTPerKTokens: m.TBTPerKTokens, MaxRunning: m.MaxRunning, KVCapacity: m.KVCapacity,
+		BlockSize: m.BlockSize, MaxWaiting: m.MaxWaiting, TokensPerEvent: m.TokensPerEvent,
+		StopAfter: m.StopAfter, FinishChunk: m.FinishChunk,
+		LogFlags: LogFlags{Level: "warn"},
+	}
+}
+
+func (c *fakeEngineConfig) model() fixtures.Model {
+	return fixtures.Model{
+		Name: c.Name, Version: c.Version, MaxModelLen: c.MaxModelLen,
+		PrefillTokPerSec: c.PrefillTokPerSec, PrefillSlowdown: c.PrefillSlowdown,
+		FirstEventDelay: c.FirstEventDelay, TBTBase: c.TBTBase, TBTPerRunning: c.TBTPerRunning,
+		TBTPerKTokens: c.TBTPerKTokens, MaxRunning: c.MaxRunning, KVCapacity: c.KVCapacity,
+		BlockSize: c.BlockSize, MaxWaiting: c.MaxWaiting, TokensPerEvent: c.TokensPerEvent,
+		StopAfter: c.StopAfter, FinishChunk: c.FinishChunk,
+	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, "; ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+const fakeEngineSummary = `Serve the built-in fake engine: vLLM-like HTTP API (/v1/models, /v1/chat/completions,
+/v1/completions, /tokenize, /version, /health, /metrics) with known timing, so tokentap
+can be tried without a GPU. The timing model: TTFT = prefill (uncached prompt tokens at
+--prefill-tok-per-sec, slowed by --prefill-slowdown per 1K tokens) + --first-event-delay;
+time between tokens = --tbt-base + --tbt-per-running x running + --tbt-per-ktokens x
+context K-tokens in flight. Requests beyond --max-running or --kv-capacity wait in a queue.
+Prints the base URL on stdout; stops on Ctrl-C.`
 
 func runFakeEngine(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("fake-engine", "not built yet in this version", stderr)
+	cfg := defaultFakeEngineConfig()
+	if err := loadEnv(&cfg); err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return 2
+	}
+	fs := newFlagSet("fake-engine", fakeEngineSummary, stderr)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
+	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name; requests must name it [TOKENTAP_FAKE_MODEL]")
+	fs.StringVar(&cfg.Version, "engine-version", cfg.Version, "version GET /version reports [TOKENTAP_FAKE_VERSION]")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens of one request; longer gets HTTP 400 [TOKENTAP_FAKE_MAX_MODEL_LEN]")
+	fs.Float64Var(&cfg.PrefillTokPerSec, "prefill-tok-per-sec", cfg.PrefillTokPerSec, "prefill speed P for short prompts, tokens/s [TOKENTAP_FAKE_PREFILL_TOK_PER_SEC]")
+	fs.Float64Var(&cfg.PrefillSlowdown, "prefill-slowdown", cfg.PrefillSlowdown, "prefill rate for u tokens is P/(1 + this x u/1024); 0 keeps it constant [TOKENTAP_FAKE_PREFILL_SLOWDOWN]")
+	fs.DurationVar(&cfg.FirstEventDelay, "first-event-delay", cfg.FirstEventDelay, "delay between end of prefill and the first token [TOKENTAP_FAKE_FIRST_EVENT_DELAY]")
+	fs.DurationVar(&cfg.TBTBase, "tbt-base", cfg.TBTBase, "time between tokens, fixed part [TOKENTAP_FAKE_TBT_BASE]")
+	fs.DurationVar(&cfg.TBTPerRunning, "tbt-per-running", cfg.TBTPerRunning, "added to the time between tokens per running request [TOKENTAP_FAKE_TBT_PER_RUNNING]")
+	fs.DurationVar(&cfg.TBTPerKTokens, "tbt-per-ktokens", cfg.TBTPerKTokens, "added to the time between tokens per 1,024 context tokens in flight [TOKENTAP_FAKE_TBT_PER_KTOKENS]")
+	fs.IntVar(&cfg.MaxRunning, "max-running", cfg.MaxRunning, "most requests running at once (vLLM --max-num-seqs) [TOKENTAP_FAKE_MAX_RUNNING]")
+	fs.IntVar(&cfg.KVCapacity, "kv-capacity", cfg.KVCapacity, "KV cache size in tokens, a multiple of --block-size; a request reserves prompt + max_tokens [TOKENTAP_FAKE_KV_CAPACITY]")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens; the prefix cache works in whole blocks [TOKENTAP_FAKE_BLOCK_SIZE]")
+	fs.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "most requests waiting; one more gets HTTP 503; 0 is unbounded [TOKENTAP_FAKE_MAX_WAITING]")
+	fs.IntVar(&cfg.TokensPerEvent, "tokens-per-event", cfg.TokensPerEvent, "tokens per stream event after the first, k (speculative decoding) [TOKENTAP_FAKE_TOKENS_PER_EVENT]")
+	fs.IntVar(&cfg.StopAfter, "stop-after", cfg.StopAfter, "without ignore_eos, stop (finish_reason stop) after this many tokens; 0: never, always max_tokens [TOKENTAP_FAKE_STOP_AFTER]")
+	fs.BoolVar(&cfg.FinishChunk, "finish-chunk", cfg.FinishChunk, "send finish_reason in its own empty-delta chunk (OpenAI style) instead of on the last token's chunk (vLLM style) [TOKENTAP_FAKE_FINISH_CHUNK]")
+	faults := stringList(cfg.Faults)
+	fs.Var(&faults, "fault", "engine-wide fault, repeatable: comma list of status=CODE, cut=N, stall=D@N, malformed@N, header-delay=D, min-prompt=N (per request: header X-Fake-Fault) [TOKENTAP_FAKE_FAULT, ';'-separated]")
+	fs.BoolVar(&cfg.Ledger, "ledger", cfg.Ledger, "record the ground-truth ledger and serve it on GET /fake/ledger (DELETE resets) [TOKENTAP_FAKE_LEDGER]")
+	cfg.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	return notBuilt("fake-engine", stderr)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tokentap fake-engine: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
+		return 2
+	}
+	log, err := cfg.LogFlags.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return 2
+	}
+	var fl []fixtures.Fault
+	for _, s := range faults {
+		f, err := fixtures.ParseFault(s)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap fake-engine: --fault: %v\n", err)
+			return 2
+		}
+		fl = append(fl, f)
+	}
+	m := cfg.model()
+	if err := m.Validate(); err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return 2
+	}
+	e := fixtures.New(m, fixtures.WithLogger(log), fixtures.WithLedger(cfg.Ledger),
+		fixtures.WithLedgerEndpoint(cfg.Ledger), fixtures.WithFaults(fl...))
+	url, err := e.Start(cfg.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return 1
+	}
+	log.Info().Str("url", url).Str("model", m.Name).Msg("fake engine serving")
+	fmt.Fprintln(stdout, url)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Msg("fake engine: open streams were cut at shutdown")
+	}
+	return 0
 }
+
+var _ flag.Value = (*stringList)(nil)
