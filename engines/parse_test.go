@@ -1,0 +1,100 @@
+package engines
+
+import (
+	"os"
+	"testing"
+)
+
+// FuzzProbeJSON feeds any bytes to every endpoint parser: none may panic,
+// and none may report a negative or absurd token count.
+func FuzzProbeJSON(f *testing.F) {
+	for _, name := range []string{
+		"llamacpp/props.json", "llamacpp/slots.json", "llamacpp/models.json", "llamacpp/chat_nonstream.json",
+		"vllm/models.json", "vllm/version.json", "sglang/server_info.json", "sglang/models.json",
+		"tgi/info.json", "tgi/tokenize.json", "ollama/ps.json", "ollama/show.json", "ollama/models.json",
+	} {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"count":[23],"max_model_len":8192}`))
+	f.Add([]byte(`{"total_slots":1e300,"default_generation_settings":{"n_ctx":-5}}`))
+	f.Add([]byte(`{"usage":{"prompt_tokens":1.5}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		check := func(what string, n int) {
+			if n < 0 || n > maxSane {
+				t.Fatalf("%s = %d from %q", what, n, b)
+			}
+		}
+		if ms, ok := parseModels(b); ok {
+			for _, m := range ms {
+				check("max_model_len", m.MaxModelLen)
+				if m.ID == "" {
+					t.Fatal("model without id")
+				}
+			}
+		}
+		parseVersion(b)
+		if p, ok := parseProps(b); ok {
+			check("total_slots", p.TotalSlots)
+			check("n_ctx", p.NCtx)
+			if p.TotalSlots == 0 {
+				t.Fatal("props without slots accepted")
+			}
+		}
+		if n, c, ok := parseSlots(b); ok {
+			check("slots", n)
+			check("slot n_ctx", c)
+		}
+		if s, ok := parseServerInfo(b); ok {
+			check("max_total_num_tokens", s.MaxTotalNumTokens)
+		}
+		if ti, ok := parseTGIInfo(b); ok {
+			check("max_total_tokens", ti.MaxTotalTokens)
+			check("max_batch_total_tokens", ti.MaxBatchTotalTokens)
+		}
+		if ps, ok := parseOllamaPS(b); ok {
+			for _, r := range ps {
+				check("context_length", r.ContextLength)
+			}
+		}
+		if s, ok := parseOllamaShow(b); ok {
+			check("num_ctx", s.NumCtx)
+			check("trained ctx", s.TrainedCtx)
+		}
+		if n, ok := parseTokenCount(b); ok {
+			check("token count", n)
+		}
+		if n, ok := parseUsagePromptTokens(b); ok {
+			check("prompt_tokens", n)
+		}
+		parseApplyTemplate(b)
+	})
+}
+
+func TestParseEdgeCases(t *testing.T) {
+	if _, ok := parseProps([]byte(`{"total_slots":0}`)); ok {
+		t.Error("zero slots accepted")
+	}
+	if n, ok := parseTokenCount([]byte(`{"count":[23],"max_model_len":8192}`)); !ok || n != 23 {
+		t.Errorf("wrapped count: %d %v", n, ok)
+	}
+	if n, ok := parseTokenCount([]byte(`{"count":0,"tokens":[]}`)); !ok || n != 0 {
+		t.Errorf("empty count: %d %v", n, ok)
+	}
+	if _, ok := parseUsagePromptTokens([]byte(`{"usage":{"prompt_tokens":1.5}}`)); ok {
+		t.Error("fractional prompt_tokens accepted")
+	}
+	if _, ok := parseServerInfo([]byte(`{"version":"1"}`)); ok {
+		t.Error("any JSON with a version taken for SGLang")
+	}
+	if _, ok := parseTGIInfo([]byte(`{"max_total_tokens":10}`)); ok {
+		t.Error("TGI info without model_id accepted")
+	}
+	s, ok := parseOllamaShow([]byte(`{"details":{},"model_info":{"qwen2.context_length":32768,"general.architecture":"qwen2"}}`))
+	if !ok || s.TrainedCtx != 32768 || s.TrainedSource != "qwen2.context_length" {
+		t.Errorf("show: %+v %v", s, ok)
+	}
+}
