@@ -1,0 +1,186 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
+)
+
+// PromptFunc returns a prompt of the given length in tokens (as the engine
+// counts them) for request number i of a replay; prompts.Builder.Prompt fits.
+type PromptFunc func(ctx context.Context, tokens, i int) (string, error)
+
+// Capture configures an open-loop replay of a proxy capture: every captured
+// request is sent again with the same shape (prompt length, max_tokens,
+// streaming, API) at its original arrival time divided by Speed, whether or
+// not earlier requests have finished.
+type Capture struct {
+	Target Target // Target.API and Model, when set, override each record's
+	Clock  record.Clock
+	// Records is the capture, in any order; their Sent offsets give the
+	// arrival times.
+	Records []record.Record
+	// Speed scales time: 2 replays twice as fast. 0 means 1.
+	Speed float64
+	// Prompt builds each request's prompt. Required.
+	Prompt PromptFunc
+	// IgnoreEOS sends "ignore_eos": true so each request produces the
+	// captured number of output tokens where the engine allows it.
+	IgnoreEOS bool
+	// Extra fields go into every request body (sampling parameters).
+	Extra map[string]any
+}
+
+// Late is how far behind schedule the replay sent its requests.
+type Late struct {
+	Max    time.Duration
+	Median time.Duration
+}
+
+// RunCapture replays cfg.Records and returns one record per request sent, in
+// capture order, and how late the sends were against the schedule. Prompts
+// are built before the first request is sent so building them costs the
+// schedule nothing. A cancelled ctx stops sending and cancels what is in
+// flight; the records so far are returned with ctx's error.
+func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error) {
+	if cfg.Prompt == nil {
+		return nil, Late{}, errors.New("replay: no prompt builder")
+	}
+	if len(cfg.Records) == 0 {
+		return nil, Late{}, errors.New("replay: the capture holds no records")
+	}
+	speed := cfg.Speed
+	if speed <= 0 {
+		speed = 1
+	}
+	caps := append([]record.Record(nil), cfg.Records...)
+	sort.SliceStable(caps, func(i, j int) bool { return caps[i].Sent < caps[j].Sent })
+
+	type job struct {
+		at     time.Duration // scheduled offset from the replay's start
+		target Target
+		body   []byte
+		rec    record.Record
+	}
+	jobs := make([]job, len(caps))
+	t0 := caps[0].Sent
+	for i := range caps {
+		c := &caps[i]
+		t := cfg.Target
+		if t.API == "" {
+			t.API = c.API
+		}
+		if t.API == "" {
+			t.API = record.Chat
+		}
+		if t.Model == "" {
+			t.Model = c.Model
+		}
+		tokens := c.PromptTokens
+		if tokens < 1 {
+			tokens = 1
+		}
+		prompt, err := cfg.Prompt(ctx, tokens, i)
+		if err != nil {
+			return nil, Late{}, fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)
+		}
+		maxTokens := c.MaxTokens
+		if maxTokens == 0 && c.CompletionTokens > 0 {
+			maxTokens = c.CompletionTokens
+		}
+		body, err := t.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: c.Stream, IgnoreEOS: cfg.IgnoreEOS, Extra: cfg.Extra})
+		if err != nil {
+			return nil, Late{}, err
+		}
+		jobs[i] = job{
+			at:     time.Duration(float64(c.Sent-t0) / speed),
+			target: t,
+			body:   body,
+			rec:    record.Record{ID: "replay#" + strconv.Itoa(i+1), Tag: c.ID, MaxTokens: maxTokens, Stream: c.Stream},
+		}
+	}
+
+	// Idle connections, per target (API and model decide the endpoint).
+	var (
+		poolMu sync.Mutex
+		pool   = map[Target][]*Conn{}
+	)
+	get := func(t Target) *Conn {
+		poolMu.Lock()
+		defer poolMu.Unlock()
+		if p := pool[t]; len(p) > 0 {
+			c := p[len(p)-1]
+			pool[t] = p[:len(p)-1]
+			return c
+		}
+		return NewConn(t, cfg.Clock)
+	}
+	put := func(t Target, c *Conn) {
+		poolMu.Lock()
+		pool[t] = append(pool[t], c)
+		poolMu.Unlock()
+	}
+	defer func() {
+		for _, p := range pool {
+			for _, c := range p {
+				c.Close()
+			}
+		}
+	}()
+
+	lates := make([]time.Duration, 0, len(jobs))
+	var wg sync.WaitGroup
+	start := cfg.Clock.Now()
+	timer := time.NewTimer(0)
+	<-timer.C
+	var err error
+	sent := 0
+loop:
+	for i := range jobs {
+		j := &jobs[i]
+		if wait := start + j.at - cfg.Clock.Now(); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				err = ctx.Err()
+				break loop
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			err = ctx.Err()
+			break
+		}
+		lates = append(lates, cfg.Clock.Now()-(start+j.at))
+		sent++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := get(j.target)
+			c.Do(ctx, j.body, &j.rec)
+			j.body = nil
+			if j.rec.Outcome == record.OK {
+				put(j.target, c)
+			} else {
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	out := make([]record.Record, 0, sent)
+	for i := 0; i < sent; i++ {
+		out = append(out, jobs[i].rec)
+	}
+	var late Late
+	if len(lates) > 0 {
+		sort.Slice(lates, func(a, b int) bool { return lates[a] < lates[b] })
+		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
+	}
+	return out, late, err
+}

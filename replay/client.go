@@ -1,0 +1,294 @@
+// Package replay is tokentap's load generator. It sends requests to an
+// OpenAI-compatible engine and measures every response through package tap,
+// the same measuring core the proxy uses, so a record means the same thing
+// whoever produced it (METHOD.md §2).
+//
+// Two ways of sending load live here:
+//   - Closed loop (RunClosed): N streams kept in flight, one connection per
+//     stream, each stream sending its own request again the moment the last
+//     one ends, until the context is cancelled (the matrix window's end).
+//   - Open loop (Capture): the requests of a proxy capture sent at their
+//     original arrival times, scaled by a speed factor.
+//
+// Timestamps are monotonic offsets on a record.Clock taken at the return of
+// every read from the connection, with large read buffers so a long prompt's
+// echo or a big event never trips a line limit.
+package replay
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/tap"
+)
+
+// ReadBuffer is the size of the buffer each stream reads the response body
+// into; one read may return many events, and an event may span many reads.
+const ReadBuffer = 256 << 10
+
+// Target is the engine requests go to.
+type Target struct {
+	// BaseURL is the engine's address, e.g. http://127.0.0.1:8000 (a
+	// trailing /v1 is accepted and removed).
+	BaseURL string
+	// APIKey is sent as "Authorization: Bearer KEY" when set. It is never
+	// logged or stored in a record or result.
+	APIKey string
+	// Model is the model name requests ask for.
+	Model string
+	// API chooses /v1/chat/completions (record.Chat) or /v1/completions.
+	API record.API
+}
+
+// Base returns BaseURL without a trailing slash or /v1.
+func (t Target) Base() string {
+	b := strings.TrimRight(t.BaseURL, "/")
+	b = strings.TrimSuffix(b, "/v1")
+	return b
+}
+
+// Endpoint is the URL the target's API posts to.
+func (t Target) Endpoint() string {
+	if t.API == record.Completions {
+		return t.Base() + "/v1/completions"
+	}
+	return t.Base() + "/v1/chat/completions"
+}
+
+// Request is the shape of one request; Body turns it into JSON.
+type Request struct {
+	Prompt    string
+	MaxTokens int
+	Stream    bool
+	// IgnoreEOS sends "ignore_eos": true so the output is not cut short by the
+	// model (METHOD.md §1); MinTokens also sends "min_tokens" = MaxTokens.
+	IgnoreEOS bool
+	MinTokens bool
+	// Extra fields are merged into the body (sampling parameters, the
+	// scenario's extra request fields). They cannot override the prompt,
+	// model, max_tokens or stream settings.
+	Extra map[string]any
+}
+
+// Body encodes r as the JSON body of a request to t.
+func (t Target) Body(r Request) ([]byte, error) {
+	m := make(map[string]any, 8+len(r.Extra))
+	for k, v := range r.Extra {
+		m[k] = v
+	}
+	if t.Model != "" {
+		m["model"] = t.Model
+	}
+	if t.API == record.Completions {
+		m["prompt"] = r.Prompt
+	} else {
+		m["messages"] = []map[string]string{{"role": "user", "content": r.Prompt}}
+	}
+	if r.MaxTokens > 0 {
+		m["max_tokens"] = r.MaxTokens
+	}
+	m["stream"] = r.Stream
+	if r.Stream {
+		m["stream_options"] = map[string]any{"include_usage": true}
+	}
+	if r.IgnoreEOS {
+		m["ignore_eos"] = true
+	}
+	if r.MinTokens && r.MaxTokens > 0 {
+		m["min_tokens"] = r.MaxTokens
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("encode request body: %w", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// Conn is one connection to the engine, carrying one request at a time
+// through its own tap.Stream. It is not safe for concurrent use: give every
+// stream of a closed loop its own Conn.
+type Conn struct {
+	target   Target
+	endpoint string
+	clock    record.Clock
+	tr       *http.Transport
+	hc       *http.Client
+	stream   *tap.Stream
+	buf      []byte
+	// Tokens, when set, is increased by the tokens of every event as it
+	// arrives (a live counter for progress displays).
+	Tokens *atomic.Int64
+}
+
+// NewConn returns a connection to t whose timestamps are offsets on clock.
+// The TCP connection is dialled by the first request and kept for the next.
+func NewConn(t Target, clock record.Clock) *Conn {
+	tr := &http.Transport{
+		Proxy:                 nil, // measure the engine, never an environment proxy
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1,
+		MaxIdleConnsPerHost:   1,
+		MaxConnsPerHost:       1,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       &tls.Config{NextProtos: []string{"http/1.1"}},
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+		ReadBufferSize:        ReadBuffer,
+		WriteBufferSize:       256 << 10,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: 0,
+	}
+	return &Conn{
+		target:   t,
+		endpoint: t.Endpoint(),
+		clock:    clock,
+		tr:       tr,
+		hc:       &http.Client{Transport: tr},
+		stream:   tap.NewStream(clock),
+		buf:      make([]byte, ReadBuffer),
+	}
+}
+
+// Close closes the connection.
+func (c *Conn) Close() { c.tr.CloseIdleConnections() }
+
+// Do sends body and measures the response into rec. The caller sets rec.ID,
+// rec.Tag, rec.MaxTokens and rec.Stream (what the body asks for); Do sets
+// Sent, Wall, API and Model and the tap fills the rest. Do never returns an
+// error: a failure is a record with its Outcome, Blame and Error set. When ctx
+// is cancelled mid-stream the record's outcome is record.Cancelled.
+func (c *Conn) Do(ctx context.Context, body []byte, rec *record.Record) {
+	rec.API = c.target.API
+	if rec.API == "" {
+		rec.API = record.Chat
+	}
+	rec.Model = c.target.Model
+
+	var sent atomic.Int64
+	sent.Store(-1)
+	trace := &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(int64(c.clock.Now())) },
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		c.fail(rec, c.clock.Now(), record.Connect, record.BlameTokentap, fmt.Sprintf("bad target URL %q: %v", c.endpoint, err))
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if rec.Stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if c.target.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.target.APIKey)
+	}
+	start := c.clock.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		at := time.Duration(sent.Load())
+		if at < 0 {
+			at = start
+		}
+		if ctx.Err() != nil {
+			c.cancelled(rec, at, c.clock.Now())
+			return
+		}
+		c.fail(rec, at, record.Connect, record.BlameEngine, scrubURLError(err))
+		return
+	}
+	defer resp.Body.Close()
+	at := time.Duration(sent.Load())
+	if at < 0 {
+		at = start
+	}
+	rec.Sent = at
+	rec.Wall = c.clock.Wall(at)
+	c.stream.Begin(rec)
+	c.stream.Status(resp.StatusCode)
+	var endErr error
+	for {
+		n, rerr := resp.Body.Read(c.buf)
+		now := c.clock.Now()
+		if n > 0 {
+			before := len(rec.Arrivals)
+			c.stream.WriteAt(c.buf[:n], now)
+			if c.Tokens != nil && len(rec.Arrivals) > before {
+				c.Tokens.Add(int64(tokensSince(rec, before)))
+			}
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				endErr = rerr
+			}
+			break
+		}
+	}
+	switch {
+	case endErr != nil && ctx.Err() != nil:
+		// Our own cancellation (the window closed): not a failure.
+		c.stream.End(context.Canceled, record.BlameClient)
+	case endErr != nil:
+		c.stream.End(endErr, record.BlameEngine)
+	default:
+		c.stream.End(nil, record.BlameNone)
+	}
+}
+
+// tokensSince sums the tokens of events from index i on.
+func tokensSince(rec *record.Record, i int) int {
+	if rec.Tokens == nil {
+		return len(rec.Arrivals) - i
+	}
+	n := 0
+	for _, t := range rec.Tokens[i:] {
+		n += int(t)
+	}
+	return n
+}
+
+func (c *Conn) fail(rec *record.Record, at time.Duration, o record.Outcome, b record.Blame, msg string) {
+	rec.Sent = at
+	rec.Wall = c.clock.Wall(at)
+	rec.End = c.clock.Now()
+	rec.Outcome = o
+	rec.Blame = b
+	rec.Error = msg
+}
+
+func (c *Conn) cancelled(rec *record.Record, sent, end time.Duration) {
+	rec.Sent = sent
+	rec.Wall = c.clock.Wall(sent)
+	rec.End = end
+	rec.Outcome = record.Cancelled
+}
+
+// scrubURLError shortens a client error to what happened: the operation and
+// URL the *url.Error wraps around it are left out (the URL is the target's
+// own, and could carry credentials).
+func scrubURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}

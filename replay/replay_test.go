@@ -1,0 +1,346 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+)
+
+// testModel is quick and easy to predict: 20 ms to the first token, 4 ms
+// between tokens whatever the load.
+func testModel() fixtures.Model {
+	m := fixtures.DefaultModel()
+	m.Name = "test"
+	m.FirstEventDelay = 20 * time.Millisecond
+	m.TBTBase = 4 * time.Millisecond
+	m.TBTPerRunning = 0
+	m.TBTPerKTokens = 0
+	m.PrefillTokPerSec = 1e6
+	m.PrefillSlowdown = 0
+	return m
+}
+
+func body(t *testing.T, tg Target, prompt string, maxTokens int) []byte {
+	t.Helper()
+	b, err := tg.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: true, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestBody(t *testing.T) {
+	tests := []struct {
+		name string
+		t    Target
+		r    Request
+		want map[string]any
+		not  []string
+	}{
+		{
+			name: "chat stream",
+			t:    Target{Model: "m", API: record.Chat},
+			r:    Request{Prompt: "hi <b>", MaxTokens: 8, Stream: true, IgnoreEOS: true},
+			want: map[string]any{"model": "m", "max_tokens": 8.0, "stream": true, "ignore_eos": true,
+				"messages": []any{map[string]any{"role": "user", "content": "hi <b>"}},
+				"stream_options": map[string]any{"include_usage": true}},
+			not: []string{"prompt", "min_tokens"},
+		},
+		{
+			name: "completions with min_tokens and extra fields",
+			t:    Target{Model: "m", API: record.Completions},
+			r:    Request{Prompt: "p", MaxTokens: 4, Stream: true, MinTokens: true, Extra: map[string]any{"temperature": 0.5, "model": "ignored"}},
+			want: map[string]any{"model": "m", "prompt": "p", "min_tokens": 4.0, "temperature": 0.5},
+			not:  []string{"messages", "ignore_eos"},
+		},
+		{
+			name: "not streaming asks for no stream options",
+			t:    Target{Model: "m"},
+			r:    Request{Prompt: "p", MaxTokens: 1},
+			want: map[string]any{"stream": false},
+			not:  []string{"stream_options"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.t.Body(tt.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), `\u003c`) {
+				t.Errorf("body escapes HTML: %s", b)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tt.want {
+				gb, _ := json.Marshal(got[k])
+				wb, _ := json.Marshal(v)
+				if string(gb) != string(wb) {
+					t.Errorf("%s = %s, want %s", k, gb, wb)
+				}
+			}
+			for _, k := range tt.not {
+				if _, ok := got[k]; ok {
+					t.Errorf("body has %q: %s", k, b)
+				}
+			}
+		})
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	for _, tc := range []struct{ base, api, want string }{
+		{"http://h:1", "chat", "http://h:1/v1/chat/completions"},
+		{"http://h:1/v1/", "completions", "http://h:1/v1/completions"},
+		{"http://h:1/", "", "http://h:1/v1/chat/completions"},
+	} {
+		if got := (Target{BaseURL: tc.base, API: record.API(tc.api)}).Endpoint(); got != tc.want {
+			t.Errorf("Endpoint(%q, %q) = %q, want %q", tc.base, tc.api, got, tc.want)
+		}
+	}
+}
+
+// TestConnAgainstLedger sends one request and compares every timestamp the
+// load generator took with when the fake says it wrote the bytes.
+func TestConnAgainstLedger(t *testing.T) {
+	for _, api := range []record.API{record.Chat, record.Completions} {
+		t.Run(string(api), func(t *testing.T) {
+			eng := fixtures.StartTest(t, testModel())
+			clock := record.NewClock()
+			tg := Target{BaseURL: eng.URL(), Model: "test", API: api}
+			c := NewConn(tg, clock)
+			defer c.Close()
+			var live atomic.Int64
+			c.Tokens = &live
+			rec := record.Record{ID: "r1", MaxTokens: 50, Stream: true}
+			c.Do(context.Background(), body(t, tg, "hello there, how are you", 50), &rec)
+			if rec.Outcome != record.OK {
+				t.Fatalf("outcome %s: %s", rec.Outcome, rec.Error)
+			}
+			le, ok := eng.LedgerEntryByID(rec.ResponseID)
+			if !ok {
+				t.Fatalf("no ledger entry for response id %q", rec.ResponseID)
+			}
+			if rec.ArrivedTokens() != le.Tokens() || rec.CompletionTokens != 50 || live.Load() != 50 {
+				t.Fatalf("tokens: arrived %d, usage %d, live %d; the fake sent %d", rec.ArrivedTokens(), rec.CompletionTokens, live.Load(), le.Tokens())
+			}
+			if rec.PromptTokens != le.PromptTokens {
+				t.Errorf("prompt tokens %d, fake counted %d", rec.PromptTokens, le.PromptTokens)
+			}
+			off := func(at time.Time) time.Duration { return at.Sub(clock.Start()) }
+			if rec.Sent > off(le.Received) {
+				t.Errorf("sent at %v, after the fake received the request at %v", rec.Sent, off(le.Received))
+			}
+			var lag []time.Duration
+			for i, a := range rec.Arrivals {
+				// The fake never writes before an event is due; At is when
+				// its write returned, which the reader may beat.
+				if a < off(le.Events[i].Due) {
+					t.Fatalf("event %d read %v before it was due", i, off(le.Events[i].Due)-a)
+				}
+				d := a - off(le.Events[i].At)
+				lag = append(lag, d)
+			}
+			slices.Sort(lag)
+			if med := lag[len(lag)/2]; med < -time.Millisecond || med > 5*time.Millisecond {
+				t.Errorf("median read lag %v behind the fake's writes", med)
+			}
+			ttft, _ := rec.TTFT()
+			truth := le.FirstToken.Sub(le.Received)
+			if d := ttft - truth; d < -time.Millisecond || d > 5*time.Millisecond {
+				t.Errorf("TTFT %v, the fake's %v", ttft, truth)
+			}
+		})
+	}
+}
+
+func TestConnFailures(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+
+	eng := fixtures.StartTest(t, testModel())
+	tests := []struct {
+		name    string
+		target  Target
+		fault   string
+		cancel  time.Duration
+		outcome record.Outcome
+		failed  bool
+	}{
+		{name: "unreachable", target: Target{BaseURL: dead, Model: "test"}, outcome: record.Connect, failed: true},
+		{name: "http 500", target: Target{BaseURL: eng.URL(), Model: "test"}, fault: "status=500", outcome: record.HTTPError, failed: true},
+		{name: "cut stream", target: Target{BaseURL: eng.URL(), Model: "test"}, fault: "cut=5", outcome: record.Broken, failed: true},
+		{name: "cancelled at window end", target: Target{BaseURL: eng.URL(), Model: "test"}, cancel: 100 * time.Millisecond, outcome: record.Cancelled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.fault != "" {
+				f, err := fixtures.ParseFault(tt.fault)
+				if err != nil {
+					t.Fatal(err)
+				}
+				eng.SetFaults(f)
+				defer eng.SetFaults()
+			}
+			ctx := context.Background()
+			if tt.cancel > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.cancel)
+				defer cancel()
+			}
+			c := NewConn(tt.target, record.NewClock())
+			defer c.Close()
+			rec := record.Record{ID: "x", MaxTokens: 100, Stream: true}
+			c.Do(ctx, body(t, tt.target, "hi", 100), &rec)
+			if rec.Outcome != tt.outcome || rec.Outcome.Failed() != tt.failed {
+				t.Fatalf("outcome %q (%s), want %q", rec.Outcome, rec.Error, tt.outcome)
+			}
+			if tt.failed && rec.Error == "" {
+				t.Error("a failure without an explanation")
+			}
+			if rec.End < rec.Sent {
+				t.Errorf("end %v before sent %v", rec.End, rec.Sent)
+			}
+		})
+	}
+}
+
+// TestLongPrompt sends a prompt of ~60K tokens (a few hundred KiB): no
+// buffer or line limit may get in the way.
+func TestLongPrompt(t *testing.T) {
+	eng := fixtures.StartTest(t, testModel())
+	prompt := strings.Repeat("lorem ipsum dolor sit amet ", 12000)
+	tg := Target{BaseURL: eng.URL(), Model: "test"}
+	c := NewConn(tg, record.NewClock())
+	defer c.Close()
+	rec := record.Record{ID: "long", MaxTokens: 3, Stream: true}
+	c.Do(context.Background(), body(t, tg, prompt, 3), &rec)
+	if rec.Outcome != record.OK || rec.PromptTokens < 40000 {
+		t.Fatalf("outcome %s (%s), prompt tokens %d", rec.Outcome, rec.Error, rec.PromptTokens)
+	}
+}
+
+// TestRunClosed keeps 4 streams in flight for a window with short requests,
+// so each stream sends several; at the window's end the running ones are
+// cancelled, and every token the fake sent before that was counted.
+func TestRunClosed(t *testing.T) {
+	eng := fixtures.StartTest(t, testModel())
+	clock := record.NewClock()
+	tg := Target{BaseURL: eng.URL(), Model: "test"}
+	bodies := make([][]byte, 4)
+	for i := range bodies {
+		bodies[i] = body(t, tg, "slot "+strings.Repeat("x ", i+1), 30)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+	defer cancel()
+	var ids atomic.Int64
+	recs, failed := RunClosed(ctx, Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 30, Stream: true, Tag: "t", IDs: &ids})
+	if failed {
+		t.Fatal("a request failed")
+	}
+	ok, cancelled := 0, 0
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if seen[r.ID] {
+			t.Fatalf("id %s used twice", r.ID)
+		}
+		seen[r.ID] = true
+		switch r.Outcome {
+		case record.OK:
+			ok++
+		case record.Cancelled:
+			cancelled++
+		default:
+			t.Fatalf("outcome %s: %s", r.Outcome, r.Error)
+		}
+		if le, found := eng.LedgerEntryByID(r.ResponseID); found && r.Outcome == record.OK && le.Tokens() != r.ArrivedTokens() {
+			t.Errorf("%s: %d tokens arrived, the fake sent %d", r.ID, r.ArrivedTokens(), le.Tokens())
+		}
+	}
+	// 30 tokens at 4 ms is ~140 ms a request: each stream sends ~5.
+	if ok < 8 || cancelled > 4 {
+		t.Fatalf("%d completed and %d cancelled requests; want several completed per stream and at most one cancelled per stream", ok, cancelled)
+	}
+}
+
+func TestRunClosedStopsOnFailure(t *testing.T) {
+	f, _ := fixtures.ParseFault("status=503")
+	eng := fixtures.StartTest(t, testModel(), fixtures.WithFaults(f))
+	tg := Target{BaseURL: eng.URL(), Model: "test"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	recs, failed := RunClosed(ctx, Closed{Target: tg, Clock: record.NewClock(), Bodies: [][]byte{body(t, tg, "a", 10), body(t, tg, "b", 10)},
+		MaxTokens: 10, Stream: true, StopOnFailure: true})
+	if !failed || len(recs) == 0 {
+		t.Fatalf("failed %v with %d records", failed, len(recs))
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("the loop kept going after a failure")
+	}
+}
+
+// TestRunCapture replays a capture at 4× speed: sends follow the scaled
+// schedule and each request keeps its shape.
+func TestRunCapture(t *testing.T) {
+	eng := fixtures.StartTest(t, testModel())
+	caps := []record.Record{
+		{ID: "c", Sent: 800 * time.Millisecond, PromptTokens: 40, MaxTokens: 5, Stream: true, API: record.Chat},
+		{ID: "a", Sent: 0, PromptTokens: 10, MaxTokens: 3, Stream: true, API: record.Chat},
+		{ID: "b", Sent: 400 * time.Millisecond, PromptTokens: 20, MaxTokens: 4, Stream: false, API: record.Completions},
+	}
+	var asked []int
+	prompt := func(_ context.Context, tokens, i int) (string, error) {
+		asked = append(asked, tokens)
+		return strings.Repeat("w ", tokens), nil
+	}
+	clock := record.NewClock()
+	recs, late, err := RunCapture(context.Background(), Capture{Target: Target{BaseURL: eng.URL(), Model: "test"}, Clock: clock, Records: caps, Speed: 4, Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(asked, []int{10, 20, 40}) {
+		t.Errorf("prompts asked %v, want capture order by time [10 20 40]", asked)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("%d records", len(recs))
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Sent < recs[j].Sent })
+	wantTokens := []int{3, 4, 5}
+	for i, r := range recs {
+		if r.Outcome != record.OK {
+			t.Fatalf("%s: %s %s", r.ID, r.Outcome, r.Error)
+		}
+		if r.CompletionTokens != wantTokens[i] {
+			t.Errorf("%s: %d completion tokens, want %d", r.ID, r.CompletionTokens, wantTokens[i])
+		}
+	}
+	if recs[1].API != record.Completions || recs[1].Stream {
+		t.Errorf("request b lost its shape: api %s stream %v", recs[1].API, recs[1].Stream)
+	}
+	// Scheduled 0, 100, 200 ms apart at 4×.
+	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
+		got := recs[i+1].Sent - recs[0].Sent
+		if got < want-5*time.Millisecond || got > want+150*time.Millisecond {
+			t.Errorf("send %d at +%v, want +%v", i+1, got, want)
+		}
+	}
+	if late.Max < 0 || late.Median > late.Max {
+		t.Errorf("lateness median %v max %v", late.Median, late.Max)
+	}
+}
