@@ -51,7 +51,7 @@ func TestBody(t *testing.T) {
 			t:    Target{Model: "m", API: record.Chat},
 			r:    Request{Prompt: "hi <b>", MaxTokens: 8, Stream: true, IgnoreEOS: true},
 			want: map[string]any{"model": "m", "max_tokens": 8.0, "stream": true, "ignore_eos": true,
-				"messages": []any{map[string]any{"role": "user", "content": "hi <b>"}},
+				"messages":       []any{map[string]any{"role": "user", "content": "hi <b>"}},
 				"stream_options": map[string]any{"include_usage": true}},
 			not: []string{"prompt", "min_tokens"},
 		},
