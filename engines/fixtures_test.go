@@ -1,0 +1,91 @@
+package engines
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+)
+
+// The fake engine looks like vLLM from outside: Probe must say so from what
+// it answers, read its KV capacity and length, and count tokens exactly as
+// its usage.prompt_tokens will.
+func TestProbeFakeEngine(t *testing.T) {
+	m := fixtures.DefaultModel()
+	e := fixtures.StartTest(t, m)
+	ctx := context.Background()
+	in, err := Probe(ctx, Target{BaseURL: e.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Kind != KindVLLM || in.Model != m.Name || in.MaxModelLen != m.MaxModelLen ||
+		in.KVCapacity != m.KVCapacity || in.Version != m.Version || !in.Tokenize || !in.Gauges {
+		t.Fatalf("probe of the fake: %+v\nfacts %+v", in, in.Facts)
+	}
+	text := strings.Repeat("alpha beta gamma-delta-epsilon ", 50)
+	for _, api := range []string{APIChat, APICompletions} {
+		n, err := in.CountTokens(ctx, api, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fixtures.Tokenize(text)
+		if api == APIChat {
+			want += fixtures.ChatReplyOverhead + fixtures.ChatMessageOverhead
+		}
+		if n != want {
+			t.Errorf("%s: CountTokens = %d, fake's rule says %d", api, n, want)
+		}
+	}
+	run, wait, ok, err := in.Load(ctx)
+	if err != nil || !ok || run != 0 || wait != 0 {
+		t.Errorf("Load of an idle fake = %d, %d, %v, %v", run, wait, ok, err)
+	}
+	if _, err := Probe(ctx, Target{BaseURL: e.URL(), Model: "other"}); err == nil || !strings.Contains(err.Error(), m.Name) {
+		t.Errorf("unknown model: %v", err)
+	}
+}
+
+// Load must read the same running/waiting the fake's scheduler holds.
+func TestLoadFakeEngineBusy(t *testing.T) {
+	m := fixtures.DefaultModel()
+	m.MaxRunning = 2
+	e := fixtures.StartTest(t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, err := Probe(ctx, Target{BaseURL: e.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"` + m.Name + `","prompt":"x y z","max_tokens":20000,"ignore_eos":true,"stream":true}`
+	done := make(chan struct{}, 5)
+	for i := 0; i < 5; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Load().Running != 2 || e.Load().Waiting != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("fake never reached 2 running, 3 waiting: %+v", e.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	run, wait, ok, err := in.Load(ctx)
+	if err != nil || !ok || run != 2 || wait != 3 {
+		t.Errorf("Load = %d running, %d waiting (ok %v, err %v); the fake holds 2 and 3", run, wait, ok, err)
+	}
+	cancel()
+	for i := 0; i < 5; i++ {
+		<-done
+	}
+}
