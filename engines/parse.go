@@ -1,7 +1,9 @@
 package engines
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -337,17 +339,27 @@ func parseCacheConfig(m Metrics) (vllmCache, bool) {
 
 // parseTokenCount reads a /tokenize answer of any engine: {"count": N}
 // (vLLM, SGLang), {"tokens": [...]} (llama.cpp, also vLLM/SGLang), or a
-// bare array of tokens (TGI).
+// bare array of tokens (TGI). Token arrays are counted, not decoded: a
+// 248K-token answer is megabytes of ids.
 func parseTokenCount(body []byte) (int, bool) {
-	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
+	b := bytes.TrimSpace(body)
+	if len(b) > 0 && b[0] == '[' {
+		var n arrayLen
+		if err := json.Unmarshal(b, &n); err != nil {
+			return 0, false
+		}
+		return int(n), true
+	}
+	var r struct {
+		Count  json.RawMessage `json:"count"`
+		Tokens *arrayLen       `json:"tokens"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
 		return 0, false
 	}
-	switch x := v.(type) {
-	case []any:
-		return len(x), true
-	case map[string]any:
-		if c, ok := x["count"]; ok {
+	if len(r.Count) > 0 {
+		var c any
+		if err := json.Unmarshal(r.Count, &c); err == nil {
 			if arr, ok := c.([]any); ok && len(arr) == 1 { // some forks wrap it: [N]
 				c = arr[0]
 			}
@@ -358,11 +370,58 @@ func parseTokenCount(body []byte) (int, bool) {
 				return 0, true
 			}
 		}
-		if arr, ok := x["tokens"].([]any); ok {
-			return len(arr), true
-		}
+	}
+	if r.Tokens != nil {
+		return int(*r.Tokens), true
 	}
 	return 0, false
+}
+
+// arrayLen decodes a JSON array as its number of elements, without
+// decoding them.
+type arrayLen int
+
+// UnmarshalJSON counts the top-level elements of an array (json.Unmarshal
+// has already checked the syntax).
+func (n *arrayLen) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
+		*n = 0
+		return nil
+	}
+	if len(b) < 2 || b[0] != '[' {
+		return errors.New("not an array")
+	}
+	depth, commas, inStr, esc, seen := 0, 0, false, false, false
+	for _, c := range b[1 : len(b)-1] {
+		switch {
+		case inStr:
+			if esc {
+				esc = false
+			} else if c == '\\' {
+				esc = true
+			} else if c == '"' {
+				inStr = false
+			}
+		case c == '"':
+			inStr, seen = true, true
+		case c == '[' || c == '{':
+			depth++
+			seen = true
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			commas++
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			seen = true
+		}
+	}
+	if seen {
+		*n = arrayLen(commas + 1)
+	} else {
+		*n = 0
+	}
+	return nil
 }
 
 // parseUsagePromptTokens reads usage.prompt_tokens of a non-streaming

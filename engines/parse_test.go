@@ -1,6 +1,7 @@
 package engines
 
 import (
+	"encoding/json"
 	"os"
 	"testing"
 )
@@ -97,4 +98,33 @@ func TestParseEdgeCases(t *testing.T) {
 	if !ok || s.TrainedCtx != 32768 || s.TrainedSource != "qwen2.context_length" {
 		t.Errorf("show: %+v %v", s, ok)
 	}
+}
+
+func TestArrayLen(t *testing.T) {
+	for in, want := range map[string]int{
+		`[]`: 0, `[ ]`: 0, `[1]`: 1, `[1,2,3]`: 3, `null`: 0,
+		`[{"a":[1,2]},{"b":"x,]\"}"}]`: 2, `[[],[]]`: 2, `["", ""]`: 2,
+	} {
+		var n arrayLen
+		if err := json.Unmarshal([]byte(in), &n); err != nil || int(n) != want {
+			t.Errorf("%s: %d %v, want %d", in, n, err, want)
+		}
+	}
+}
+
+// FuzzArrayLen: counting elements without decoding agrees with decoding.
+func FuzzArrayLen(f *testing.F) {
+	f.Add([]byte(`[1,2,3]`))
+	f.Add([]byte(`[{"id":1,"text":"a,b"},{"id":2}]`))
+	f.Add([]byte(`["\\\"",[1,[2]]]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var full []any
+		if json.Unmarshal(b, &full) != nil || full == nil {
+			return
+		}
+		var n arrayLen
+		if err := json.Unmarshal(b, &n); err != nil || int(n) != len(full) {
+			t.Fatalf("%q: arrayLen %d (%v), decoded %d", b, n, err, len(full))
+		}
+	})
 }
