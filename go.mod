@@ -7,6 +7,7 @@ require (
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
+	github.com/valyala/fastjson v1.6.10
 )
 
 require (

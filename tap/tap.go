@@ -1,0 +1,508 @@
+// Package tap measures one engine response as it streams: body bytes go in
+// (from the proxy or the load generator), token events are found and
+// timestamped, and at the end one record.Record holds everything METHOD.md §2
+// asks for — arrivals and tokens per event, usage or counted token totals,
+// cached prompt tokens, the engine's response id, and the outcome with blame.
+//
+// What counts as a token event (METHOD.md §1): a chat.completion.chunk whose
+// delta carries non-empty content, reasoning_content, reasoning, or tool-call
+// function name/arguments; a text_completion chunk with non-empty text; an
+// SGLang native chunk whose meta_info.completion_tokens grew. Role-only
+// (content null), empty, usage-only chunks and [DONE] are not token events.
+//
+// Per-event token counts come from continuous usage where the engine sends
+// it (vLLM stream_options.continuous_usage_stats, SGLang meta_info): an
+// event carries the growth of completion_tokens since the previous token
+// event, so speculative decoding and stream intervals are counted right. The
+// first token event of a stream counts one token unless an earlier event
+// (vLLM's role chunk) already carried usage.
+//
+// The hot path (scan, classify, timestamp) parses each event with a reused
+// fastjson parser and allocates nothing per event once buffers have grown.
+package tap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/sse"
+	"github.com/valyala/fastjson"
+)
+
+// MaxBody is the largest non-streaming response body the tap reads usage
+// from; a longer body is measured as Malformed (nothing tokentap sends asks
+// for one that large).
+const MaxBody = 64 << 20
+
+// headLen is how many leading body bytes are kept for error excerpts.
+const headLen = 512
+
+// excerptLen is the longest excerpt put in Record.Error.
+const excerptLen = 240
+
+// Stream measures one response. It is not safe for concurrent use. It is
+// reusable: Begin starts the next response and keeps the buffers.
+type Stream struct {
+	clock record.Clock
+	rec   *record.Record
+	sc    sse.Scanner
+	jp    fastjson.Parser
+	strip bool
+
+	status int
+	done   bool  // [DONE] arrived
+	events int   // SSE events seen, token events or not
+	fed    int64 // body bytes seen
+
+	usage      bool // a usage (or meta_info) block arrived
+	usageCount int  // events that carried one
+	prompt     int
+	completion int
+	cached     int
+	cachedSet  bool
+	cacheN     int // llama.cpp timings.cache_n
+	cacheNSet  bool
+	lastCum    int // completion_tokens at the last token event
+
+	fail    record.Outcome // Malformed, once an event was bad or an engine error
+	failMsg string
+
+	head  [headLen]byte
+	headN int
+	body  []byte // non-streaming body
+
+	pending []byte // Forward: bytes held back, stream offsets [pendAt, pendAt+len)
+	pendAt  int64
+	emitted int64 // Forward: every byte before this offset was forwarded or dropped
+	dropLF  bool  // Forward: a dropped event ended in CR at a read's end
+}
+
+// NewStream returns a Stream that timestamps events on clock.
+func NewStream(clock record.Clock) *Stream { return &Stream{clock: clock} }
+
+// Begin starts measuring a response into rec. The caller has set rec.Sent,
+// rec.API, rec.Stream, rec.Model, rec.ID and rec.MaxTokens; the stream fills
+// the rest as bytes arrive and at End. PromptTokens set by the caller (for
+// example from the prompt builder) are kept when the engine sends no usage.
+// StripUsage is reset to off.
+func (s *Stream) Begin(rec *record.Record) {
+	*s = Stream{
+		clock:   s.clock,
+		rec:     rec,
+		sc:      s.sc,
+		jp:      s.jp,
+		body:    s.body[:0],
+		pending: s.pending[:0],
+	}
+	s.sc.Reset()
+}
+
+// Status records the engine's HTTP status, before the body.
+func (s *Stream) Status(code int) {
+	s.status = code
+	if s.rec != nil {
+		s.rec.Status = code
+	}
+}
+
+// StripUsage turns removal of usage-only chunks (choices empty, usage set)
+// from Forward's output on or off; the tap still reads them. The proxy turns
+// it on when it added include_usage to a request that did not ask for it.
+func (s *Stream) StripUsage(on bool) { s.strip = on }
+
+func (s *Stream) statusOK() bool { return s.status == 0 || (s.status >= 200 && s.status < 300) }
+
+// Write measures body bytes as they arrive, timestamped now on the stream's
+// clock. It never fails or panics; problems show in the record at End.
+func (s *Stream) Write(p []byte) { s.WriteAt(p, s.clock.Now()) }
+
+// WriteAt is Write for a caller that took the arrival time itself. Bytes
+// written with Write or WriteAt are measured, not forwarded: a stream either
+// forwards (Forward) or only measures.
+func (s *Stream) WriteAt(p []byte, at time.Duration) {
+	s.write(p, at)
+	s.pending, s.pendAt, s.emitted = s.pending[:0], s.fed, s.fed
+}
+
+func (s *Stream) write(p []byte, at time.Duration) {
+	if s.rec == nil || len(p) == 0 {
+		return
+	}
+	s.keep(p)
+	if !s.rec.Stream || !s.statusOK() {
+		return
+	}
+	s.sc.Feed(p)
+	for {
+		ev, ok := s.sc.Next()
+		if !ok {
+			return
+		}
+		s.event(ev, at)
+	}
+}
+
+// keep saves what End may need of raw bytes: the head for excerpts and, for
+// a non-streaming response, the body.
+func (s *Stream) keep(p []byte) {
+	s.fed += int64(len(p))
+	if s.headN < headLen {
+		s.headN += copy(s.head[s.headN:], p)
+	}
+	if !s.rec.Stream && s.statusOK() && len(s.body) <= MaxBody {
+		s.body = append(s.body, p[:min(len(p), MaxBody+1-len(s.body))]...)
+	}
+}
+
+// Forward is Write that also appends to dst the bytes the client should get,
+// and returns the extended dst. With StripUsage off that is p unchanged.
+// With it on, usage-only chunks are left out, and the bytes of an event not
+// yet complete are held back until it is (Flush hands over what is still
+// held when the body ends).
+func (s *Stream) Forward(p, dst []byte) []byte {
+	if !s.strip || s.rec == nil || !s.rec.Stream || !s.statusOK() || s.sc.Err() != nil {
+		dst = s.Flush(dst)
+		s.WriteAt(p, s.clock.Now())
+		return append(dst, p...)
+	}
+	if len(p) == 0 {
+		return dst
+	}
+	at := s.clock.Now()
+	base := s.fed
+	s.keep(p)
+	if s.dropLF {
+		s.dropLF = false
+		if p[0] == '\n' && s.emitted == base {
+			s.emitted++
+		}
+	}
+	s.sc.Feed(p)
+	for {
+		ev, ok := s.sc.Next()
+		if !ok {
+			break
+		}
+		if s.event(ev, at) {
+			dst = s.emitTo(dst, p, base, ev.Start)
+			s.emitted = ev.End
+			s.dropLF = ev.End == s.fed && p[len(p)-1] == '\r'
+		}
+	}
+	upto := s.sc.BlockStart()
+	if s.sc.Err() != nil {
+		upto = s.fed // no longer SSE: hand everything through from here on
+	}
+	dst = s.emitTo(dst, p, base, upto)
+	// Hold back [emitted, fed).
+	switch {
+	case s.emitted >= s.fed:
+		s.pending, s.pendAt = s.pending[:0], s.fed
+	case s.emitted >= base:
+		s.pending, s.pendAt = append(s.pending[:0], p[s.emitted-base:]...), s.emitted
+	default:
+		n := copy(s.pending, s.pending[s.emitted-s.pendAt:])
+		s.pending, s.pendAt = append(s.pending[:n], p...), s.emitted
+	}
+	return dst
+}
+
+// emitTo appends stream bytes [s.emitted, to) to dst, from the held-back
+// bytes and from p (which starts at stream offset base).
+func (s *Stream) emitTo(dst, p []byte, base, to int64) []byte {
+	if to <= s.emitted {
+		return dst
+	}
+	if s.emitted < base {
+		end := min(to, base)
+		dst = append(dst, s.pending[s.emitted-s.pendAt:end-s.pendAt]...)
+		s.emitted = end
+	}
+	if to > s.emitted {
+		dst = append(dst, p[s.emitted-base:to-base]...)
+		s.emitted = to
+	}
+	return dst
+}
+
+// Flush appends to dst the bytes Forward still holds back (an unfinished
+// trailing event) and returns it. Call it when the body has ended so the
+// client gets the same tail the engine sent.
+func (s *Stream) Flush(dst []byte) []byte {
+	if s.emitted < s.pendAt+int64(len(s.pending)) && s.emitted >= s.pendAt {
+		dst = append(dst, s.pending[s.emitted-s.pendAt:]...)
+	}
+	s.pending, s.pendAt, s.emitted = s.pending[:0], s.fed, s.fed
+	return dst
+}
+
+// event classifies one SSE event and reports whether it is a usage-only
+// chunk (the one StripUsage removes).
+func (s *Stream) event(ev *sse.Event, at time.Duration) (usageOnly bool) {
+	s.events++
+	if len(ev.Data) == 0 || s.done {
+		return false
+	}
+	if ev.Done() {
+		s.done = true
+		return false
+	}
+	if string(ev.Type) == "error" {
+		s.failWith("engine error event: ", ev.Data)
+		return false
+	}
+	v, err := s.jp.ParseBytes(ev.Data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		s.failWith("malformed event (not a JSON object): ", ev.Data)
+		return false
+	}
+	if e := v.Get("error"); (e != nil && e.Type() != fastjson.TypeNull) || string(v.GetStringBytes("object")) == "error" {
+		s.failWith("engine error event: ", ev.Data)
+		return false
+	}
+	if s.rec.ResponseID == "" {
+		if id := v.GetStringBytes("id"); len(id) > 0 {
+			s.rec.ResponseID = string(id)
+		}
+	}
+
+	tok := false
+	choices := v.GetArray("choices")
+	for _, c := range choices {
+		if d := c.Get("delta"); d != nil && deltaHasTokens(d) {
+			tok = true
+		}
+		if nonEmpty(c.Get("text")) {
+			tok = true
+		}
+	}
+
+	cum, hasCum := s.readUsage(v)
+	if m := v.Get("meta_info"); m != nil && m.Type() == fastjson.TypeObject && !tok {
+		// SGLang native stream: text is cumulative; growth of
+		// completion_tokens marks a token event.
+		tok = hasCum && cum > s.lastCum && v.Get("text") != nil
+	}
+	if tok {
+		n := 1
+		if hasCum {
+			if s.usageCount > 1 {
+				n = cum - s.lastCum // continuous usage: the growth since the last token event
+			}
+			s.lastCum = cum
+		}
+		s.rec.AddEvent(at, n)
+	}
+	if !hasCum || len(choices) > 0 || v.Get("usage") == nil {
+		return false
+	}
+	c := v.Get("choices")
+	return c != nil && c.Type() == fastjson.TypeArray
+}
+
+// readUsage reads a usage (or SGLang meta_info) block and llama.cpp timings
+// from v; cum is completion_tokens when a block was there.
+func (s *Stream) readUsage(v *fastjson.Value) (cum int, ok bool) {
+	u := v.Get("usage")
+	if u == nil || u.Type() != fastjson.TypeObject {
+		u = v.Get("meta_info")
+	}
+	if u != nil && u.Type() == fastjson.TypeObject {
+		s.usage, ok = true, true
+		s.usageCount++
+		s.prompt = u.GetInt("prompt_tokens")
+		cum = u.GetInt("completion_tokens")
+		s.completion = cum
+		if c := u.Get("prompt_tokens_details", "cached_tokens"); c != nil && c.Type() == fastjson.TypeNumber {
+			s.cached, s.cachedSet = c.GetInt(), true
+		} else if c := u.Get("cached_tokens"); c != nil && c.Type() == fastjson.TypeNumber {
+			s.cached, s.cachedSet = c.GetInt(), true // SGLang meta_info
+		}
+	}
+	if c := v.Get("timings", "cache_n"); c != nil && c.Type() == fastjson.TypeNumber {
+		s.cacheN, s.cacheNSet = c.GetInt(), true
+	}
+	return cum, ok
+}
+
+// deltaHasTokens reports whether a chat delta carries output.
+func deltaHasTokens(d *fastjson.Value) bool {
+	if nonEmpty(d.Get("content")) || nonEmpty(d.Get("reasoning_content")) || nonEmpty(d.Get("reasoning")) {
+		return true
+	}
+	for _, tc := range d.GetArray("tool_calls") {
+		if nonEmpty(tc.Get("function", "arguments")) || nonEmpty(tc.Get("function", "name")) {
+			return true
+		}
+	}
+	return false
+}
+
+// nonEmpty reports whether v is a non-empty JSON string.
+func nonEmpty(v *fastjson.Value) bool {
+	if v == nil || v.Type() != fastjson.TypeString {
+		return false
+	}
+	b, _ := v.StringBytes()
+	return len(b) > 0
+}
+
+func (s *Stream) failWith(what string, data []byte) {
+	if s.fail != "" {
+		return
+	}
+	s.fail = record.Malformed
+	s.failMsg = what + excerpt(data)
+}
+
+// End closes the measurement: the body ended with err (nil: clean EOF), and
+// blame says whose fault err is (BlameNone lets the tap choose: engine for
+// read errors, client for cancellation). It fills End, Outcome, Blame,
+// Error, token counts and their sources, ResponseID and CachedTokens.
+func (s *Stream) End(err error, blame record.Blame) { s.EndAt(err, blame, s.clock.Now()) }
+
+// EndAt is End for a caller that took the end time itself.
+func (s *Stream) EndAt(err error, blame record.Blame, at time.Duration) {
+	r := s.rec
+	if r == nil {
+		return
+	}
+	r.End = at
+	if s.status != 0 {
+		r.Status = s.status
+	}
+	bodyOK := true
+	if !r.Stream && s.statusOK() && s.fed > 0 {
+		bodyOK = s.readBody()
+	}
+	if s.usage {
+		r.PromptTokens, r.PromptSource = s.prompt, record.SourceUsage
+		r.CompletionTokens, r.CompletionSource = s.completion, record.SourceUsage
+	} else if r.Stream {
+		r.CompletionTokens, r.CompletionSource = r.ArrivedTokens(), record.SourceCounted
+	}
+	switch {
+	case s.cachedSet:
+		r.CachedTokens = s.cached
+	case s.cacheNSet:
+		r.CachedTokens = s.cacheN
+	}
+	r.Outcome, r.Blame, r.Error = s.outcome(err, blame, bodyOK)
+}
+
+func (s *Stream) outcome(err error, blame record.Blame, bodyOK bool) (record.Outcome, record.Blame, string) {
+	or := func(b, def record.Blame) record.Blame {
+		if b != record.BlameNone {
+			return b
+		}
+		return def
+	}
+	r := s.rec
+	switch {
+	case !s.statusOK():
+		return record.HTTPError, record.BlameEngine, fmt.Sprintf("HTTP %d from the engine: %s", s.status, excerpt(s.head[:s.headN]))
+	case s.fail != "":
+		return s.fail, record.BlameEngine, s.failMsg
+	case s.sc.Err() != nil:
+		return record.Malformed, record.BlameEngine, s.sc.Err().Error()
+	case r.Stream && s.done:
+		return record.OK, record.BlameNone, ""
+	case !r.Stream && err == nil && s.fed > 0:
+		if !bodyOK {
+			return record.Malformed, record.BlameEngine, "response body is not a JSON object: " + excerpt(s.head[:s.headN])
+		}
+		return record.OK, record.BlameNone, ""
+	case err == nil && s.status == 0 && s.fed == 0:
+		return record.Connect, or(blame, record.BlameEngine), "the engine sent no response"
+	case err == nil:
+		msg := fmt.Sprintf("the stream closed before [DONE] after %d token events (%d bytes)", r.Events(), s.fed)
+		if !r.Stream {
+			msg = "the engine closed the connection before sending a body"
+		} else if s.events == 0 && s.headN > 0 {
+			msg += "; it began: " + excerpt(s.head[:s.headN])
+		}
+		return record.Broken, or(blame, record.BlameEngine), msg
+	case errors.Is(err, context.Canceled) || blame == record.BlameClient:
+		return record.Cancelled, or(blame, record.BlameClient), excerpt([]byte(err.Error()))
+	case isTimeout(err):
+		return record.Timeout, or(blame, record.BlameEngine), excerpt([]byte(err.Error()))
+	case s.status == 0 && s.fed == 0:
+		return record.Connect, or(blame, record.BlameEngine), excerpt([]byte(err.Error()))
+	default:
+		return record.Broken, or(blame, record.BlameEngine), excerpt([]byte(err.Error()))
+	}
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// readBody reads usage, id and cache figures from a non-streaming body and
+// reports whether it was a JSON object. An engine error object in a 2xx
+// body marks the request Malformed.
+func (s *Stream) readBody() bool {
+	if len(s.body) > MaxBody {
+		s.failWith("response body larger than 64 MiB: ", s.head[:s.headN])
+		return true
+	}
+	v, err := s.jp.ParseBytes(s.body)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return false
+	}
+	if e := v.Get("error"); (e != nil && e.Type() != fastjson.TypeNull) || string(v.GetStringBytes("object")) == "error" {
+		s.failWith("engine error: ", s.body)
+		return true
+	}
+	if s.rec.ResponseID == "" {
+		if id := v.GetStringBytes("id"); len(id) > 0 {
+			s.rec.ResponseID = string(id)
+		}
+	}
+	s.readUsage(v)
+	return true
+}
+
+// excerpt makes a short, printable, single-line piece of b for Record.Error.
+func excerpt(b []byte) string {
+	cut := len(b) > excerptLen
+	if cut {
+		b = b[:excerptLen]
+	}
+	var sb strings.Builder
+	space := false
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		b = b[n:]
+		if r == utf8.RuneError && n == 1 {
+			if cut && len(b) < utf8.UTFMax {
+				break // a rune cut by the length limit
+			}
+			r = '?'
+		}
+		if r < ' ' || r == 0x7f {
+			if !space && sb.Len() > 0 {
+				sb.WriteByte(' ')
+			}
+			space = true
+			continue
+		}
+		space = false
+		sb.WriteRune(r)
+	}
+	out := strings.TrimSpace(sb.String())
+	if cut {
+		out += "…"
+	}
+	return out
+}

@@ -1,0 +1,671 @@
+package tap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/sse"
+	"github.com/valyala/fastjson"
+)
+
+func load(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// cutSets returns ways to cut n bytes into reads: whole, byte by byte,
+// every single cut point, and a few random chunkings.
+func cutSets(n int, seed uint64) [][]int {
+	every := make([]int, n)
+	for i := range every {
+		every[i] = i
+	}
+	out := [][]int{nil, every}
+	for c := 1; c < n; c++ {
+		out = append(out, []int{c})
+	}
+	r := rand.New(rand.NewPCG(seed, 42))
+	for k := 0; k < 8; k++ {
+		var cuts []int
+		for at := 0; at < n; {
+			at += 1 + r.IntN(1+n/4)
+			cuts = append(cuts, at)
+		}
+		out = append(out, cuts)
+	}
+	return out
+}
+
+// reads splits body at cuts.
+func reads(body []byte, cuts []int) [][]byte {
+	var out [][]byte
+	prev := 0
+	for _, c := range cuts {
+		if c <= prev || c >= len(body) {
+			continue
+		}
+		out = append(out, body[prev:c])
+		prev = c
+	}
+	return append(out, body[prev:])
+}
+
+// measure runs body through a Stream, read i arriving at (i+1) ms. With
+// strip it goes through Forward and the forwarded bytes are returned.
+func measure(s *Stream, body []byte, stream bool, cuts []int, strip bool, endErr error) (*record.Record, []byte) {
+	rec := &record.Record{ID: "r1", API: record.Chat, Stream: stream, Model: "m"}
+	s.Begin(rec)
+	s.Status(200)
+	var out []byte
+	s.StripUsage(strip)
+	for i, p := range reads(body, cuts) {
+		// Copy each read so nothing may keep a read after the call.
+		c := append([]byte(nil), p...)
+		if strip {
+			out = s.Forward(c, out)
+		} else {
+			s.WriteAt(c, time.Duration(i+1)*time.Millisecond)
+		}
+		for j := range c {
+			c[j] = 0xEE
+		}
+	}
+	if strip {
+		out = s.Flush(out)
+	}
+	s.EndAt(endErr, record.BlameNone, time.Second)
+	return rec, out
+}
+
+type want struct {
+	events           int
+	tokens           []int32
+	completion       int
+	completionSource record.Source
+	prompt           int
+	promptSource     record.Source
+	cached           int
+	responseID       string
+	outcome          record.Outcome
+	errContains      string
+	stripped         int // usage-only blocks StripUsage removes
+}
+
+var files = []struct {
+	file   string
+	stream bool
+	want   want
+}{
+	{"llamacpp_chat_stream_nousage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceCounted, cached: 14,
+		responseID: "chatcmpl-Vi7MeyElvGo2UcTETVnEfdt3DpNSqRlu", outcome: record.OK}},
+	{"llamacpp_chat_stream_usage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceUsage, prompt: 15,
+		promptSource: record.SourceUsage, cached: 14, responseID: "chatcmpl-yW4nY16yANOg1FMnqJXaD6dmZVl48CMo", outcome: record.OK, stripped: 1}},
+	// llama.cpp puts usage on the last completions event even without include_usage.
+	{"llamacpp_completions_stream_nousage.txt", true, want{events: 3, completion: 3, completionSource: record.SourceUsage, prompt: 7,
+		promptSource: record.SourceUsage, cached: 6, responseID: "chatcmpl-6DduH4Oa8CZmrKRluWEGF8E4X79C4o5k", outcome: record.OK}},
+	{"llamacpp_completions_stream_usage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceUsage, prompt: 7,
+		promptSource: record.SourceUsage, cached: 0, responseID: "chatcmpl-yJwurTj12IY8AzezOjvSe0jXTnAnFUw4", outcome: record.OK}},
+	// Ollama repeats the role on every delta: each delta with content is a token.
+	{"ollama_chat_stream_usage.txt", true, want{events: 6, completion: 6, completionSource: record.SourceUsage, prompt: 15,
+		promptSource: record.SourceUsage, responseID: "chatcmpl-348", outcome: record.OK, stripped: 1}},
+	{"vllm_chat_continuous.txt", true, want{events: 5, tokens: []int32{1, 2, 1, 3, 1}, completion: 8, completionSource: record.SourceUsage,
+		prompt: 40, promptSource: record.SourceUsage, cached: 32, responseID: "chatcmpl-9c1d7e3f5a2b4c6d8e0f1a3b5c7d9e1f", outcome: record.OK, stripped: 1}},
+	{"vllm_chat_tools.txt", true, want{events: 6, completion: 14, completionSource: record.SourceUsage, prompt: 120,
+		promptSource: record.SourceUsage, responseID: "chatcmpl-4e6f8a0b2c4d6e8f0a1b2c3d4e5f6a7b", outcome: record.OK, stripped: 1}},
+	{"vllm_completions_usage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceUsage, prompt: 9,
+		promptSource: record.SourceUsage, responseID: "cmpl-2b4d6f8a0c1e3a5c7e9b1d3f5a7c9e1b", outcome: record.OK, stripped: 1}},
+	{"vllm_error_event.txt", true, want{events: 2, completion: 2, completionSource: record.SourceCounted,
+		responseID: "chatcmpl-0f1e2d3c4b5a69788796a5b4c3d2e1f0", outcome: record.Malformed, errContains: "engine error event: {\"error\": {\"message\": \"The engine ran out of KV cache blocks\""}},
+	{"vllm_broken.txt", true, want{events: 3, completion: 3, completionSource: record.SourceCounted,
+		responseID: "chatcmpl-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", outcome: record.Broken, errContains: "closed before [DONE] after 3 token events"}},
+	{"vllm_malformed.txt", true, want{events: 2, completion: 2, completionSource: record.SourceCounted,
+		responseID: "chatcmpl-5f4e3d2c1b0a99887766554433221100", outcome: record.Malformed, errContains: "malformed event (not a JSON object): {\"id\""}},
+	{"llamacpp_chat_nonstream.json", false, want{completion: 5, completionSource: record.SourceUsage, prompt: 15, promptSource: record.SourceUsage,
+		cached: 14, responseID: "chatcmpl-TfSzAKO4ytm5DpdqV0GcZHEbxR0WTsJJ", outcome: record.OK}},
+	{"llamacpp_completions_nonstream.json", false, want{completion: 5, completionSource: record.SourceUsage, prompt: 7, promptSource: record.SourceUsage,
+		cached: 6, responseID: "chatcmpl-ZcxoTh7qUMzoXbhZnQdD1MT3xoVT9Jia", outcome: record.OK}},
+}
+
+func check(t *testing.T, rec *record.Record, w want) {
+	t.Helper()
+	blame := record.BlameEngine
+	if w.outcome == record.OK {
+		blame = record.BlameNone
+	}
+	var tokens []int32
+	if rec.Tokens != nil {
+		tokens = rec.Tokens
+	}
+	got := fmt.Sprint(rec.Events(), tokens, rec.CompletionTokens, rec.CompletionSource, rec.PromptTokens, rec.PromptSource,
+		rec.CachedTokens, rec.ResponseID, rec.Outcome, rec.Blame)
+	exp := fmt.Sprint(w.events, w.tokens, w.completion, w.completionSource, w.prompt, w.promptSource,
+		w.cached, w.responseID, w.outcome, blame)
+	if got != exp {
+		t.Fatalf("record\n got %s\nwant %s", got, exp)
+	}
+	if !strings.Contains(rec.Error, w.errContains) || (w.errContains == "") != (rec.Error == "") {
+		t.Fatalf("Error = %q, want it to contain %q", rec.Error, w.errContains)
+	}
+	if rec.End != time.Second {
+		t.Fatalf("End = %v", rec.End)
+	}
+}
+
+// TestEngineStreams measures every capture under every chunking, written
+// and forwarded, and checks the record each time.
+func TestEngineStreams(t *testing.T) {
+	s := NewStream(record.NewClock())
+	for _, f := range files {
+		t.Run(f.file, func(t *testing.T) {
+			body := load(t, f.file)
+			for _, cuts := range cutSets(len(body), uint64(len(body))) {
+				rec, _ := measure(s, body, f.stream, cuts, false, nil)
+				check(t, rec, f.want)
+				if f.stream {
+					rec, _ = measure(s, body, f.stream, cuts, true, nil)
+					check(t, rec, f.want)
+				}
+			}
+		})
+	}
+}
+
+// TestTTFTNotFromRoleChunk: the role-only chunk (content null or "") is not
+// a token, whether it arrives alone or in the read with the first token.
+func TestTTFTNotFromRoleChunk(t *testing.T) {
+	for _, file := range []string{"llamacpp_chat_stream_usage.txt", "vllm_chat_continuous.txt"} {
+		body := load(t, file)
+		first := bytes.Index(body, []byte("\n\n")) + 2
+		second := first + bytes.Index(body[first:], []byte("\n\n")) + 2
+		s := NewStream(record.NewClock())
+
+		// Role chunk alone at 10 ms, first token at 50 ms.
+		rec := &record.Record{Stream: true, Sent: 5 * time.Millisecond}
+		s.Begin(rec)
+		s.WriteAt(body[:first], 10*time.Millisecond)
+		if rec.Events() != 0 {
+			t.Fatalf("%s: the role chunk counted as a token event", file)
+		}
+		s.WriteAt(body[first:], 50*time.Millisecond)
+		s.EndAt(nil, "", 60*time.Millisecond)
+		if ttft, ok := rec.TTFT(); !ok || ttft != 45*time.Millisecond || rec.First != 50*time.Millisecond {
+			t.Fatalf("%s: TTFT %v (ok %v), want 45ms from the first token", file, ttft, ok)
+		}
+
+		// llama.cpp sends the role chunk together with the first token.
+		rec = &record.Record{Stream: true}
+		s.Begin(rec)
+		s.WriteAt(body[:second], 30*time.Millisecond)
+		s.WriteAt(body[second:], 40*time.Millisecond)
+		s.EndAt(nil, "", 50*time.Millisecond)
+		if rec.First != 30*time.Millisecond || rec.Arrivals[1] != 40*time.Millisecond {
+			t.Fatalf("%s: first %v arrivals %v", file, rec.First, rec.Arrivals)
+		}
+	}
+}
+
+// TestContinuousUsage: per-event tokens are the growth of completion_tokens
+// since the previous token event, so a multi-token event is not one token.
+func TestContinuousUsage(t *testing.T) {
+	rec, _ := measure(NewStream(record.NewClock()), load(t, "vllm_chat_continuous.txt"), true, nil, false, nil)
+	if rec.ArrivedTokens() != 8 || rec.Events() != 5 || rec.CompletionTokens != 8 {
+		t.Fatalf("arrived %d tokens in %d events, usage %d; want 8 in 5, 8", rec.ArrivedTokens(), rec.Events(), rec.CompletionTokens)
+	}
+	// A stream whose only usage rides on its last token event counts that
+	// event as one token, not as the whole completion.
+	body := "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"text\":\"b\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n"
+	rec, _ = measure(NewStream(record.NewClock()), []byte(body), true, nil, false, nil)
+	if rec.Tokens != nil || rec.Events() != 2 || rec.CompletionTokens != 2 || rec.CompletionSource != record.SourceUsage {
+		t.Fatalf("final usage on a token event: tokens %v events %d completion %d", rec.Tokens, rec.Events(), rec.CompletionTokens)
+	}
+}
+
+// TestSGLangMetaInfo: SGLang's native stream carries cumulative text and
+// meta_info; growth of completion_tokens is a token event.
+func TestSGLangMetaInfo(t *testing.T) {
+	body := `data: {"text":"Hi","meta_info":{"id":"abc","prompt_tokens":7,"completion_tokens":1,"cached_tokens":4}}` + "\n\n" +
+		`data: {"text":"Hi there, you","meta_info":{"id":"abc","prompt_tokens":7,"completion_tokens":4,"cached_tokens":4}}` + "\n\n" +
+		`data: {"text":"Hi there, you","meta_info":{"id":"abc","prompt_tokens":7,"completion_tokens":4,"cached_tokens":4,"finish_reason":{"type":"length"}}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	rec, _ := measure(NewStream(record.NewClock()), []byte(body), true, nil, false, nil)
+	if fmt.Sprintf("%d %v %d %d %d %s", rec.Events(), rec.Tokens, rec.CompletionTokens, rec.PromptTokens, rec.CachedTokens, rec.Outcome) != "2 [1 3] 4 7 4 ok" {
+		t.Fatalf("got events %d tokens %v completion %d prompt %d cached %d %s", rec.Events(), rec.Tokens, rec.CompletionTokens, rec.PromptTokens, rec.CachedTokens, rec.Outcome)
+	}
+}
+
+func TestNotTokenEvents(t *testing.T) {
+	for _, data := range []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}`,
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+		`{"choices":[{"index":0,"delta":{}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}`,
+		`{"choices":[{"index":0,"text":""}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":null}}]}`,
+	} {
+		rec, _ := measure(NewStream(record.NewClock()), []byte("data: "+data+"\n\ndata: [DONE]\n\n"), true, nil, false, nil)
+		if rec.Events() != 0 || rec.Outcome != record.OK {
+			t.Errorf("%s: %d token events, outcome %s; want none, ok", data, rec.Events(), rec.Outcome)
+		}
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	stream := load(t, "vllm_chat_tools.txt")
+	cut := stream[:len(stream)-len("data: [DONE]\n\n")]
+	tests := []struct {
+		name    string
+		status  int
+		body    string
+		err     error
+		blame   record.Blame
+		outcome record.Outcome
+		wblame  record.Blame
+		errHas  string
+	}{
+		{"ok", 200, string(stream), nil, "", record.OK, "", ""},
+		{"done then client left", 200, string(stream), context.Canceled, record.BlameClient, record.OK, "", ""},
+		{"closed before done", 200, string(cut), nil, "", record.Broken, record.BlameEngine, "closed before [DONE] after 6 token events"},
+		{"read error", 200, string(cut), io.ErrUnexpectedEOF, "", record.Broken, record.BlameEngine, "unexpected EOF"},
+		{"client cancelled", 200, string(cut), context.Canceled, record.BlameClient, record.Cancelled, record.BlameClient, "context canceled"},
+		{"load generator cancelled", 200, string(cut), fmt.Errorf("reading body: %w", context.Canceled), "", record.Cancelled, record.BlameClient, "context canceled"},
+		{"idle timeout", 200, string(cut), os.ErrDeadlineExceeded, "", record.Timeout, record.BlameEngine, "timeout"},
+		{"proxy fault", 200, string(cut), errors.New("capture disk full"), record.BlameTokentap, record.Broken, record.BlameTokentap, "capture disk full"},
+		{"http 400 with body", 400, `{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error","n_prompt_tokens":70000,"n_ctx":16384}}`,
+			nil, "", record.HTTPError, record.BlameEngine, `HTTP 400 from the engine: {"error":{"code":400,"message":"the request exceeds the available context size"`},
+		{"http 503 empty", 503, "", nil, "", record.HTTPError, record.BlameEngine, "HTTP 503 from the engine"},
+		{"no response", 0, "", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), "", record.Connect, record.BlameEngine, "connection refused"},
+		{"not sse", 200, "<html>\n<body>Bad gateway</body>\n</html>\n", nil, "", record.Broken, record.BlameEngine, "it began: <html> <body>Bad gateway"},
+		{"error event type", 200, "event: error\ndata: overloaded\n\n", nil, "", record.Malformed, record.BlameEngine, "engine error event: overloaded"},
+		{"object error", 200, `data: {"object":"error","message":"bad","type":"BadRequestError","code":400}` + "\n\n", nil, "", record.Malformed, record.BlameEngine, "engine error event"},
+		{"not json", 200, "data: hello\n\ndata: [DONE]\n\n", nil, "", record.Malformed, record.BlameEngine, "malformed event (not a JSON object): hello"},
+		{"json array", 200, "data: [1,2]\n\ndata: [DONE]\n\n", nil, "", record.Malformed, record.BlameEngine, "malformed event"},
+	}
+	s := NewStream(record.NewClock())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &record.Record{Stream: true}
+			s.Begin(rec)
+			if tt.status != 0 {
+				s.Status(tt.status)
+			}
+			s.Write([]byte(tt.body))
+			s.End(tt.err, tt.blame)
+			if rec.Outcome != tt.outcome || rec.Blame != tt.wblame || !strings.Contains(rec.Error, tt.errHas) || rec.Status != tt.status {
+				t.Fatalf("got %s/%q status %d error %q; want %s/%q %d containing %q", rec.Outcome, rec.Blame, rec.Status, rec.Error, tt.outcome, tt.wblame, tt.status, tt.errHas)
+			}
+			if rec.End <= 0 {
+				t.Fatalf("End not set")
+			}
+		})
+	}
+}
+
+func TestNonStreamBodies(t *testing.T) {
+	s := NewStream(record.NewClock())
+	for _, tt := range []struct {
+		name, body string
+		outcome    record.Outcome
+		completion int
+	}{
+		{"usage", `{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}`, record.OK, 2},
+		{"no usage", `{"id":"x","choices":[{"message":{"content":"hi"}}]}`, record.OK, 0},
+		{"truncated", `{"id":"x","choices":[{"mess`, record.Malformed, 0},
+		{"error object", `{"error":{"message":"boom"}}`, record.Malformed, 0},
+		{"empty", ``, record.Broken, 0},
+	} {
+		rec := &record.Record{Stream: false, PromptTokens: 99, PromptSource: record.SourceCounted}
+		s.Begin(rec)
+		s.Status(200)
+		for i := 0; i < len(tt.body); i += 5 {
+			s.Write([]byte(tt.body[i:min(i+5, len(tt.body))]))
+		}
+		s.End(nil, "")
+		if rec.Outcome != tt.outcome || rec.CompletionTokens != tt.completion || rec.Events() != 0 {
+			t.Errorf("%s: %s completion %d events %d error %q", tt.name, rec.Outcome, rec.CompletionTokens, rec.Events(), rec.Error)
+		}
+		if tt.name == "no usage" && (rec.PromptTokens != 99 || rec.PromptSource != record.SourceCounted || rec.CompletionSource != record.SourceNone) {
+			t.Errorf("no usage: the caller's prompt count was not kept: %d %s", rec.PromptTokens, rec.PromptSource)
+		}
+	}
+}
+
+// usageOnlyBlocks removes the usage-only events from an LF or CRLF stream
+// made of whole blocks, as StripUsage should.
+func stripExpected(body []byte) ([]byte, int) {
+	sep := []byte("\n\n")
+	if bytes.Contains(body, []byte("\r\n")) {
+		sep = []byte("\r\n\r\n")
+	}
+	var out []byte
+	n := 0
+	for len(body) > 0 {
+		i := bytes.Index(body, sep)
+		block := body
+		if i >= 0 {
+			block = body[:i+len(sep)]
+		}
+		body = body[len(block):]
+		if isUsageOnly(bytes.TrimSpace(bytes.TrimPrefix(block, []byte("data:")))) {
+			n++
+			continue
+		}
+		out = append(out, block...)
+	}
+	return out, n
+}
+
+// isUsageOnly is the test's own reading of a usage-only chunk: a JSON
+// object with "choices": [] and a "usage" object, and no error.
+func isUsageOnly(data []byte) bool {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject || v.Exists("error") && v.Get("error").Type() != fastjson.TypeNull {
+		return false
+	}
+	c, u := v.Get("choices"), v.Get("usage")
+	return c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 && u != nil && u.Type() == fastjson.TypeObject &&
+		string(v.GetStringBytes("object")) != "error"
+}
+
+// TestStripUsage: with StripUsage on, the client gets the stream minus
+// exactly the usage-only chunk, byte for byte, under every chunking, with
+// LF and CRLF line ends; with it off, the bytes unchanged.
+func TestStripUsage(t *testing.T) {
+	s := NewStream(record.NewClock())
+	for _, f := range files {
+		if !f.stream {
+			continue
+		}
+		for _, crlf := range []bool{false, true} {
+			body := load(t, f.file)
+			if crlf {
+				body = bytes.ReplaceAll(body, []byte("\n"), []byte("\r\n"))
+			}
+			exp, n := stripExpected(body)
+			if n != f.want.stripped {
+				t.Fatalf("%s: test expects %d usage-only blocks, table says %d", f.file, n, f.want.stripped)
+			}
+			for _, cuts := range cutSets(len(body), 7) {
+				_, out := measure(s, body, true, cuts, true, nil)
+				if !bytes.Equal(out, exp) {
+					t.Fatalf("%s crlf=%v cuts %v: forwarded\n%q\nwant\n%q", f.file, crlf, cuts, out, exp)
+				}
+				s.Begin(&record.Record{Stream: true})
+				var plain []byte
+				for _, p := range reads(body, cuts) {
+					plain = s.Forward(p, plain)
+				}
+				if !bytes.Equal(plain, body) {
+					t.Fatalf("%s: StripUsage off changed the bytes", f.file)
+				}
+			}
+		}
+	}
+}
+
+// TestStripUsageHoldsPartialEvent: a partial trailing event is held back
+// until complete, complete events are forwarded at once.
+func TestStripUsageHoldsPartialEvent(t *testing.T) {
+	s := NewStream(record.NewClock())
+	s.Begin(&record.Record{Stream: true})
+	s.StripUsage(true)
+	out := s.Forward([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choi"), nil)
+	if string(out) != "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n" {
+		t.Fatalf("forwarded %q", out)
+	}
+	out = s.Forward([]byte("ces\":[],\"usage\":{\"completion_tokens\":1}}\n\n: ping\n\ndata: [DONE]\n\n"), out[:0])
+	if string(out) != ": ping\n\ndata: [DONE]\n\n" {
+		t.Fatalf("forwarded %q", out)
+	}
+	// An unfinished tail is handed over by Flush.
+	out = s.Forward([]byte("data: {\"cho"), out[:0])
+	if len(out) != 0 || string(s.Flush(nil)) != "data: {\"cho" {
+		t.Fatalf("tail not held back and flushed")
+	}
+}
+
+func FuzzForward(f *testing.F) {
+	for _, fl := range files {
+		if fl.stream {
+			b := load(f, fl.file)
+			f.Add(b, uint64(len(b)))
+		}
+	}
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{}}\r\n\r\ndata: x\r\r"), uint64(3))
+	f.Fuzz(func(t *testing.T, body []byte, seed uint64) {
+		var sc sse.Scanner
+		sc.Feed(body)
+		var want []string
+		done := false
+		for ev, ok := sc.Next(); ok; ev, ok = sc.Next() {
+			if !done && len(ev.Type) == 0 && isUsageOnly(ev.Data) {
+				continue
+			}
+			done = done || ev.Done()
+			want = append(want, string(ev.Type)+"|"+string(ev.Data))
+		}
+		if sc.Err() != nil {
+			t.Skip("beyond the scanner's limit") // inputs are far smaller; never happens
+		}
+		s := NewStream(record.NewClock())
+		r := rand.New(rand.NewPCG(seed, 1))
+		var cuts []int
+		for at := 0; at < len(body); {
+			at += 1 + r.IntN(1+len(body)/3)
+			cuts = append(cuts, at)
+		}
+		for _, c := range [][]int{nil, cuts} {
+			recW, _ := measure(s, body, true, c, false, nil)
+			recF, out := measure(s, body, true, c, true, nil)
+			var sc2 sse.Scanner
+			sc2.Feed(out)
+			var got []string
+			for ev, ok := sc2.Next(); ok; ev, ok = sc2.Next() {
+				got = append(got, string(ev.Type)+"|"+string(ev.Data))
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("cuts %v: forwarded events\n%q\nwant\n%q", c, got, want)
+			}
+			if !bytes.Contains(body, []byte("\r")) {
+				if exp, _ := stripExpectedLF(body); exp != nil && !bytes.Equal(out, exp) {
+					t.Fatalf("cuts %v: forwarded\n%q\nwant\n%q", c, out, exp)
+				}
+			}
+			if recW.Events() != recF.Events() || recW.Outcome != recF.Outcome || recW.CompletionTokens != recF.CompletionTokens {
+				t.Fatalf("Forward measured differently from Write")
+			}
+		}
+	})
+}
+
+// stripExpectedLF is stripExpected for arbitrary LF input: it walks the
+// events with the scanner and cuts out the usage-only ones' byte ranges.
+func stripExpectedLF(body []byte) ([]byte, bool) {
+	var sc sse.Scanner
+	sc.Feed(body)
+	var out []byte
+	prev := int64(0)
+	done := false
+	for ev, ok := sc.Next(); ok; ev, ok = sc.Next() {
+		if !done && len(ev.Type) == 0 && isUsageOnly(ev.Data) {
+			out = append(out, body[prev:ev.Start]...)
+			prev = ev.End
+		}
+		done = done || ev.Done()
+	}
+	return append(out, body[prev:]...), true
+}
+
+// vllmStream builds a realistic vLLM chat stream of n token events
+// (~250 bytes each), with continuous usage when cont is set.
+func vllmStream(n int, cont bool) [][]byte {
+	var out [][]byte
+	ev := func(delta string, c int, fin string) []byte {
+		u := ""
+		if cont {
+			u = fmt.Sprintf(`,"usage":{"prompt_tokens":16384,"total_tokens":%d,"completion_tokens":%d}`, 16384+c, c)
+		}
+		return fmt.Appendf(nil, `data: {"id":"chatcmpl-8f3a2c1e9b7d4f6a8c0e2b4d6f8a0c2e","object":"chat.completion.chunk","created":1764489600,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]%s}`+"\n\n", delta, fin, u)
+	}
+	out = append(out, ev(`{"role":"assistant","content":""}`, 0, "null"))
+	words := []string{" the", " model", " answers", ",", " token", " by", " token", "."}
+	for i := 0; i < n; i++ {
+		out = append(out, ev(fmt.Sprintf(`{"content":"%s"}`, words[i%len(words)]), i+1, "null"))
+	}
+	out = append(out, ev(`{"content":""}`, n, `"length"`))
+	out = append(out, []byte(fmt.Sprintf(`data: {"id":"chatcmpl-8f3a2c1e9b7d4f6a8c0e2b4d6f8a0c2e","object":"chat.completion.chunk","created":1764489600,"model":"Qwen/Qwen3-8B","choices":[],"usage":{"prompt_tokens":16384,"total_tokens":%d,"completion_tokens":%d}}`+"\n\n", 16384+n, n)))
+	return append(out, []byte("data: [DONE]\n\n"))
+}
+
+func TestNoAllocsPerEvent(t *testing.T) {
+	for _, cont := range []bool{false, true} {
+		evs := vllmStream(8, cont)
+		s := NewStream(record.NewClock())
+		rec := &record.Record{Stream: true, Arrivals: make([]time.Duration, 0, 1<<12)}
+		s.Begin(rec)
+		s.Write(evs[0])
+		s.Write(evs[1])
+		i := 0
+		a := testing.AllocsPerRun(1000, func() {
+			s.Write(evs[1+i%8])
+			i++
+		})
+		if a != 0 {
+			t.Errorf("continuous usage %v: %v allocs per event, want 0", cont, a)
+		}
+		if rec.Events() < 1000 {
+			t.Fatalf("only %d events counted", rec.Events())
+		}
+		// Forward with StripUsage: no allocation either once dst has room.
+		dst := make([]byte, 0, 4096)
+		s.StripUsage(true)
+		a = testing.AllocsPerRun(1000, func() {
+			dst = s.Forward(evs[1+i%8], dst[:0])
+			i++
+		})
+		if a != 0 {
+			t.Errorf("continuous usage %v: Forward: %v allocs per event, want 0", cont, a)
+		}
+	}
+}
+
+// TestOverHTTP measures a stream served over real HTTP on 127.0.0.1, flushed
+// event by event, and a connection the server breaks mid-stream.
+func TestOverHTTP(t *testing.T) {
+	body := load(t, "vllm_chat_continuous.txt")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for _, block := range bytes.SplitAfter(body, []byte("\n\n")) {
+			if r.URL.Path == "/cut" && bytes.Contains(block, []byte(`"content":" 42"`)) {
+				conn, _, err := rc.Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
+			}
+			w.Write(block)
+			rc.Flush()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}))
+	defer srv.Close()
+	clock := record.NewClock()
+	s := NewStream(clock)
+	for _, path := range []string{"/ok", "/cut"} {
+		rec := &record.Record{Stream: true, API: record.Chat, Sent: clock.Now()}
+		s.Begin(rec)
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Status(resp.StatusCode)
+		buf := make([]byte, 4096)
+		var rerr error
+		for {
+			n, err := resp.Body.Read(buf)
+			s.Write(buf[:n])
+			if err != nil {
+				if err != io.EOF {
+					rerr = err
+				}
+				break
+			}
+		}
+		resp.Body.Close()
+		s.End(rerr, "")
+		if !slices.IsSorted(rec.Arrivals) || rec.First < rec.Sent || rec.End < rec.Arrivals[len(rec.Arrivals)-1] {
+			t.Fatalf("%s: timestamps out of order: sent %v arrivals %v end %v", path, rec.Sent, rec.Arrivals, rec.End)
+		}
+		switch path {
+		case "/ok":
+			if rec.Outcome != record.OK || rec.Events() != 5 || rec.ArrivedTokens() != 8 || rec.CompletionTokens != 8 {
+				t.Fatalf("/ok: %s, %d events, %d tokens", rec.Outcome, rec.Events(), rec.ArrivedTokens())
+			}
+		case "/cut":
+			if rec.Outcome != record.Broken || rec.Blame != record.BlameEngine || rec.Events() != 4 {
+				t.Fatalf("/cut: %s/%s %q, %d events", rec.Outcome, rec.Blame, rec.Error, rec.Events())
+			}
+		}
+	}
+}
+
+// BenchmarkStream measures the tap's whole per-event path — scan, classify,
+// timestamp, append — on realistic vLLM chunks, one event per read. One op
+// is one event; a stream is 1,024 events, Begin/End included.
+func BenchmarkStream(b *testing.B) {
+	for _, cont := range []bool{false, true} {
+		name := "include_usage"
+		if cont {
+			name = "continuous_usage"
+		}
+		b.Run(name, func(b *testing.B) {
+			evs := vllmStream(1024, cont)
+			size := 0
+			for _, e := range evs {
+				size += len(e)
+			}
+			s := NewStream(record.NewClock())
+			rec := &record.Record{Stream: true}
+			s.Begin(rec)
+			b.SetBytes(int64(size / len(evs)))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				s.Write(evs[i])
+				i++
+				if i == len(evs) {
+					s.End(nil, "")
+					if rec.Outcome != record.OK {
+						b.Fatalf("outcome %s: %s", rec.Outcome, rec.Error)
+					}
+					rec.Reset()
+					rec.Stream = true
+					s.Begin(rec)
+					i = 0
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
