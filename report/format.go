@@ -1,0 +1,141 @@
+package report
+
+import (
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+// dash marks an absent figure, as the seed pages do.
+const dash = "—"
+
+// groupDigits inserts thousands separators into the integer part of a
+// decimal string: "2341.0" → "2,341.0", "-12345" → "-12,345".
+func groupDigits(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	var b strings.Builder
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	if hasFrac {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+// fmtInt formats an integer with thousands separators: 8192 → "8,192".
+func fmtInt(n int) string { return groupDigits(strconv.Itoa(n)) }
+
+// fmtFixed formats v with d decimals and thousands separators.
+func fmtFixed(v float64, d int) string {
+	return groupDigits(strconv.FormatFloat(v, 'f', d, 64))
+}
+
+// fmtRate is tok/s in the All measurements table: one decimal with
+// separators ("9,918.0", "606.0", "156.2").
+func fmtRate(v float64) string {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return dash
+	}
+	return fmtFixed(v, 1)
+}
+
+// fmtHeadline is tok/s in the Prefill list and the decode grid: whole
+// numbers with separators from 1,000 up ("9,918", "2,341"), one decimal
+// below ("606.0", "156.2"), as the seed pages print them.
+func fmtHeadline(v float64) string {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return dash
+	}
+	if math.Round(v*10)/10 >= 1000 {
+		return fmtFixed(v, 0)
+	}
+	return fmtFixed(v, 1)
+}
+
+// fmtMs is a latency in whole milliseconds with separators: "7,302 ms".
+func fmtMs(ms float64) string {
+	if ms <= 0 || math.IsNaN(ms) || math.IsInf(ms, 0) {
+		return dash
+	}
+	return fmtFixed(ms, 0) + " ms"
+}
+
+// fmtTBT is time between tokens, one decimal: "6.2 ms".
+func fmtTBT(ms float64) string {
+	if ms <= 0 || math.IsNaN(ms) || math.IsInf(ms, 0) {
+		return dash
+	}
+	return fmtFixed(ms, 1) + " ms"
+}
+
+// fmtActive is average active requests, one decimal: "1.0", "0.7".
+func fmtActive(v float64) string {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return dash
+	}
+	return fmtFixed(v, 1)
+}
+
+// fmtSeconds is a measured duration: "30.0 s".
+func fmtSeconds(s float64) string {
+	if s <= 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+		return dash
+	}
+	return fmtFixed(s, 1) + " s"
+}
+
+// fmtWindow is the run's time per measurement: "30 s", "2.5 s".
+func fmtWindow(s float64) string {
+	if s <= 0 {
+		return dash
+	}
+	return strconv.FormatFloat(s, 'f', -1, 64) + " s"
+}
+
+// ctxLabel names a context size: multiples of 1,024 as "16K", 0 as "0",
+// anything else as a plain count ("1,000").
+func ctxLabel(tokens int) string {
+	if tokens > 0 && tokens%1024 == 0 {
+		return strconv.Itoa(tokens/1024) + "K"
+	}
+	return fmtInt(tokens)
+}
+
+// statusNote is the footnote the seed pages print for a status.
+func statusNote(s result.Status) string {
+	switch s {
+	case result.Failed:
+		return "Failed: requests to the server failed during this measurement."
+	case result.RequestsQueued:
+		return "Requests queued: the server could not run all requests at once, so some waited in a queue."
+	case result.OverCapacity:
+		return "Over capacity: not run because this many requests at this context would exceed the server's KV cache."
+	case result.NotRun:
+		return "Not run: the run stopped before this measurement."
+	}
+	return ""
+}
+
+// footnoteOrder is the order footnotes appear in (the seeds put Over
+// capacity last).
+var footnoteOrder = []result.Status{result.Failed, result.RequestsQueued, result.NotRun, result.OverCapacity}
+
+// ttftNote is the seeds' remark under the decode grid.
+const ttftNote = "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly excludes prefill."
+
+// allNote heads the All measurements table.
+const allNote = "Latencies are medians. Total tok/s is output across all simultaneous requests."

@@ -1,0 +1,285 @@
+package report
+
+import (
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+// textWidth is the terminal width the text report fits.
+const textWidth = 100
+
+func runeLen(s string) int { return utf8.RuneCountInString(s) }
+
+func pad(s string, w int, right bool) string {
+	n := w - runeLen(s)
+	if n <= 0 {
+		return s
+	}
+	if right {
+		return strings.Repeat(" ", n) + s
+	}
+	return s + strings.Repeat(" ", n)
+}
+
+// wrapWords wraps s at spaces to width, prefixing continuation lines.
+func wrapWords(s string, width int, cont string) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = word
+		case runeLen(line)+1+runeLen(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = cont + word
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// wrapCommand wraps a launch command so it stays copy-pasteable: shell
+// lines continue with " \", comment lines continue as comments.
+func wrapCommand(cmd string, width int) []string {
+	var out []string
+	for _, line := range strings.Split(cmd, "\n") {
+		if runeLen(line) <= width {
+			out = append(out, line)
+			continue
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			out = append(out, wrapWords(line, width, "# ")...)
+			continue
+		}
+		parts := wrapWords(line, width-2, "    ")
+		for i, p := range parts {
+			if i < len(parts)-1 {
+				p += " \\"
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// table lays out rows under head with per-column widths; right marks
+// right-aligned columns. The gap between columns is two spaces when the
+// table fits textWidth that way, else one.
+func table(e *errWriter, indent string, head []string, rows [][]string, right []bool) {
+	widths := make([]int, len(head))
+	for i, h := range head {
+		widths[i] = runeLen(h)
+	}
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], runeLen(c))
+		}
+	}
+	total := runeLen(indent)
+	for _, w := range widths {
+		total += w
+	}
+	gap := "  "
+	if total+2*(len(widths)-1) > textWidth {
+		gap = " "
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		b.WriteString(indent)
+		for i, c := range cells {
+			if i > 0 {
+				b.WriteString(gap)
+			}
+			last := i == len(cells)-1
+			if last && !right[i] {
+				b.WriteString(c)
+			} else {
+				b.WriteString(pad(c, widths[i], right[i]))
+			}
+		}
+		e.print(strings.TrimRight(b.String(), " ") + "\n")
+	}
+	line(head)
+	for _, r := range rows {
+		line(r)
+	}
+}
+
+// textStatus is a grid status short enough for a terminal column.
+func textStatus(s result.Status) string {
+	if s == result.OverCapacity {
+		return "Over cap."
+	}
+	return s.Label()
+}
+
+func writeText(w io.Writer, v *view) error {
+	e := &errWriter{w: w}
+	e.print(v.Title + "\n")
+	for _, l := range wrapWords(v.EngineLine, textWidth, "  ") {
+		e.print(l + "\n")
+	}
+	e.print(v.ByLine + "\n")
+	keyW := 0
+	for _, s := range v.Sections {
+		for _, r := range s.Rows {
+			keyW = max(keyW, runeLen(r.Key))
+		}
+	}
+	for _, s := range v.Sections {
+		if len(s.Rows) == 0 {
+			continue
+		}
+		e.print("\n" + s.Title + "\n")
+		for _, r := range s.Rows {
+			lines := wrapWords(r.Value, textWidth-keyW-4, "")
+			for i, l := range lines {
+				k := ""
+				if i == 0 {
+					k = r.Key
+				}
+				e.print("  " + pad(k, keyW, false) + "  " + l + "\n")
+			}
+		}
+	}
+	if v.Launch != "" {
+		e.print("\nLaunch command\n")
+		for _, l := range wrapCommand(v.Launch, textWidth-2) {
+			e.print("  " + l + "\n")
+		}
+	}
+	if len(v.Notes) > 0 {
+		e.print("\nNotes\n")
+		for _, n := range v.Notes {
+			for _, l := range wrapWords("- "+n, textWidth-2, "  ") {
+				e.print("  " + l + "\n")
+			}
+		}
+	}
+	if len(v.Prefill) > 0 {
+		e.print("\nPrefill · prompt tok/s by context length\n")
+		var rows [][]string
+		for _, p := range v.Prefill {
+			if p.TokS == "" {
+				rows = append(rows, []string{p.Context + " context", p.Status.Label(), ""})
+				continue
+			}
+			rows = append(rows, []string{p.Context + " context", p.TokS, p.TTFT + " TTFT"})
+		}
+		table(e, "  ", []string{"", "tok/s", ""}, rows, []bool{false, true, true})
+	}
+	if len(v.Grid) > 0 {
+		writeTextGrid(e, v)
+	}
+	if len(v.All) > 0 {
+		e.print("\nAll measurements · " + allNote + "\n")
+		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}
+		rows := make([][]string, len(v.All))
+		for i, r := range v.All {
+			rows[i] = append([]string(nil), r...)
+			if rows[i][0] == "Sustained decode" {
+				rows[i][0] = "Decode"
+			}
+		}
+		table(e, "", head, rows, []bool{false, true, true, false, true, true, true, true, true, true, true, true})
+		legend := "N: requests at once · Per req: per request tok/s · TBT: time between tokens · " +
+			"Active: average active requests · Done: completed requests · Output: output tokens · For: measured for"
+		for _, l := range wrapWords(legend, textWidth, "") {
+			e.print(l + "\n")
+		}
+		for _, l := range wrapWords(strings.Join(v.Footnotes, " "), textWidth, "") {
+			e.print(l + "\n")
+		}
+	}
+	if len(v.Probes) > 0 {
+		e.print("\nWhat the engine said\n")
+		var rows [][]string
+		for _, p := range v.Probes {
+			rows = append(rows, []string{p.Name, p.Value, p.Source})
+		}
+		table(e, "  ", []string{"Fact", "Value", "Source"}, rows, []bool{false, false, false})
+	}
+	return e.err
+}
+
+// writeTextGrid prints the decode grid: per context a line of tok/s (or
+// the status), a line of TTFT, and a "queued" line where a cell queued.
+func writeTextGrid(e *errWriter, v *view) {
+	e.print("\nSustained decode · total tok/s, TTFT below · rows: context, columns: simultaneous requests\n")
+	labelW := runeLen("Context")
+	colW := 0
+	for _, n := range v.Conc {
+		colW = max(colW, runeLen(itoa(n)))
+	}
+	for _, row := range v.Grid {
+		labelW = max(labelW, runeLen(row.Label))
+		for _, g := range row.Cells {
+			if g.shows() {
+				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen("queued"))
+			} else {
+				colW = max(colW, runeLen(textStatus(g.Status)))
+			}
+		}
+	}
+	gap := "  "
+	if labelW+len(v.Conc)*(colW+2) > textWidth {
+		gap = " "
+	}
+	line := func(label string, cells []string) {
+		var b strings.Builder
+		b.WriteString(pad(label, labelW, false))
+		for _, c := range cells {
+			b.WriteString(gap + pad(c, colW, true))
+		}
+		e.print(strings.TrimRight(b.String(), " ") + "\n")
+	}
+	head := make([]string, len(v.Conc))
+	for i, n := range v.Conc {
+		head[i] = itoa(n)
+	}
+	line("Context", head)
+	for _, row := range v.Grid {
+		first := make([]string, len(row.Cells))
+		second := make([]string, len(row.Cells))
+		third := make([]string, len(row.Cells))
+		queued := false
+		for i, g := range row.Cells {
+			if g.shows() {
+				first[i], second[i] = g.TokS, g.TTFT
+			} else {
+				first[i] = textStatus(g.Status)
+			}
+			if g.Status == result.RequestsQueued {
+				third[i] = "queued"
+				queued = true
+			}
+		}
+		line(row.Label, first)
+		line("", second)
+		if queued {
+			line("", third)
+		}
+	}
+	notes := append([]string(nil), v.Footnotes...)
+	for i, n := range notes {
+		if strings.HasPrefix(n, "Over capacity:") {
+			notes[i] = "Over cap. = " + n
+		}
+		if strings.HasPrefix(n, "Requests queued:") {
+			notes[i] = "queued = " + n
+		}
+	}
+	for _, l := range wrapWords(strings.Join(notes, " "), textWidth, "") {
+		e.print(l + "\n")
+	}
+	for _, l := range wrapWords(ttftNote, textWidth, "") {
+		e.print(l + "\n")
+	}
+}
