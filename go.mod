@@ -8,6 +8,7 @@ require (
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
 	github.com/valyala/fastjson v1.6.10
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
