@@ -133,6 +133,10 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	}
 	e := fixtures.New(m, fixtures.WithLogger(log), fixtures.WithLedger(cfg.Ledger),
 		fixtures.WithLedgerEndpoint(cfg.Ledger), fixtures.WithFaults(fl...))
+	// Catch Ctrl-C before announcing the URL, so a caller that signals as
+	// soon as it has read the URL gets a clean shutdown.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	url, err := e.Start(cfg.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
@@ -140,9 +144,6 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info().Str("url", url).Str("model", m.Name).Msg("fake engine serving")
 	fmt.Fprintln(stdout, url)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
