@@ -1,0 +1,431 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tokentap/tokentap/record"
+)
+
+// roundTrip sends the request on a pooled connection and reads the
+// response headers. A request that fails on a reused keep-alive connection
+// before any response (the engine closed it while idle) is sent once more on
+// a fresh one.
+func (x *exchange) roundTrip() error {
+	for attempt := 0; ; attempt++ {
+		reused, err := x.acquire()
+		if err != nil {
+			return err
+		}
+		err = x.send()
+		if err == nil {
+			return nil
+		}
+		x.releaseConn(true)
+		if x.gone.Load() {
+			return errClientGone
+		}
+		if attempt == 0 && reused && staleConn(err) {
+			continue
+		}
+		return err
+	}
+}
+
+// staleConn reports errors of a keep-alive connection the engine closed.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, fasthttp.ErrConnectionClosed) || isNothingRead(err)
+}
+
+func isNothingRead(err error) bool {
+	var nr fasthttp.ErrNothingRead
+	return errors.As(err, &nr)
+}
+
+func (x *exchange) acquire() (reused bool, err error) {
+	hc := x.p.hc
+	cc, err := hc.AcquireConn(0, false)
+	if err != nil {
+		return false, err
+	}
+	reused = !cc.LastUseTime().IsZero()
+	conn := cc.Conn()
+	x.mu.Lock()
+	x.conn = conn
+	x.release = func(discard bool) {
+		if discard {
+			hc.CloseConn(cc)
+		} else {
+			hc.ReleaseConn(cc)
+		}
+	}
+	x.mu.Unlock()
+	if x.gone.Load() {
+		x.releaseConn(true)
+		return false, errClientGone
+	}
+	return reused, nil
+}
+
+func (x *exchange) send() error {
+	hc, conn, idle := x.p.hc, x.conn, x.p.cfg.IdleTimeout
+	now := time.Now()
+	if err := conn.SetWriteDeadline(now.Add(idle)); err != nil {
+		return err
+	}
+	bw := hc.AcquireWriter(conn)
+	err := x.req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		return err
+	}
+	x.readDL = now.Add(idle)
+	if err := conn.SetReadDeadline(x.readDL); err != nil {
+		return err
+	}
+	x.br = hc.AcquireReader(conn)
+	for {
+		x.hdr.Reset()
+		if err := x.hdr.Read(x.br); err != nil {
+			return err
+		}
+		if sc := x.hdr.StatusCode(); sc >= 200 || sc == fasthttp.StatusSwitchingProtocols {
+			break
+		}
+	}
+	sc := x.hdr.StatusCode()
+	switch cl := x.hdr.ContentLength(); {
+	case x.head || sc == fasthttp.StatusNoContent || sc == fasthttp.StatusNotModified:
+		x.body.reset(x.br, frameNone, 0)
+	case cl == -1:
+		x.body.reset(x.br, frameChunked, 0)
+	case cl == -2:
+		x.body.reset(x.br, frameClose, 0)
+	default:
+		x.body.reset(x.br, frameLength, int64(cl))
+	}
+	return nil
+}
+
+// releaseConn gives the upstream connection back to the pool, or closes it.
+func (x *exchange) releaseConn(discard bool) {
+	x.mu.Lock()
+	rel := x.release
+	x.release, x.conn = nil, nil
+	x.mu.Unlock()
+	if x.br != nil {
+		x.p.hc.ReleaseReader(x.br)
+		x.br = nil
+	}
+	if rel != nil {
+		rel(discard || x.gone.Load())
+	}
+}
+
+// clientGone runs on the watcher's goroutine when the client closes its
+// connection: closing the upstream connection cancels the request at the
+// engine (vLLM and its kind abort a request whose connection closes).
+func (x *exchange) clientGone() {
+	x.gone.Store(true)
+	x.mu.Lock()
+	if x.conn != nil {
+		_ = x.conn.Close()
+	}
+	x.mu.Unlock()
+}
+
+// fail answers a request that got no response from the engine.
+func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
+	if x.gone.Load() || errors.Is(err, errClientGone) {
+		x.end(errClientGone, record.BlameClient)
+		ctx.SetConnectionClose()
+		ctx.SetStatusCode(499) // nginx's "client closed request"; nobody reads it
+		return
+	}
+	status, kind := fasthttp.StatusBadGateway, "upstream_unreachable"
+	msg := fmt.Sprintf("tokentap proxy: no response from the engine at %s: %v", x.p.cfg.Upstream, err)
+	if isTimeout(err) {
+		status, kind = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+		msg = fmt.Sprintf("tokentap proxy: the engine at %s sent nothing for %v (the proxy's idle timeout; raise --idle-timeout for longer prefills)",
+			x.p.cfg.Upstream, x.p.cfg.IdleTimeout)
+	} else if errors.Is(err, fasthttp.ErrNoFreeConns) {
+		kind = "upstream_busy"
+		msg = fmt.Sprintf("tokentap proxy: all %d connections to the engine are busy (raise --max-conns)", x.p.cfg.MaxConns)
+	}
+	x.end(err, record.BlameEngine)
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openAIError(msg, kind, status))
+	x.p.log.Warn().Str("upstream", x.p.cfg.Upstream).Str("path", string(ctx.Path())).Err(err).Msg("engine did not answer")
+}
+
+func openAIError(msg, kind string, code int) []byte {
+	b := []byte(`{"error":{"message":`)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, kind)
+	b = append(b, `,"param":null,"code":`...)
+	b = fmt.Appendf(b, "%d}}", code)
+	return b
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// SupportsBodyWriteTo tells fasthttp to stream the body with WriteTo, which
+// flushes every write.
+func (x *exchange) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo streams the engine's body to the client: one write (one chunk,
+// flushed) per upstream read, each piece measured by the tap on the way.
+func (x *exchange) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		x.touchRead()
+		x.out = x.out[:0]
+		err := x.body.read(x.pieceFn)
+		if err != nil && x.strip && x.measure && !x.gone.Load() {
+			x.flushHeld() // the body ended: the client gets the tail the engine sent
+		}
+		if len(x.out) > 0 {
+			x.touchWrite()
+			n, werr := w.Write(x.out)
+			total += int64(n)
+			if werr != nil {
+				x.end(fmt.Errorf("writing to the client: %w", werr), record.BlameClient)
+				x.shrinkOut()
+				return total, werr
+			}
+		}
+		x.shrinkOut()
+		switch {
+		case err == io.EOF:
+			x.end(nil, record.BlameNone)
+			return total, nil
+		case err == nil:
+		case x.gone.Load():
+			x.end(errClientGone, record.BlameClient)
+			return total, errClientGone
+		case isTimeout(err):
+			err = fmt.Errorf("no byte from the engine for %v (idle timeout): %w", x.p.cfg.IdleTimeout, err)
+			x.end(err, record.BlameEngine)
+			return total, err
+		default:
+			err = fmt.Errorf("reading from the engine: %w", err)
+			x.end(err, record.BlameEngine)
+			return total, err
+		}
+	}
+}
+
+// Read serves fasthttp paths that read instead of calling WriteTo. It is
+// not used by the proxy's own server but keeps the stream correct anywhere.
+func (x *exchange) Read(p []byte) (int, error) {
+	for len(x.pending) == 0 {
+		x.touchRead()
+		x.out = x.out[:0]
+		err := x.body.read(x.pieceFn)
+		if err != nil && x.strip && x.measure {
+			x.flushHeld()
+		}
+		x.pending = append(x.pending[:0], x.out...)
+		if err == io.EOF {
+			x.end(nil, record.BlameNone)
+			if len(x.pending) == 0 {
+				return 0, io.EOF
+			}
+			break
+		}
+		if err != nil {
+			x.end(fmt.Errorf("reading from the engine: %w", err), record.BlameEngine)
+			return 0, err
+		}
+	}
+	n := copy(p, x.pending)
+	x.pending = x.pending[n:]
+	return n, nil
+}
+
+// shrinkOut drops an output buffer grown by an unusual burst, so an idle
+// stream does not hold it.
+func (x *exchange) shrinkOut() {
+	if cap(x.out) > 64<<10 {
+		x.out = nil
+	}
+}
+
+// piece takes one decoded piece of the body.
+func (x *exchange) piece(p []byte) {
+	if !x.measure {
+		x.out = append(x.out, p...)
+		return
+	}
+	n := len(x.out)
+	defer func() {
+		if r := recover(); r != nil {
+			x.measureFailed(r)
+			x.out = append(x.out[:n], p...)
+		}
+	}()
+	if testForwardHook != nil {
+		testForwardHook()
+	}
+	x.out = x.tap.Forward(p, x.out)
+}
+
+// testForwardHook lets a test make the measurement fail mid-stream.
+var testForwardHook func()
+
+// flushHeld appends what the tap still holds back (an unfinished event).
+func (x *exchange) flushHeld() {
+	n := len(x.out)
+	if !x.safely(func() { x.out = x.tap.Flush(x.out) }) {
+		x.out = x.out[:n]
+	}
+}
+
+// status hands the engine's status to the tap.
+func (x *exchange) status(code int) {
+	x.safely(func() { x.tap.Status(code) })
+}
+
+// end ends the measurement (once): err nil is a clean end of the body.
+func (x *exchange) end(err error, blame record.Blame) {
+	if x.ended {
+		return
+	}
+	x.ended = true
+	x.endErr, x.endBlame = err, blame
+	if x.rec == nil {
+		return
+	}
+	if x.measure {
+		x.measure = x.safely(func() { x.tap.End(err, blame) })
+	}
+	if !x.measure {
+		// The tap failed: keep what is known, say why.
+		x.rec.End = x.p.clock.Now()
+		x.rec.Outcome, x.rec.Blame = record.Broken, record.BlameTokentap
+		x.rec.Error = "measurement failed inside tokentap; the client's stream was passed on unmeasured"
+	}
+}
+
+// CloseWithError is called by fasthttp when it is done with the body
+// stream, whether or not WriteTo ran (a HEAD request, a client gone before
+// the headers could be written).
+func (x *exchange) CloseWithError(err error) error {
+	if !x.ended {
+		if err == nil {
+			err = errors.New("the response body was not sent")
+		}
+		x.end(fmt.Errorf("writing to the client: %w", err), record.BlameClient)
+	}
+	x.watch.stop()
+	x.finish()
+	return nil
+}
+
+// finish releases everything and hands the record on.
+func (x *exchange) finish() {
+	p := x.p
+	reuse := x.body.done && !x.hdr.ConnectionClose() && x.endErr == nil
+	x.releaseConn(!reuse)
+	if !x.writeDL.IsZero() && x.client != nil {
+		_ = x.client.SetWriteDeadline(time.Time{})
+	}
+	if x.rec != nil {
+		p.m.inFlight.Add(-1)
+		p.recs <- x.rec
+		x.rec = nil
+	}
+	x.put()
+	p.active.Done()
+}
+
+// touchRead moves the upstream read deadline forward (lazily: at most every
+// 1/8 of the idle timeout, so the per-event cost is a clock read).
+func (x *exchange) touchRead() {
+	idle := x.p.cfg.IdleTimeout
+	now := time.Now()
+	if x.readDL.Sub(now) < idle-idle/8 {
+		x.readDL = now.Add(idle)
+		x.mu.Lock()
+		if x.conn != nil {
+			_ = x.conn.SetReadDeadline(x.readDL)
+		}
+		x.mu.Unlock()
+	}
+}
+
+// touchWrite does the same for writes to the client: a client that stops
+// reading is given up after the idle timeout.
+func (x *exchange) touchWrite() {
+	idle := x.p.cfg.IdleTimeout
+	now := time.Now()
+	if x.writeDL.Sub(now) < idle-idle/8 && x.client != nil {
+		x.writeDL = now.Add(idle)
+		_ = x.client.SetWriteDeadline(x.writeDL)
+	}
+}
+
+func (x *exchange) stripping() bool { return x.strip }
+
+// safely runs a tap call; a panic inside the tap is recovered, counted and
+// logged once, and the stream goes on unmeasured.
+func (x *exchange) safely(fn func()) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			x.measureFailed(r)
+			ok = false
+		}
+	}()
+	fn()
+	return true
+}
+
+func (x *exchange) measureFailed(r any) {
+	x.measure = false
+	x.p.m.measErrs.Add(1)
+	if !x.p.panicLogged.Swap(true) {
+		x.p.log.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).
+			Msg("measurement failed inside tokentap (please report); the stream goes on unmeasured; further failures are counted in tokentap_measurement_errors_total, not logged")
+	}
+}
+
+// fasthttpLogger routes fasthttp's messages to zerolog at debug level.
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) { l.log.Debug().Msgf(format, args...) }

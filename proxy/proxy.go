@@ -1,0 +1,470 @@
+// Package proxy is tokentap's measuring reverse proxy: a fasthttp
+// pass-through in front of any OpenAI-compatible engine that turns every
+// chat and completions request going through it into a record.Record (via
+// the tap), serves live Prometheus metrics and per-model percentiles, and
+// can append every record to a JSONL capture for report and replay.
+//
+// The proxy is meant to be invisible: every method and path is forwarded,
+// bytes are unchanged except where the proxy asks the engine for usage on a
+// client's behalf and removes the usage chunk again, each upstream read is
+// flushed to the client at once, and a client that leaves is noticed while
+// the engine is still thinking (see watcher) so its request is cancelled.
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/tap"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultIdleTimeout = 10 * time.Minute
+	DefaultMaxBodySize = 128 << 20
+	DefaultMaxConns    = 4096
+	// keepAliveIdle is how long an idle upstream connection is kept. Below
+	// uvicorn's (vLLM, SGLang) 5 s keep-alive, so the proxy rarely sends on a
+	// connection the engine is closing.
+	keepAliveIdle = 4 * time.Second
+)
+
+// Config configures a Proxy. Zero values take the documented defaults.
+type Config struct {
+	// Upstream is the engine's base URL, http(s)://host:port with an optional
+	// path prefix. A trailing /v1 is dropped, since clients send /v1/... paths.
+	Upstream string
+	// IdleTimeout is the longest wait for the next byte from the engine
+	// (including the wait for response headers, i.e. a prefill or a
+	// non-streaming generation) or for the client to take the next write.
+	// There is no whole-response deadline. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxBodySize is the largest request body accepted (default 128 MiB: a
+	// batch of 248K-token prompts fits).
+	MaxBodySize int
+	// MaxConns caps connections to the engine (default 4096); requests
+	// beyond it wait for a free connection.
+	MaxConns int
+	// NoInject turns off asking the engine for usage on behalf of streaming
+	// clients that did not ask for it; their token counts are then counted.
+	NoInject bool
+	// Capture, when set, receives every record as a JSON line.
+	Capture io.Writer
+	// CapturePrompts keeps request bodies in records (and captures).
+	CapturePrompts bool
+	// Clock is the run clock records are timed on; zero starts one in New.
+	Clock record.Clock
+	// Logger receives operational messages; secrets are never logged.
+	Logger zerolog.Logger
+	// OnRecord, when set, is called with every finished record, from one
+	// goroutine, in order of completion. The record is reused after the call
+	// returns: copy what must be kept.
+	OnRecord func(*record.Record)
+}
+
+// Proxy is a measuring reverse proxy. Create it with New, serve clients
+// with Serve (or Handler in a fasthttp.Server of your own) and the admin
+// endpoints with AdminHandler, and stop it with Close.
+type Proxy struct {
+	cfg      Config
+	hc       *fasthttp.HostClient
+	host     string
+	prefix   []byte
+	clock    record.Clock
+	log      zerolog.Logger
+	m        *metrics
+	recs     chan *record.Record
+	recDone  chan struct{}
+	capture  *record.Writer
+	idPrefix string
+	seq      atomic.Uint64
+	active   sync.WaitGroup
+	closing  atomic.Bool
+
+	exchanges sync.Pool
+
+	mu  sync.Mutex
+	srv *fasthttp.Server
+
+	panicLogged atomic.Bool
+	writeLogged atomic.Bool
+}
+
+var (
+	chatPath        = []byte("/v1/chat/completions")
+	completionsPath = []byte("/v1/completions")
+)
+
+// New checks cfg and returns a proxy ready to serve.
+func New(cfg Config) (*Proxy, error) {
+	u, err := url.Parse(cfg.Upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upstream %q is not an http(s)://host:port URL of an engine", cfg.Upstream)
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxBodySize <= 0 {
+		cfg.MaxBodySize = DefaultMaxBodySize
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	clock := cfg.Clock
+	if clock.Start().IsZero() {
+		clock = record.NewClock()
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	prefix := strings.TrimRight(u.EscapedPath(), "/")
+	prefix = strings.TrimSuffix(prefix, "/v1")
+	p := &Proxy{
+		cfg:  cfg,
+		host: u.Host,
+		hc: &fasthttp.HostClient{
+			Addr:                     addr,
+			IsTLS:                    u.Scheme == "https",
+			NoDefaultUserAgentHeader: true,
+			MaxConns:                 cfg.MaxConns,
+			MaxConnWaitTimeout:       cfg.IdleTimeout,
+			MaxIdleConnDuration:      keepAliveIdle,
+			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+				return fasthttp.DialTimeout(addr, 5*time.Second)
+			},
+		},
+		clock:    clock,
+		log:      cfg.Logger,
+		m:        newMetrics(),
+		recs:     make(chan *record.Record, 4096),
+		recDone:  make(chan struct{}),
+		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
+	}
+	if prefix != "" {
+		p.prefix = []byte(prefix)
+	}
+	if cfg.Capture != nil {
+		p.capture = record.NewWriter(cfg.Capture)
+	}
+	go p.recorder()
+	return p, nil
+}
+
+// Clock returns the run clock the proxy's records are timed on.
+func (p *Proxy) Clock() record.Clock { return p.clock }
+
+// Handler returns the fasthttp handler that proxies one request.
+func (p *Proxy) Handler() fasthttp.RequestHandler { return p.serve }
+
+// NewServer returns a fasthttp server configured for proxying: large
+// request bodies, no whole-response deadlines, upstream headers kept as
+// they are.
+func (p *Proxy) NewServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:               p.serve,
+		Name:                  "tokentap",
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		MaxRequestBodySize:    p.cfg.MaxBodySize,
+		IdleTimeout:           90 * time.Second,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{p.log},
+	}
+}
+
+// Serve proxies the clients accepted on ln until Close.
+func (p *Proxy) Serve(ln net.Listener) error {
+	srv := p.NewServer()
+	p.mu.Lock()
+	if p.closing.Load() {
+		p.mu.Unlock()
+		return errors.New("proxy is closed")
+	}
+	p.srv = srv
+	p.mu.Unlock()
+	return srv.Serve(ln)
+}
+
+// Close stops serving (giving open streams up to the context's deadline to
+// end), records what is still in flight and flushes the capture.
+func (p *Proxy) Close(ctx context.Context) error {
+	if p.closing.Swap(true) {
+		return nil
+	}
+	p.mu.Lock()
+	srv := p.srv
+	p.mu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.ShutdownWithContext(ctx)
+	}
+	done := make(chan struct{})
+	go func() { p.active.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.log.Warn().Msg("proxy closed with streams still open; their records are lost")
+	}
+	close(p.recs)
+	<-p.recDone
+	if p.capture != nil {
+		if ferr := p.capture.Flush(); ferr != nil && err == nil {
+			err = fmt.Errorf("capture: %w", ferr)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nil // streams cut at shutdown are expected
+	}
+	return err
+}
+
+// Stats returns the per-model summary served at /stats; reset starts a new
+// period (Prometheus counters are never reset).
+func (p *Proxy) Stats(reset bool) *Stats { return p.m.stats(reset) }
+
+func (p *Proxy) recorder() {
+	defer close(p.recDone)
+	for r := range p.recs {
+		p.m.add(r)
+		if p.capture != nil {
+			if err := p.capture.Write(r); err != nil && !p.writeLogged.Swap(true) {
+				p.log.Error().Err(err).Msg("capture: writing a record failed; further failures are not logged")
+			}
+			if len(p.recs) == 0 {
+				if err := p.capture.Flush(); err != nil && !p.writeLogged.Swap(true) {
+					p.log.Error().Err(err).Msg("capture: flushing failed; further failures are not logged")
+				}
+			}
+		}
+		if p.cfg.OnRecord != nil {
+			p.cfg.OnRecord(r)
+		}
+		r.Reset()
+		recordPool.Put(r)
+	}
+}
+
+var recordPool = sync.Pool{New: func() any { return new(record.Record) }}
+
+// errClientGone is the error of a request whose client left.
+var errClientGone = errors.New("client closed the connection")
+
+// exchange is one proxied request: the upstream request, the connection it
+// runs on, the body decoder, the measuring tap. Pooled.
+type exchange struct {
+	p      *Proxy
+	client net.Conn
+	req    fasthttp.Request
+	hdr    fasthttp.ResponseHeader
+	body   bodyReader
+	uri    []byte
+	inj    []byte
+
+	mu      sync.Mutex // guards conn and release against the watcher
+	conn    net.Conn
+	release func(discard bool)
+	br      *bufio.Reader
+	gone    atomic.Bool
+	watch   watcher
+	goneFn  func()
+	pieceFn func([]byte)
+
+	head bool // HEAD request: no body
+
+	tap      *tap.Stream
+	rec      *record.Record // nil when not measured
+	measure  bool           // rec != nil and the tap has not failed
+	strip    bool           // the tap removes the injected usage chunk
+	ended    bool
+	endErr   error
+	endBlame record.Blame
+
+	out        []byte
+	pending    []byte
+	readDL     time.Time
+	writeDL    time.Time
+	wroteBytes int64
+}
+
+func (p *Proxy) getExchange() *exchange {
+	if v := p.exchanges.Get(); v != nil {
+		return v.(*exchange)
+	}
+	x := &exchange{p: p}
+	x.goneFn = x.clientGone
+	x.pieceFn = x.piece
+	return x
+}
+
+func (x *exchange) put() {
+	x.req.Reset()
+	x.hdr.Reset()
+	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
+	x.head, x.wroteBytes = false, 0
+	x.readDL, x.writeDL = time.Time{}, time.Time{}
+	x.gone.Store(false)
+	x.body = bodyReader{}
+	if cap(x.inj) > 1<<20 {
+		x.inj = nil
+	}
+	x.strip = false
+	x.p.exchanges.Put(x)
+}
+
+// serve is the fasthttp handler.
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+	sent := p.clock.Now()
+	p.active.Add(1)
+	x := p.getExchange()
+	x.client = ctx.Conn()
+	x.head = ctx.IsHead()
+	body := ctx.Request.Body()
+	path := ctx.Path()
+	measured := ctx.IsPost() && (bytes.Equal(path, chatPath) || bytes.Equal(path, completionsPath))
+	x.buildRequest(ctx, body)
+	if measured {
+		x.begin(body, path, sent)
+	} else {
+		p.m.passed.Add(1)
+	}
+
+	watching := x.watch.start(x.client, x.goneFn)
+	err := x.roundTrip()
+	if err != nil {
+		if watching {
+			x.watch.stop()
+		}
+		x.fail(ctx, err)
+		x.finish()
+		return
+	}
+
+	resp := &ctx.Response
+	x.hdr.CopyTo(&resp.Header)
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	resp.Header.ResetConnectionClose()
+	if x.measure {
+		x.status(x.hdr.StatusCode())
+	}
+	if x.body.done {
+		// No body to stream (HEAD, 204, 304, empty): finish now.
+		if watching {
+			x.watch.stop()
+		}
+		if cl := x.hdr.ContentLength(); x.head && cl >= 0 {
+			resp.Header.SetContentLength(cl)
+			resp.SkipBody = true
+		} else {
+			resp.SetBodyRaw(nil)
+		}
+		x.end(nil, record.BlameNone)
+		x.finish()
+		return
+	}
+	size := -1
+	if x.body.frame == frameLength && !x.stripping() {
+		size = int(x.body.left)
+	}
+	// fasthttp calls WriteTo (which streams the body, flushing every
+	// upstream read) after this handler returns, then CloseWithError.
+	resp.SetBodyStream(x, size)
+}
+
+// hopHeaders are connection-level headers a proxy must not forward
+// (RFC 9110 §7.6.1), plus Expect, which fasthttp answers itself.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func (x *exchange) buildRequest(ctx *fasthttp.RequestCtx, body []byte) {
+	req := &x.req
+	ctx.Request.Header.CopyTo(&req.Header)
+	// Headers named in Connection are hop-by-hop too.
+	if c := ctx.Request.Header.Peek("Connection"); len(c) > 0 {
+		for _, name := range bytes.Split(c, []byte(",")) {
+			if name = bytes.TrimSpace(name); len(name) > 0 {
+				req.Header.DelBytes(name)
+			}
+		}
+	}
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	req.Header.Del("Expect")
+	req.Header.ResetConnectionClose()
+	req.Header.SetHost(x.p.host)
+	uri := ctx.Request.Header.RequestURI()
+	if x.p.prefix != nil {
+		x.uri = append(append(x.uri[:0], x.p.prefix...), uri...)
+		uri = x.uri
+	}
+	req.Header.SetRequestURIBytes(uri)
+	req.SetBodyRaw(body)
+}
+
+// begin starts measuring a chat or completions request.
+func (x *exchange) begin(body, path []byte, sent time.Duration) {
+	p := x.p
+	ri := inspect(body)
+	rec := recordPool.Get().(*record.Record)
+	rec.ID = p.idPrefix + strconv.FormatUint(p.seq.Add(1), 10)
+	rec.Model = ri.model
+	rec.API = record.Chat
+	if bytes.Equal(path, completionsPath) {
+		rec.API = record.Completions
+	}
+	rec.Stream = ri.stream
+	rec.MaxTokens = ri.maxTokens
+	rec.Sent = sent
+	rec.Wall = p.clock.Wall(sent)
+	if p.cfg.CapturePrompts {
+		rec.Request = append([]byte(nil), body...)
+	}
+	strip := false
+	if ri.wantsInjection() && !p.cfg.NoInject {
+		if nb, ok := injectUsage(body, ri, x.inj); ok {
+			x.inj = nb
+			x.req.SetBodyRaw(nb)
+			strip = true
+		}
+	}
+	// The tap must read the body as it is: ask the engine for no encoding.
+	x.req.Header.Del("Accept-Encoding")
+	x.rec = rec
+	p.m.inFlight.Add(1)
+	x.measure = x.safely(func() {
+		if x.tap == nil {
+			x.tap = tap.NewStream(p.clock)
+		}
+		x.tap.Begin(rec)
+		x.tap.StripUsage(strip)
+	})
+	x.strip = strip && x.measure
+	if strip && !x.measure {
+		x.req.SetBodyRaw(body) // unmeasured: nothing would remove the usage chunk
+	}
+}

@@ -1,0 +1,685 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+)
+
+// harness is a proxy on 127.0.0.1 with its records collected.
+type harness struct {
+	p     *Proxy
+	url   string
+	admin string
+	mu    sync.Mutex
+	recs  []record.Record
+	cond  *sync.Cond
+}
+
+func startProxy(t testing.TB, upstream string, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{}
+	h.cond = sync.NewCond(&h.mu)
+	cfg := Config{Upstream: upstream, Logger: zerolog.Nop(), OnRecord: func(r *record.Record) {
+		c := *r
+		c.Arrivals = append([]time.Duration(nil), r.Arrivals...)
+		c.Tokens = append([]int32(nil), r.Tokens...)
+		c.Request = append([]byte(nil), r.Request...)
+		h.mu.Lock()
+		h.recs = append(h.recs, c)
+		h.cond.Broadcast()
+		h.mu.Unlock()
+	}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.Serve(ln) }()
+	adm := httptest.NewServer(p.AdminHandler())
+	h.p, h.url, h.admin = p, "http://"+ln.Addr().String(), adm.URL
+	t.Cleanup(func() {
+		adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return h
+}
+
+// waitRecords waits until n records arrived and returns them.
+func (h *harness) waitRecords(t testing.TB, n int) []record.Record {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.recs) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d records, want %d", len(h.recs), n)
+		}
+		go func() { time.Sleep(50 * time.Millisecond); h.cond.Broadcast() }()
+		h.cond.Wait()
+	}
+	return append([]record.Record(nil), h.recs...)
+}
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}
+
+func chatBody(model string, maxTokens int, stream bool, extra string) string {
+	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello there"}],"max_tokens":%d,"ignore_eos":true,"stream":%v%s}`,
+		model, maxTokens, stream, extra)
+}
+
+func do(t testing.TB, method, url, body string, hdr ...string) (*http.Response, []byte, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+var (
+	idRe      = regexp.MustCompile(`"id":"[^"]*"`)
+	createdRe = regexp.MustCompile(`"created":\d+`)
+)
+
+// normalize blanks the per-request parts of a fake's body (id, created).
+func normalize(b []byte) string {
+	s := idRe.ReplaceAllString(string(b), `"id":"X"`)
+	return createdRe.ReplaceAllString(s, `"created":0`)
+}
+
+func TestStreamIsPassedThroughUnchanged(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
+	h := startProxy(t, e.URL(), nil)
+	model := e.Model().Name
+	tests := []struct {
+		name  string
+		body  string
+		usage bool // the client sees a usage chunk
+	}{
+		{"chat, usage not asked: injected and hidden", chatBody(model, 20, true, ""), false},
+		{"chat, usage asked", chatBody(model, 20, true, `,"stream_options":{"include_usage":true}`), true},
+		{"chat, usage refused: injected and hidden", chatBody(model, 20, true, `,"stream_options":{"include_usage":false}`), false},
+		{"chat, stream_options without include_usage: the engine's default", chatBody(model, 20, true, `,"stream_options":{"continuous_usage_stats":false}`), true},
+		{"completions", fmt.Sprintf(`{"model":%q,"prompt":"once upon","max_tokens":15,"stream":true}`, model), false},
+		{"chat, not streaming", chatBody(model, 12, false, ""), true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := "/v1/chat/completions"
+			if strings.Contains(tt.body, `"prompt"`) {
+				path = "/v1/completions"
+			}
+			dr, direct, err := do(t, "POST", e.URL()+path, tt.body)
+			if err != nil || dr.StatusCode != 200 {
+				t.Fatalf("direct: %v %v", dr, err)
+			}
+			pr, via, err := do(t, "POST", h.url+path, tt.body, "Authorization", "Bearer sk-secret-123")
+			if err != nil || pr.StatusCode != 200 {
+				t.Fatalf("proxy: %v %v", pr, err)
+			}
+			if normalize(direct) != normalize(via) {
+				t.Fatalf("body through the proxy differs from direct:\ndirect: %s\nproxy:  %s", direct, via)
+			}
+			if got := bytes.Contains(via, []byte(`"usage"`)); got != tt.usage {
+				t.Fatalf("usage in client's body = %v, want %v:\n%s", got, tt.usage, via)
+			}
+			if pr.Header.Get("Content-Type") != dr.Header.Get("Content-Type") {
+				t.Errorf("content-type %q, direct %q", pr.Header.Get("Content-Type"), dr.Header.Get("Content-Type"))
+			}
+			recs := h.waitRecords(t, i+1)
+			r := recs[i]
+			if r.Outcome != record.OK || r.Status != 200 {
+				t.Fatalf("record outcome %q status %d error %q", r.Outcome, r.Status, r.Error)
+			}
+			if r.Model != model || r.ResponseID == "" || r.Sent <= 0 || r.End < r.Sent {
+				t.Errorf("record fields: %+v", r)
+			}
+			if r.CompletionSource != record.SourceUsage || r.PromptTokens == 0 {
+				t.Errorf("tokens from %q, prompt %d: want the engine's usage", r.CompletionSource, r.PromptTokens)
+			}
+			le, ok := e.LedgerEntryByID(r.ResponseID)
+			if !ok {
+				t.Fatalf("no ledger entry for %s", r.ResponseID)
+			}
+			if r.CompletionTokens != le.CompletionTokens || r.PromptTokens != le.PromptTokens {
+				t.Errorf("record tokens %d/%d, ledger %d/%d", r.PromptTokens, r.CompletionTokens, le.PromptTokens, le.CompletionTokens)
+			}
+			if le.Stream && r.Events() != len(le.Events) {
+				t.Errorf("record has %d events, ledger %d", r.Events(), len(le.Events))
+			}
+		})
+	}
+}
+
+func TestNoInjectLeavesRequestAlone(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), func(c *Config) { c.NoInject = true })
+	_, via, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 8, true, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(via, []byte(`"usage"`)) {
+		t.Fatal("usage chunk with --no-inject")
+	}
+	r := h.waitRecords(t, 1)[0]
+	if r.Outcome != record.OK || r.CompletionSource != record.SourceCounted || r.CompletionTokens != 8 {
+		t.Fatalf("record %q, %d tokens from %q", r.Outcome, r.CompletionTokens, r.CompletionSource)
+	}
+}
+
+// TestTimingMatchesLedger checks the proxy's TTFT and time between tokens
+// against when the fake really wrote each event.
+func TestTimingMatchesLedger(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
+	h := startProxy(t, e.URL(), nil)
+	const n = 8
+	run := func() {
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 60, true, ""))
+			}()
+		}
+		wg.Wait()
+	}
+	run() // warm up: connections from the client and to the engine are open
+	recs := h.waitRecords(t, n)
+	run()
+	recs = h.waitRecords(t, 2*n)[n:]
+	within := func(got, want time.Duration) bool {
+		tol := raceSlowdown * max(want/50, 200*time.Microsecond)
+		return got-want <= tol && want-got <= tol
+	}
+	clock := h.p.Clock()
+	var firstLags, lags, forwards []time.Duration
+	for _, r := range recs {
+		le, ok := e.LedgerEntryByID(r.ResponseID)
+		if !ok || r.Outcome != record.OK || len(le.Events) != r.Events() {
+			t.Fatalf("record %s (%s) has no matching ledger entry", r.ID, r.Outcome)
+		}
+		// The proxy's TTFT is First - Sent. Sent is taken as the request
+		// reaches the proxy; the fake's ledger knows when it wrote each event,
+		// so the proxy's arrival stamps are checked against those writes
+		// (one time base: the run clock started from time.Now()). The fake's
+		// At is taken when its write returned, so a reader may see the bytes
+		// slightly before it: lags can be a little negative.
+		forwards = append(forwards, le.Received.Sub(clock.Start().Add(r.Sent)))
+		var gaps, truthGaps []time.Duration
+		for i := range r.Arrivals {
+			lag := clock.Start().Add(r.Arrivals[i]).Sub(le.Events[i].At)
+			lags = append(lags, lag)
+			if i == 0 {
+				firstLags = append(firstLags, lag)
+				continue
+			}
+			gaps = append(gaps, r.Arrivals[i]-r.Arrivals[i-1])
+			truthGaps = append(truthGaps, le.Events[i].At.Sub(le.Events[i-1].At))
+		}
+		if g, w := median(gaps), median(truthGaps); !within(g, w) {
+			t.Errorf("median TBT %v, fake's %v", g, w)
+		}
+		if g, w := mean(gaps), mean(truthGaps); !within(g, w) {
+			t.Errorf("mean TBT %v, fake's %v", g, w)
+		}
+		got, _ := r.TTFT()
+		truth := le.FirstToken.Sub(clock.Start().Add(r.Sent))
+		if got < truth-raceSlowdown*max(truth/50, 200*time.Microsecond) {
+			t.Errorf("TTFT %v is below the fake's first write %v after the request reached the proxy", got, truth)
+		}
+	}
+	// Medians over requests: a busy machine delays single wake-ups, the
+	// proxy's stamps must not be off systematically.
+	if m := median(firstLags); !within(m, 0) {
+		t.Errorf("first token events arrive a median %v after the fake wrote them", m)
+	}
+	if m := median(lags); !within(m, 0) {
+		t.Errorf("token events arrive a median %v after the fake wrote them", m)
+	}
+	t.Logf("median lag of arrivals behind the fake's writes: first %v, all %v; request forwarding to the engine: median %v",
+		median(firstLags), median(lags), median(forwards))
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func mean(d []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, v := range d {
+		sum += v
+	}
+	return sum / time.Duration(len(d))
+}
+
+func TestEngineUnreachableIs502(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	h := startProxy(t, "http://"+addr, nil)
+	for _, path := range []string{"/v1/chat/completions", "/v1/models"} {
+		resp, body, err := do(t, "POST", h.url+path, chatBody("m", 5, true, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 502 {
+			t.Fatalf("%s: status %d, want 502", path, resp.StatusCode)
+		}
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+				Code    int    `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" || e.Error.Code != 502 {
+			t.Fatalf("%s: body is not an OpenAI error: %s", path, body)
+		}
+	}
+	r := h.waitRecords(t, 1)[0]
+	if r.Outcome != record.Connect || r.Blame != record.BlameEngine {
+		t.Fatalf("record %q blame %q, want connect_error/engine", r.Outcome, r.Blame)
+	}
+}
+
+// readEvents reads SSE data lines from a raw HTTP/1.1 response until n data
+// lines (n < 0: until the body ends) and returns them with the error that
+// ended reading.
+func rawRequest(t *testing.T, addr, path, body string, hdr ...string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, addr, len(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", hdr[i], hdr[i+1])
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestEngineDiesMidStream(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
+	h := startProxy(t, e.URL(), nil)
+	req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody(e.Model().Name, 50, true, "")))
+	req.Header.Set(fixtures.FaultHeader, "cut=5")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatalf("client read the cut stream to a clean end; want an error so it knows the stream broke:\n%s", body)
+	}
+	if n := strings.Count(string(body), `"content":"`); n < 5 || bytes.Contains(body, []byte("[DONE]")) {
+		t.Fatalf("client got %d content events (want the 5 sent, no [DONE]):\n%s", n, body)
+	}
+	r := h.waitRecords(t, 1)[0]
+	if r.Outcome != record.Broken || r.Blame != record.BlameEngine || r.Events() != 5 {
+		t.Fatalf("record %q blame %q events %d, want broken_stream/engine/5", r.Outcome, r.Blame, r.Events())
+	}
+}
+
+// TestClientLeaves checks that the engine's request ends within 100 ms of
+// the client closing its connection: during a long prefill (streaming: the
+// engine already sent headers; non-streaming: it has not) and mid-stream.
+func TestClientLeaves(t *testing.T) {
+	m := fixtures.DefaultModel()
+	m.PrefillTokPerSec, m.PrefillSlowdown = 2000, 0 // 4,000 tokens: a 2 s prefill
+	e := fixtures.StartTest(t, m, fixtures.WithLedger(true))
+	h := startProxy(t, e.URL(), nil)
+	long := strings.Repeat("word ", 4000)
+	tests := []struct {
+		name   string
+		body   string
+		wait   time.Duration
+		reader bool // read the response while waiting
+	}{
+		{"streaming, during prefill", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10,"stream":true}`, m.Name, long), 300 * time.Millisecond, false},
+		{"not streaming, during prefill", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10}`, m.Name, long+" again"), 300 * time.Millisecond, false},
+		{"mid-stream", chatBody(m.Name, 2000, true, ""), 300 * time.Millisecond, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.ResetLedger()
+			c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", tt.body)
+			if tt.reader {
+				go func() { _, _ = io.Copy(io.Discard, c) }()
+			}
+			time.Sleep(tt.wait)
+			closed := time.Now()
+			c.Close()
+			var le fixtures.LedgerEntry
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if l := e.Ledger(); len(l) == 1 && !l[0].End.IsZero() {
+					le = l[0]
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the engine's request did not end after the client left")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if le.Outcome != record.Cancelled {
+				t.Fatalf("ledger outcome %q (%s), want cancelled", le.Outcome, le.Error)
+			}
+			if d := le.End.Sub(closed); d > 100*time.Millisecond {
+				t.Fatalf("the engine's request ended %v after the client left, want ≤ 100 ms", d)
+			}
+			r := h.waitRecords(t, i+1)[i]
+			if r.Outcome != record.Cancelled || r.Blame != record.BlameClient {
+				t.Fatalf("record %q blame %q (%s), want cancelled/client", r.Outcome, r.Blame, r.Error)
+			}
+		})
+	}
+}
+
+// echo is a plain upstream that reports what it received.
+func echo(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sum := sha256.Sum256(body)
+		w.Header().Set("X-Method", r.Method)
+		w.Header().Set("X-URI", r.URL.RequestURI())
+		w.Header().Set("X-Len", fmt.Sprint(len(body)))
+		w.Header().Set("X-Sum", fmt.Sprintf("%x", sum))
+		w.Header().Set("X-Got-Headers", strings.Join(sortedKeys(r.Header), ","))
+		w.Header().Set("X-Auth", r.Header.Get("Authorization"))
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-Upstream", "yes")
+		if r.URL.Path == "/slow" {
+			fl := w.(http.Flusher)
+			for i := 0; i < 10; i++ {
+				fmt.Fprintf(w, "data: %d\n\n", i)
+				fl.Flush()
+				time.Sleep(30 * time.Millisecond)
+			}
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func sortedKeys(h http.Header) []string {
+	var ks []string
+	for k := range h {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func TestPassThroughMethodsHeadersAndBigBodies(t *testing.T) {
+	up := echo(t)
+	h := startProxy(t, up.URL, nil)
+	big := strings.Repeat("0123456789abcdef", 40<<20/16) // 40 MiB
+	tests := []struct {
+		method, path, body string
+	}{
+		{"GET", "/v1/models?x=1&y=%20z", ""},
+		{"PUT", "/anything/else", "payload"},
+		{"DELETE", "/v1/files/abc", ""},
+		{"PATCH", "/p", "{}"},
+		{"POST", "/tokenize", big},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			resp, body, err := do(t, tt.method, h.url+tt.path, tt.body,
+				"Authorization", "Bearer sk-xyz", "Connection", "keep-alive, X-Hop", "X-Hop", "1", "X-End", "2", "Te", "trailers")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 200 || string(body) != "ok" {
+				t.Fatalf("status %d body %q", resp.StatusCode, body)
+			}
+			if g := resp.Header.Get("X-Method"); g != tt.method {
+				t.Errorf("method %q", g)
+			}
+			if g := resp.Header.Get("X-URI"); g != tt.path {
+				t.Errorf("uri %q, want %q", g, tt.path)
+			}
+			sum := sha256.Sum256([]byte(tt.body))
+			if resp.Header.Get("X-Sum") != fmt.Sprintf("%x", sum) {
+				t.Errorf("body changed on the way: %s bytes arrived of %d", resp.Header.Get("X-Len"), len(tt.body))
+			}
+			got := resp.Header.Get("X-Got-Headers")
+			for _, hop := range []string{"X-Hop", "Te", "Connection"} {
+				if strings.Contains(","+got+",", ","+hop+",") {
+					t.Errorf("hop-by-hop header %s reached the engine (%s)", hop, got)
+				}
+			}
+			if !strings.Contains(got, "X-End") || resp.Header.Get("X-Auth") != "Bearer sk-xyz" {
+				t.Errorf("end-to-end headers lost: %s, auth %q", got, resp.Header.Get("X-Auth"))
+			}
+			if resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Upstream") != "yes" {
+				t.Errorf("response headers: keep-alive %q, x-upstream %q", resp.Header.Get("Keep-Alive"), resp.Header.Get("X-Upstream"))
+			}
+		})
+	}
+	if n := h.p.hc.ConnsCount(); n > 2 {
+		t.Errorf("%d upstream connections for sequential requests: keep-alive is not reused", n)
+	}
+}
+
+// TestStreamingFlushesEachRead checks that each upstream event reaches the
+// client when it is sent, not when a buffer fills, and that a stream longer
+// than the idle timeout is fine as long as bytes keep coming.
+func TestStreamingFlushesEachRead(t *testing.T) {
+	up := echo(t)
+	h := startProxy(t, up.URL, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond })
+	resp, err := client.Get(h.url + "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	start := time.Now()
+	var lines int
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			break
+		}
+		if strings.HasPrefix(line, "data: ") {
+			lines++
+			// Event i is sent at about i×30 ms; buffering would deliver it late.
+			if i := lines - 1; time.Since(start) > time.Duration(i)*30*time.Millisecond+25*time.Millisecond+time.Duration(i)*5*time.Millisecond {
+				t.Logf("event %d arrived at %v (a busy machine can delay it)", i, time.Since(start))
+			}
+		}
+	}
+	if lines != 10 {
+		t.Fatalf("got %d events, want 10", lines)
+	}
+	if time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("stream finished in %v; the events were not paced", time.Since(start))
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
+	h := startProxy(t, e.URL(), func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	// A stream lasting longer than the idle timeout, bytes all along: fine.
+	_, body, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 100, true, ""))
+	if err != nil || !bytes.Contains(body, []byte("[DONE]")) {
+		t.Fatalf("a long but lively stream was cut: %v", err)
+	}
+	// A stall longer than the idle timeout: cut, and said so.
+	_, _, err = do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 20, true, ""), fixtures.FaultHeader, "stall=2s@3")
+	if err == nil {
+		t.Fatal("a stalled stream ended cleanly for the client")
+	}
+	recs := h.waitRecords(t, 2)
+	if recs[0].Outcome != record.OK {
+		t.Errorf("long stream: %q %s", recs[0].Outcome, recs[0].Error)
+	}
+	if recs[1].Outcome != record.Timeout || recs[1].Blame != record.BlameEngine {
+		t.Errorf("stalled stream: %q/%q (%s), want timeout/engine", recs[1].Outcome, recs[1].Blame, recs[1].Error)
+	}
+}
+
+func TestMetricsStatsAndCapture(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	var capture bytes.Buffer
+	var capMu sync.Mutex
+	h := startProxy(t, e.URL(), func(c *Config) { c.Capture = &lockedWriter{w: &capture, mu: &capMu} })
+	model := e.Model().Name
+	for i := 0; i < 3; i++ {
+		_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody(model, 10, true, ""), "Authorization", "Bearer sk-topsecret")
+	}
+	_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody("no-such-model", 10, true, ""))
+	h.waitRecords(t, 4)
+
+	resp, body, err := do(t, "GET", h.admin+"/metrics", "")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %v", err)
+	}
+	m := string(body)
+	for _, want := range []string{
+		`tokentap_time_to_first_token_seconds_bucket{model="fake-4b",le="+Inf"} 3`,
+		`tokentap_time_between_tokens_seconds_count{model="fake-4b"} 27`,
+		`tokentap_request_duration_seconds_count{model="fake-4b"} 3`,
+		`tokentap_output_tokens_sum{model="fake-4b"} 30`,
+		`tokentap_prompt_tokens_count{model="fake-4b"} 3`,
+		`tokentap_requests_total{model="fake-4b",outcome="ok",blame="none"} 3`,
+		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="engine"} 1`,
+		"tokentap_requests_in_flight 0",
+		"# TYPE tokentap_time_between_tokens_seconds histogram",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(m, "sk-topsecret") {
+		t.Fatal("a secret reached /metrics")
+	}
+
+	var st Stats
+	_, body, _ = do(t, "GET", h.admin+"/stats", "")
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	ms := st.Models[model]
+	if ms == nil || ms.Requests != 3 || ms.TTFT == nil || ms.TTFT.Count != 3 || ms.TBT.P50 <= 0 || ms.OutputTokens != 30 {
+		t.Fatalf("/stats: %s", body)
+	}
+	_, _, _ = do(t, "POST", h.admin+"/stats", "")
+	_, body, _ = do(t, "GET", h.admin+"/stats", "")
+	st = Stats{}
+	_ = json.Unmarshal(body, &st)
+	if len(st.Models) != 0 {
+		t.Fatalf("after POST /stats: %s", body)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	capMu.Lock()
+	defer capMu.Unlock()
+	if strings.Contains(capture.String(), "sk-topsecret") || strings.Contains(capture.String(), "hello there") {
+		t.Fatal("capture holds a secret or prompt text without --capture-prompts")
+	}
+	recs, err := record.ReadAll(&capture)
+	if err != nil || len(recs) != 4 {
+		t.Fatalf("capture: %d records, %v", len(recs), err)
+	}
+}
+
+func TestCapturePrompts(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), func(c *Config) { c.CapturePrompts = true })
+	body := chatBody(e.Model().Name, 3, true, "")
+	_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", body)
+	r := h.waitRecords(t, 1)[0]
+	if string(r.Request) != body {
+		t.Fatalf("captured request %q, want the client's body", r.Request)
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestMeasurementFailureKeepsStream makes the tap panic mid-stream: the
+// client still gets every byte, the failure is counted.
+func TestMeasurementFailureKeepsStream(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), func(c *Config) { c.NoInject = true })
+	calls := 0
+	testForwardHook = func() {
+		calls++
+		if calls == 3 {
+			panic("boom")
+		}
+	}
+	defer func() { testForwardHook = nil }()
+	body := chatBody(e.Model().Name, 20, true, "")
+	_, direct, _ := do(t, "POST", e.URL()+"/v1/chat/completions", body)
+	_, via, err := do(t, "POST", h.url+"/v1/chat/completions", body)
+	if err != nil || normalize(direct) != normalize(via) {
+		t.Fatalf("stream changed by a measurement failure: %v\n%s", err, via)
+	}
+	r := h.waitRecords(t, 1)[0]
+	if r.Blame != record.BlameTokentap || h.p.m.measErrs.Load() != 1 {
+		t.Fatalf("record blame %q, %d measurement errors", r.Blame, h.p.m.measErrs.Load())
+	}
+}

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// watcher notices a client that leaves while the proxy waits on the engine
+// (a long prefill, a non-streaming generation, a stalled stream). fasthttp
+// only sees a departed client when its next write fails, which for a
+// 60-second prefill is 60 seconds of wasted engine time. The watcher parks on
+// the client's socket in Go's netpoller and peeks (MSG_PEEK, nothing is
+// consumed) when it becomes readable: zero bytes means the client closed its
+// side. It costs one goroutine per request and no CPU while nothing happens.
+type watcher struct {
+	conn    net.Conn
+	rc      syscall.RawConn
+	exited  chan struct{} // receives once when the goroutine ends; reused
+	stopped atomic.Bool
+	running bool
+}
+
+// aLongTimeAgo is a read deadline in the past: it wakes a parked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// start watches conn and calls gone (from the watcher's goroutine) if the
+// client closes or resets the connection before stop. It reports whether
+// watching is possible (a TCP or Unix socket).
+func (w *watcher) start(conn net.Conn, gone func()) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok || !peekSupported {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	if w.exited == nil {
+		w.exited = make(chan struct{}, 1)
+	}
+	w.conn, w.rc, w.running = conn, rc, true
+	w.stopped.Store(false)
+	go w.run(gone)
+	return true
+}
+
+func (w *watcher) run(gone func()) {
+	left := false
+	var buf [1]byte
+	_ = w.rc.Read(func(fd uintptr) bool {
+		n, err := peek(fd, buf[:])
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
+			return false // nothing yet: park in the netpoller until readable
+		case err != nil:
+			left = true // reset or another socket error: the client is gone
+		case n == 0:
+			left = true // orderly close (FIN)
+		}
+		// n > 0: the client sent more (a pipelined request); it is still there,
+		// and the next write will tell if it leaves later.
+		return true
+	})
+	if left && !w.stopped.Load() {
+		gone()
+	}
+	w.exited <- struct{}{}
+}
+
+// stop ends the watch and waits for the goroutine, so the server can read
+// the connection again afterwards.
+func (w *watcher) stop() {
+	if !w.running {
+		return
+	}
+	w.running = false
+	w.stopped.Store(true)
+	_ = w.conn.SetReadDeadline(aLongTimeAgo)
+	<-w.exited
+	_ = w.conn.SetReadDeadline(time.Time{})
+	w.conn, w.rc = nil, nil
+}
