@@ -1,11 +1,189 @@
 package main
 
-import "io"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tokentap/tokentap/proxy"
+)
+
+// proxyConfig holds the proxy's settings.
+type proxyConfig struct {
+	Upstream       string        `env:"UPSTREAM"`
+	Listen         string        `env:"LISTEN"`
+	Admin          string        `env:"ADMIN"`
+	Capture        string        `env:"CAPTURE"`
+	CapturePrompts bool          `env:"CAPTURE_PROMPTS"`
+	NoInject       bool          `env:"NO_INJECT"`
+	IdleTimeout    time.Duration `env:"IDLE_TIMEOUT"`
+	MaxBodySize    byteSize      `env:"MAX_BODY_SIZE"`
+	MaxConns       int           `env:"MAX_CONNS"`
+	LogFlags
+}
+
+func defaultProxyConfig() proxyConfig {
+	return proxyConfig{
+		Listen:      "127.0.0.1:8080",
+		Admin:       "127.0.0.1:8081",
+		IdleTimeout: proxy.DefaultIdleTimeout,
+		MaxBodySize: proxy.DefaultMaxBodySize,
+		MaxConns:    proxy.DefaultMaxConns,
+		LogFlags:    LogFlags{Level: "warn"},
+	}
+}
+
+// byteSize is a size flag: a number of bytes with an optional K, M or G
+// suffix (binary: 1K = 1,024), e.g. 128M or 64MiB.
+type byteSize int
+
+func (b *byteSize) String() string { return strconv.Itoa(int(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// UnmarshalText lets caarlos0/env read TOKENTAP_MAX_BODY_SIZE.
+func (b *byteSize) UnmarshalText(t []byte) error { return b.Set(string(t)) }
+
+func parseByteSize(s string) (int, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(t))
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes, optionally with K, M or G (e.g. 128M)", s)
+	}
+	return n * mult, nil
+}
+
+const proxySummary = `Measuring reverse proxy: point your clients at --listen instead of the engine. Every
+method and path goes to --upstream unchanged; /v1/chat/completions and /v1/completions
+(streaming or not) are measured: time to first token, time between tokens, token counts.
+A streaming client that did not ask for usage still gets exactly what it would have got:
+the proxy asks the engine for usage and removes the usage chunk (--no-inject turns this off).
+Admin (loopback by default): GET /metrics (Prometheus), GET /stats (JSON percentiles per
+model; POST resets), GET /healthz. --capture appends every record as JSONL for report and
+replay. Authorization headers and API keys pass through and are never logged or captured.
+Prints the proxy's URL on stdout; stops on Ctrl-C.`
 
 func runProxy(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("proxy", "not built yet in this version", stderr)
+	cfg := defaultProxyConfig()
+	if err := loadEnv(&cfg); err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
+		return 2
+	}
+	fs := newFlagSet("proxy", proxySummary, stderr)
+	fs.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "the engine's base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_UPSTREAM]")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address clients connect to, host:port (0.0.0.0:8080 for other machines) [TOKENTAP_LISTEN]")
+	fs.StringVar(&cfg.Admin, "admin", cfg.Admin, "address of /metrics and /stats; empty turns it off [TOKENTAP_ADMIN]")
+	fs.StringVar(&cfg.Capture, "capture", cfg.Capture, "append every record to this JSONL file [TOKENTAP_CAPTURE]")
+	fs.BoolVar(&cfg.CapturePrompts, "capture-prompts", cfg.CapturePrompts, "keep request bodies (prompt text) in captured records [TOKENTAP_CAPTURE_PROMPTS]")
+	fs.BoolVar(&cfg.NoInject, "no-inject", cfg.NoInject, "never add stream_options.include_usage for clients; output tokens are then counted [TOKENTAP_NO_INJECT]")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest wait for the next byte from the engine (prefill and non-streaming generation included) or for the client to read; there is no whole-response deadline [TOKENTAP_IDLE_TIMEOUT]")
+	fs.Var(&cfg.MaxBodySize, "max-body-size", "largest request body accepted, bytes with optional K/M/G (default 128M) [TOKENTAP_MAX_BODY_SIZE]")
+	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
+	cfg.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	return notBuilt("proxy", stderr)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tokentap proxy: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
+		return 2
+	}
+	if cfg.Upstream == "" {
+		fmt.Fprintf(stderr, "tokentap proxy: --upstream is required: the engine's base URL, e.g. --upstream http://127.0.0.1:8000\n")
+		return 2
+	}
+	log, err := cfg.LogFlags.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
+		return 2
+	}
+	pc := proxy.Config{
+		Upstream: cfg.Upstream, IdleTimeout: cfg.IdleTimeout, MaxBodySize: int(cfg.MaxBodySize),
+		MaxConns: cfg.MaxConns, NoInject: cfg.NoInject, CapturePrompts: cfg.CapturePrompts, Logger: log,
+	}
+	if cfg.Capture != "" {
+		f, err := os.OpenFile(cfg.Capture, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap proxy: --capture: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		pc.Capture = f
+	}
+	p, err := proxy.New(pc)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: --upstream: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: --listen: %v\n", err)
+		return 1
+	}
+	var admin *http.Server
+	adminURL := "off"
+	if cfg.Admin != "" {
+		aln, err := net.Listen("tcp", cfg.Admin)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "tokentap proxy: --admin: %v\n", err)
+			return 1
+		}
+		admin = &http.Server{Handler: p.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = admin.Serve(aln) }()
+		adminURL = "http://" + aln.Addr().String()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	log.Info().Str("listen", url).Str("upstream", cfg.Upstream).Str("admin", adminURL).Msg("proxy serving")
+	fmt.Fprintf(stderr, "tokentap proxy: %s -> %s (metrics: %s/metrics, stats: %s/stats)\n", url, cfg.Upstream, adminURL, adminURL)
+	fmt.Fprintln(stdout, url)
+
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			fmt.Fprintf(stderr, "tokentap proxy: serving: %v\n", err)
+			code = 1
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if admin != nil {
+		_ = admin.Shutdown(sctx)
+	}
+	if err := p.Close(sctx); err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: shutting down: %v\n", err)
+		code = 1
+	}
+	return code
 }

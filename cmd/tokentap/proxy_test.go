@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestParseByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"1024", 1024, true},
+		{"128M", 128 << 20, true},
+		{"64MiB", 64 << 20, true},
+		{"2g", 2 << 30, true},
+		{"16k", 16 << 10, true},
+		{"0", 0, false},
+		{"-5M", 0, false},
+		{"lots", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseByteSize(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d (ok %v)", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestProxyFlagErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no upstream", nil, nil, "--upstream is required"},
+		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, "not an http(s)://host:port URL"},
+		{"bad size flag", []string{"--upstream", "http://127.0.0.1:1", "--max-body-size", "huge"}, nil, "size \"huge\""},
+		{"bad size env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_MAX_BODY_SIZE": "huge"}, "TOKENTAP_MAX_BODY_SIZE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			if code := run(append([]string{"proxy"}, tt.args...), &out, &errb); code != 2 {
+				t.Fatalf("exit %d, want 2 (stderr %q)", code, errb.String())
+			}
+			if !strings.Contains(errb.String(), tt.want) {
+				t.Fatalf("stderr %q lacks %q", errb.String(), tt.want)
+			}
+		})
+	}
+}
