@@ -45,6 +45,42 @@ func wrapWords(s string, width int, cont string) []string {
 	return lines
 }
 
+// wrapParts wraps a " · "-separated line between its parts where it can,
+// keeping its indentation and indenting continuation lines two more.
+func wrapParts(s string, width int) []string {
+	trimmed := strings.TrimLeft(s, " ")
+	lead := s[:len(s)-len(trimmed)]
+	cont := lead + "  "
+	var lines []string
+	line := ""
+	for _, part := range strings.Split(trimmed, " · ") {
+		switch {
+		case line == "":
+			line = part
+		case runeLen(lead)+runeLen(line)+3+runeLen(part) <= width:
+			line += " · " + part
+		default:
+			lines = append(lines, line+" ·")
+			line = part
+		}
+	}
+	lines = append(lines, line)
+	var out []string
+	for i, l := range lines {
+		prefix := cont
+		if i == 0 {
+			prefix = lead
+		}
+		for j, w := range wrapWords(l, width-runeLen(cont), "") {
+			if j > 0 {
+				prefix = cont
+			}
+			out = append(out, prefix+w)
+		}
+	}
+	return out
+}
+
 // wrapCommand wraps a launch command so it stays copy-pasteable: shell
 // lines continue with " \", comment lines continue as comments.
 func wrapCommand(cmd string, width int) []string {
@@ -123,7 +159,7 @@ func textStatus(s result.Status) string {
 func writeText(w io.Writer, v *view) error {
 	e := &errWriter{w: w}
 	e.print(v.Title + "\n")
-	for _, l := range wrapWords(v.EngineLine, textWidth, "  ") {
+	for _, l := range wrapParts(v.EngineLine, textWidth) {
 		e.print(l + "\n")
 	}
 	e.print(v.ByLine + "\n")

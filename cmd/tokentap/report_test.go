@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const seedDoc = "../../report/testdata/seed-002.json"
+
+func TestReportCommand(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "run.html")
+	tests := []struct {
+		name   string
+		args   []string
+		env    map[string]string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{name: "text by default", args: []string{seedDoc}, stdout: "Agents-A1-4B-FP8 on RTX 3060 12GB\n"},
+		{name: "flags after the file", args: []string{seedDoc, "--format", "md"}, stdout: "# Agents-A1-4B-FP8 on RTX 3060 12GB\n"},
+		{name: "csv", args: []string{"--format", "csv", seedDoc}, stdout: "decode,131072,1,requests_queued,23.4,"},
+		{name: "json", args: []string{"--format=json", seedDoc}, stdout: `"quantization": "FP8"`},
+		{name: "format from env", args: []string{seedDoc}, env: map[string]string{"TOKENTAP_REPORT_FORMAT": "md"}, stdout: "## All measurements"},
+		{name: "flag beats env", args: []string{"--format", "csv", seedDoc}, env: map[string]string{"TOKENTAP_REPORT_FORMAT": "md"}, stdout: "phase,context_tokens"},
+		{name: "html to a file by extension", args: []string{seedDoc, "-o", out}},
+		{name: "compare", args: []string{seedDoc, "../../report/testdata/seed-003.json"}, stdout: "A = seed-002.json"},
+		{name: "no file", args: nil, code: 2, stderr: "give one result file"},
+		{name: "three files", args: []string{seedDoc, seedDoc, seedDoc}, code: 2, stderr: "(got 3)"},
+		{name: "missing file", args: []string{filepath.Join(dir, "nope.json")}, code: 1, stderr: "nope.json does not exist"},
+		{name: "invalid file", args: []string{bad}, code: 1, stderr: "not a tokentap result document"},
+		{name: "unknown format", args: []string{"--format", "pdf", seedDoc}, code: 2, stderr: `unknown report format "pdf"`},
+		{name: "bad flag", args: []string{"--bogus", seedDoc}, code: 2, stderr: "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var so, se bytes.Buffer
+			code := run(append([]string{"report"}, tt.args...), &so, &se)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr %q", code, tt.code, se.String())
+			}
+			if !strings.Contains(so.String(), tt.stdout) {
+				t.Errorf("stdout lacks %q:\n%.400s", tt.stdout, so.String())
+			}
+			if tt.stderr != "" && !strings.Contains(se.String(), tt.stderr) {
+				t.Errorf("stderr %q lacks %q", se.String(), tt.stderr)
+			}
+			if tt.code != 0 && so.Len() > 0 {
+				t.Errorf("stdout should stay empty on error, got %.200q", so.String())
+			}
+		})
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) {
+		t.Errorf("-o run.html: %v, starts %.40q", err, b)
+	}
+}
