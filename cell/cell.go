@@ -44,6 +44,28 @@
 //     window's end: that is the load generator's own cancellation at the
 //     close, however the tap classified the broken read.
 //
+// # What the seed pages support
+//
+// Total tok/s is output tokens / window in every seed cell (page 000, C=0
+// N=1: 4,684 / 30.0 s = 156.1, printed 156.2 from a 29.99 s window).
+// Per-request tok/s is 1,000 / median TBT in ms in nearly every seed cell
+// (162.5 ↔ 6.2 ms, 26.5 ↔ 37.7 ms, 14.6 ↔ 68.4 ms), so the two columns
+// describe the same gaps: hence the per-request rate from in-window gaps
+// only. Completed is 0 in every seed cell although every window ends with
+// requests in flight (8,192 tokens take longer than 30 s at those speeds):
+// requests cancelled at the close are not completed, and those cells are
+// Valid, so they are not failed either. Which way a gap straddling the
+// window's start counts is one gap per request and window: the seeds cannot
+// tell; it follows the output-token rule.
+//
+// Average active requests follow METHOD (First to End) even where the seeds
+// disagree: page 002's 16K × 16 cell shows 16.00 active with an 11.7 s
+// median TTFT, and page 000's 32K × 2 cell shows 3.00 active with N = 2,
+// which only an engine-side "running" gauge (prefill included, aborts
+// lagging) can give. With METHOD's definition a cell whose requests wait
+// long for their first token at the window's start reads below N and is
+// marked Requests queued.
+//
 // Medians come from the HDR histograms the figures carry (3 significant
 // digits, so a median is at most 0.1% above the exact one), which the result
 // keeps so any percentile can be read later. The histograms also hold the
