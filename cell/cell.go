@@ -286,16 +286,23 @@ func Prefill(r *record.Record) (tokPerSec float64, ttft time.Duration, ok bool) 
 
 // Status is the cell's status, checked in METHOD §3's order: Over capacity
 // (not run: the caller decides, from N × (C + max output) against the KV
-// capacity), Failed (a request failed or no token arrived), Requests queued
-// (maxWaiting > 0, the highest waiting-requests gauge scraped in the window,
-// -1 when the engine has none; or average active < 0.95 × n), else Valid.
+// capacity), Failed (a request failed or no token arrived), Requests queued,
+// else Valid.
+//
+// maxWaiting is the highest waiting-requests gauge scraped in the window, or
+// -1 when the engine has no such gauge. Where the engine has one, it alone
+// decides Requests queued (the engine knows what it queued; a slow first
+// token is not a queue: seed 002's 16K × 16 cell is Valid with an 11.7 s
+// TTFT). Without a gauge, average active < 0.95 × n stands in for it.
 func Status(overCapacity bool, f Figures, n int, maxWaiting int) result.Status {
 	switch {
 	case overCapacity:
 		return result.OverCapacity
 	case f.Failed > 0 || f.OutputTokens == 0:
 		return result.Failed
-	case maxWaiting > 0 || f.AvgActive < QueuedFraction*float64(n):
+	case maxWaiting > 0:
+		return result.RequestsQueued
+	case maxWaiting < 0 && f.AvgActive < QueuedFraction*float64(n):
 		return result.RequestsQueued
 	}
 	return result.Valid

@@ -365,8 +365,9 @@ func TestStatusOrder(t *testing.T) {
 		{"failed beats queued", false, Figures{Failed: 1, OutputTokens: 10, AvgActive: 1}, 4, 5, result.Failed},
 		{"no token is failed", false, Figures{AvgActive: 4}, 4, -1, result.Failed},
 		{"waiting gauge queues", false, ok, 4, 1, result.RequestsQueued},
-		{"average active below 0.95 N queues", false, Figures{OutputTokens: 10, AvgActive: 3.79}, 4, 0, result.RequestsQueued},
-		{"average active at 0.95 N is valid", false, Figures{OutputTokens: 10, AvgActive: 3.8}, 4, 0, result.Valid},
+		{"no gauge: average active below 0.95 N queues", false, Figures{OutputTokens: 10, AvgActive: 3.79}, 4, -1, result.RequestsQueued},
+		{"no gauge: average active at 0.95 N is valid", false, Figures{OutputTokens: 10, AvgActive: 3.8}, 4, -1, result.Valid},
+		{"gauge says no queue: low average active is still valid", false, Figures{OutputTokens: 10, AvgActive: 2.5}, 4, 0, result.Valid},
 		{"no gauge (-1), all active", false, ok, 4, -1, result.Valid},
 	}
 	for _, tc := range tests {
