@@ -15,6 +15,7 @@ type reqInfo struct {
 	includeUsage bool // stream_options.include_usage is true
 	usageOff     bool // stream_options.include_usage is false
 	hasOptions   bool // stream_options is present
+	optionsNull  bool // stream_options is null (the same as absent)
 }
 
 // wantsInjection reports whether the proxy should ask the engine for usage
@@ -23,7 +24,7 @@ type reqInfo struct {
 // engine's own default decides (vLLM sends usage then, OpenAI does not), so
 // the proxy leaves the request alone and the client gets what it would get.
 func (ri reqInfo) wantsInjection() bool {
-	return ri.valid && ri.stream && (!ri.hasOptions || ri.usageOff)
+	return ri.valid && ri.stream && (!ri.hasOptions || ri.optionsNull || ri.usageOff)
 }
 
 var parsers fastjson.ParserPool
@@ -54,8 +55,9 @@ func inspect(body []byte) reqInfo {
 			}
 		}
 	}
-	if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
+	if so := v.Get("stream_options"); so != nil {
 		ri.hasOptions = true
+		ri.optionsNull = so.Type() == fastjson.TypeNull
 		if iu := so.Get("include_usage"); iu != nil {
 			ri.includeUsage = iu.Type() == fastjson.TypeTrue
 			ri.usageOff = iu.Type() == fastjson.TypeFalse
@@ -96,12 +98,17 @@ func injectUsage(body []byte, ri reqInfo, dst []byte) (out []byte, ok bool) {
 	if err != nil {
 		return body, false
 	}
-	so := v.Get("stream_options")
-	if so == nil || so.Type() != fastjson.TypeObject {
+	var a fastjson.Arena
+	switch so := v.Get("stream_options"); {
+	case so == nil || so.Type() == fastjson.TypeNull:
+		o := a.NewObject()
+		o.Set("include_usage", a.NewTrue())
+		v.Set("stream_options", o)
+	case so.Type() == fastjson.TypeObject:
+		so.Set("include_usage", a.NewTrue())
+	default:
 		return body, false
 	}
-	var a fastjson.Arena
-	so.Set("include_usage", a.NewTrue())
 	return v.MarshalTo(dst[:0]), true
 }
 
