@@ -340,11 +340,13 @@ func BenchmarkScanner(b *testing.B) {
 		var s Scanner
 		b.SetBytes(int64(len(p)))
 		b.ReportAllocs()
+		cpu := cpuTime()
 		for b.Loop() {
 			s.Feed(p)
 			for _, ok := s.Next(); ok; _, ok = s.Next() {
 			}
 		}
+		reportCPU(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 	b.Run("16KiB-reads", func(b *testing.B) {
@@ -354,6 +356,7 @@ func BenchmarkScanner(b *testing.B) {
 		b.SetBytes(int64(len(vllmChunk)))
 		b.ReportAllocs()
 		off := 0
+		cpu := cpuTime()
 		for b.Loop() {
 			// One op is one event: feed reads until an event comes out.
 			for {
@@ -368,6 +371,7 @@ func BenchmarkScanner(b *testing.B) {
 				off += read
 			}
 		}
+		reportCPU(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 }

@@ -17,12 +17,14 @@
 // first token event of a stream counts one token unless an earlier event
 // (vLLM's role chunk) already carried usage.
 //
-// The hot path (scan, classify, timestamp) parses each event with a reused
-// fastjson parser and allocates nothing per event once buffers have grown.
+// The hot path (scan, classify, timestamp) reads each event with a
+// validating single-pass JSON reader (json.go) that picks out the few fields
+// the tap needs; it allocates nothing per event once buffers have grown.
 package tap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -33,7 +35,6 @@ import (
 
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/sse"
-	"github.com/valyala/fastjson"
 )
 
 // MaxBody is the largest non-streaming response body the tap reads usage
@@ -53,7 +54,8 @@ type Stream struct {
 	clock record.Clock
 	rec   *record.Record
 	sc    sse.Scanner
-	jp    fastjson.Parser
+	ck    chunk   // the event being classified
+	jr    jreader // its JSON reader
 	strip bool
 
 	status int
@@ -97,7 +99,6 @@ func (s *Stream) Begin(rec *record.Record) {
 		clock:   s.clock,
 		rec:     rec,
 		sc:      s.sc,
-		jp:      s.jp,
 		body:    s.body[:0],
 		pending: s.pending[:0],
 	}
@@ -258,37 +259,22 @@ func (s *Stream) event(ev *sse.Event, at time.Duration) (usageOnly bool) {
 		s.failWith("engine error event: ", ev.Data)
 		return false
 	}
-	v, err := s.jp.ParseBytes(ev.Data)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	c := &s.ck
+	if !parseChunk(&s.jr, ev.Data, c) {
 		s.failWith("malformed event (not a JSON object): ", ev.Data)
 		return false
 	}
-	if e := v.Get("error"); (e != nil && e.Type() != fastjson.TypeNull) || string(v.GetStringBytes("object")) == "error" {
+	if c.isError() {
 		s.failWith("engine error event: ", ev.Data)
 		return false
 	}
-	if s.rec.ResponseID == "" {
-		if id := v.GetStringBytes("id"); len(id) > 0 {
-			s.rec.ResponseID = string(id)
-		}
-	}
-
-	tok := false
-	choices := v.GetArray("choices")
-	for _, c := range choices {
-		if d := c.Get("delta"); d != nil && deltaHasTokens(d) {
-			tok = true
-		}
-		if nonEmpty(c.Get("text")) {
-			tok = true
-		}
-	}
-
-	cum, hasCum := s.readUsage(v)
-	if m := v.Get("meta_info"); m != nil && m.Type() == fastjson.TypeObject && !tok {
+	s.takeID(c)
+	cum, hasCum := s.takeCounts(c)
+	tok := c.tok
+	if !tok && c.meta.set && c.text {
 		// SGLang native stream: text is cumulative; growth of
 		// completion_tokens marks a token event.
-		tok = hasCum && cum > s.lastCum && v.Get("text") != nil
+		tok = cum > s.lastCum
 	}
 	if tok {
 		n := 1
@@ -300,58 +286,44 @@ func (s *Stream) event(ev *sse.Event, at time.Duration) (usageOnly bool) {
 		}
 		s.rec.AddEvent(at, n)
 	}
-	if !hasCum || len(choices) > 0 || v.Get("usage") == nil {
-		return false
-	}
-	c := v.Get("choices")
-	return c != nil && c.Type() == fastjson.TypeArray
+	return c.usage.set && c.choices == 0
 }
 
-// readUsage reads a usage (or SGLang meta_info) block and llama.cpp timings
-// from v; cum is completion_tokens when a block was there.
-func (s *Stream) readUsage(v *fastjson.Value) (cum int, ok bool) {
-	u := v.Get("usage")
-	if u == nil || u.Type() != fastjson.TypeObject {
-		u = v.Get("meta_info")
+// takeID keeps the engine's response id from the first chunk that has one.
+func (s *Stream) takeID(c *chunk) {
+	if s.rec.ResponseID != "" || len(c.id) == 0 {
+		return
 	}
-	if u != nil && u.Type() == fastjson.TypeObject {
-		s.usage, ok = true, true
+	if !c.idEscaped {
+		s.rec.ResponseID = string(c.id)
+		return
+	}
+	var id string
+	if err := json.Unmarshal(append(append([]byte{'"'}, c.id...), '"'), &id); err == nil {
+		s.rec.ResponseID = id
+	}
+}
+
+// takeCounts keeps the usage (or SGLang meta_info) block and llama.cpp
+// timings of a chunk; cum is completion_tokens when a block was there.
+func (s *Stream) takeCounts(c *chunk) (cum int, ok bool) {
+	u := &c.usage
+	if !u.set {
+		u = &c.meta
+	}
+	if u.set {
+		s.usage = true
 		s.usageCount++
-		s.prompt = u.GetInt("prompt_tokens")
-		cum = u.GetInt("completion_tokens")
-		s.completion = cum
-		if c := u.Get("prompt_tokens_details", "cached_tokens"); c != nil && c.Type() == fastjson.TypeNumber {
-			s.cached, s.cachedSet = c.GetInt(), true
-		} else if c := u.Get("cached_tokens"); c != nil && c.Type() == fastjson.TypeNumber {
-			s.cached, s.cachedSet = c.GetInt(), true // SGLang meta_info
+		s.prompt, s.completion = u.prompt, u.completion
+		if u.cachedSet {
+			s.cached, s.cachedSet = u.cached, true
 		}
+		cum, ok = u.completion, true
 	}
-	if c := v.Get("timings", "cache_n"); c != nil && c.Type() == fastjson.TypeNumber {
-		s.cacheN, s.cacheNSet = c.GetInt(), true
+	if c.cacheNSet {
+		s.cacheN, s.cacheNSet = c.cacheN, true
 	}
 	return cum, ok
-}
-
-// deltaHasTokens reports whether a chat delta carries output.
-func deltaHasTokens(d *fastjson.Value) bool {
-	if nonEmpty(d.Get("content")) || nonEmpty(d.Get("reasoning_content")) || nonEmpty(d.Get("reasoning")) {
-		return true
-	}
-	for _, tc := range d.GetArray("tool_calls") {
-		if nonEmpty(tc.Get("function", "arguments")) || nonEmpty(tc.Get("function", "name")) {
-			return true
-		}
-	}
-	return false
-}
-
-// nonEmpty reports whether v is a non-empty JSON string.
-func nonEmpty(v *fastjson.Value) bool {
-	if v == nil || v.Type() != fastjson.TypeString {
-		return false
-	}
-	b, _ := v.StringBytes()
-	return len(b) > 0
 }
 
 func (s *Stream) failWith(what string, data []byte) {
@@ -456,20 +428,16 @@ func (s *Stream) readBody() bool {
 		s.failWith("response body larger than 64 MiB: ", s.head[:s.headN])
 		return true
 	}
-	v, err := s.jp.ParseBytes(s.body)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	c := &s.ck
+	if !parseChunk(&s.jr, s.body, c) {
 		return false
 	}
-	if e := v.Get("error"); (e != nil && e.Type() != fastjson.TypeNull) || string(v.GetStringBytes("object")) == "error" {
+	if c.isError() {
 		s.failWith("engine error: ", s.body)
 		return true
 	}
-	if s.rec.ResponseID == "" {
-		if id := v.GetStringBytes("id"); len(id) > 0 {
-			s.rec.ResponseID = string(id)
-		}
-	}
-	s.readUsage(v)
+	s.takeID(c)
+	s.takeCounts(c)
 	return true
 }
 

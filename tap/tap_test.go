@@ -651,6 +651,7 @@ func BenchmarkStream(b *testing.B) {
 			b.SetBytes(int64(size / len(evs)))
 			b.ReportAllocs()
 			i := 0
+			cpu := cpuTime()
 			for b.Loop() {
 				s.Write(evs[i])
 				i++
@@ -665,7 +666,52 @@ func BenchmarkStream(b *testing.B) {
 					i = 0
 				}
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkClassify compares the tap's JSON reader with fastjson (a reused
+// Parser, the usual fast choice) on one realistic vLLM chunk.
+func BenchmarkClassify(b *testing.B) {
+	data := bytes.TrimSuffix(bytes.TrimPrefix(vllmStream(1, true)[1], []byte("data: ")), []byte("\n\n"))
+	b.Run("reader", func(b *testing.B) {
+		var r jreader
+		var c chunk
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if !parseChunk(&r, data, &c) || !c.tok || !c.usage.set {
+				b.Fatal("not classified")
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("fastjson", func(b *testing.B) {
+		var p fastjson.Parser
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			v, err := p.ParseBytes(data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tok := false
+			for _, c := range v.GetArray("choices") {
+				if d := c.Get("delta"); d != nil {
+					tok = tok || len(d.GetStringBytes("content")) > 0 || len(d.GetStringBytes("reasoning_content")) > 0 ||
+						len(d.GetStringBytes("reasoning")) > 0 || d.Exists("tool_calls")
+				}
+				tok = tok || len(c.GetStringBytes("text")) > 0
+			}
+			u := v.Get("usage")
+			if !tok || u == nil || u.GetInt("completion_tokens") != 1 || v.Exists("error") {
+				b.Fatal("not classified")
+			}
+		}
+		reportCPU(b, cpu)
+	})
 }
