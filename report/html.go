@@ -172,6 +172,13 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 			e.printf("<p class=\"notes\">%s</p>\n", h(strings.Join(v.Footnotes, " ")))
 		}
 		e.printf("<p class=\"notes\">%s</p>\n", h(ttftNote))
+		if len(v.Failures) > 0 {
+			e.print("<p class=\"notes\">What failed:</p><ul class=\"notes\">")
+			for _, f := range v.Failures {
+				e.printf("<li>%s</li>", h(f))
+			}
+			e.print("</ul>\n")
+		}
 		e.percentileCards(v)
 	}
 	if len(v.All) > 0 {

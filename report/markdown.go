@@ -113,6 +113,12 @@ func writeMarkdown(w io.Writer, v *view) error {
 			e.printf("\n%s\n", strings.Join(v.Footnotes, " "))
 		}
 		e.printf("\n%s\n", ttftNote)
+		if len(v.Failures) > 0 {
+			e.print("\nWhat failed:\n\n")
+			for _, f := range v.Failures {
+				e.printf("- %s\n", f)
+			}
+		}
 	}
 	if len(v.All) > 0 {
 		e.printf("\n## All measurements\n\n%s\n\n", allNote)

@@ -318,4 +318,12 @@ func writeTextGrid(e *errWriter, v *view) {
 	for _, l := range wrapWords(ttftNote, textWidth, "") {
 		e.print(l + "\n")
 	}
+	if len(v.Failures) > 0 {
+		e.print("What failed:\n")
+		for _, f := range v.Failures {
+			for _, l := range wrapWords("- "+f, textWidth-2, "  ") {
+				e.print("  " + l + "\n")
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +67,7 @@ type view struct {
 	Conc       []int
 	Grid       []gridRow
 	Footnotes  []string // for statuses present in the grid and rows
+	Failures   []string // why each failed prefill row or cell failed, where the document says
 	All        [][]string
 	Probes     []result.Fact
 }
@@ -81,7 +83,7 @@ func newView(r *result.Result) *view {
 	h := r.Hardware
 	v.Sections = append(v.Sections, section{"Hardware", nonEmpty(
 		kv{"Type", h.Type}, kv{"GPU", h.GPU}, kv{"VRAM", h.VRAM}, kv{"CPU", h.CPU},
-		kv{"RAM", h.RAM}, kv{"OS", h.OS}, kv{"Driver", h.Driver})})
+		kv{"RAM", h.RAM}, kv{"OS", h.OS}, kv{"Driver", h.Driver}, kv{"Source", hardwareSource(h.Source)})})
 	e := r.Engine
 	v.Sections = append(v.Sections, section{"Engine", nonEmpty(
 		kv{"Engine", e.Name}, kv{"Version", e.Version}, kv{"Quantization", e.Quantization},
@@ -130,6 +132,9 @@ func newView(r *result.Result) *view {
 		v.Prefill = append(v.Prefill, it)
 		v.All = append(v.All, prefillColumns(p))
 		present[p.Status] = true
+		if p.Status == result.Failed && p.Error != "" {
+			v.Failures = append(v.Failures, fmt.Sprintf("Prefill at %s: %s", ctxLabel(p.Context), p.Error))
+		}
 	}
 
 	contexts, conc := axes(r)
@@ -144,6 +149,9 @@ func newView(r *result.Result) *view {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtMs(cell.TTFTms), cell.TotalTokPerSec
 				}
 				v.All = append(v.All, cellColumns(cell))
+				if cell.Status == result.Failed && cell.Reason != "" {
+					v.Failures = append(v.Failures, fmt.Sprintf("%s context, %d at once: %s", ctxLabel(c), n, cell.Reason))
+				}
 			}
 			present[g.Status] = true
 			row.Cells = append(row.Cells, g)
@@ -195,6 +203,19 @@ func cellColumns(c *result.Cell) []string {
 		fmtActive(c.AvgActive), completed, output, fmtSeconds(c.MeasuredForSeconds)}
 }
 
+// hardwareSource says where the Hardware figures came from.
+func hardwareSource(s string) string {
+	switch s {
+	case "detected":
+		return "detected where tokentap ran"
+	case "given":
+		return "given by flags or environment"
+	case "detected+given":
+		return "detected where tokentap ran, with given values"
+	}
+	return s
+}
+
 func nonEmpty(in ...kv) []kv {
 	var out []kv
 	for _, x := range in {
@@ -204,6 +225,10 @@ func nonEmpty(in ...kv) []kv {
 	}
 	return out
 }
+
+// plainSize is a single memory size such as "12 GB", the only VRAM the
+// title appends to the GPU name.
+var plainSize = regexp.MustCompile(`^\d+(\.\d+)? ?[GT]B$`)
 
 // title is "<model> on <GPU>" as the seeds write it ("RTX 3060 12GB").
 func title(r *result.Result) string {
@@ -216,7 +241,7 @@ func title(r *result.Result) string {
 	}
 	h := r.Hardware
 	on := h.GPU
-	if on != "" && h.VRAM != "" && !strings.ContainsAny(h.VRAM, "×+") && !strings.Contains(on, "×") {
+	if on != "" && plainSize.MatchString(h.VRAM) && !strings.Contains(on, "×") {
 		on += " " + strings.ReplaceAll(h.VRAM, " ", "")
 	}
 	if on == "" {

@@ -1,0 +1,188 @@
+package report
+
+import (
+	"bytes"
+	"encoding/csv"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+func TestNumberFormats(t *testing.T) {
+	tests := []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"headline above 1,000 has no decimals", fmtHeadline(9918), "9,918"},
+		{"headline rounds", fmtHeadline(2340.6), "2,341"},
+		{"headline below 1,000 has one decimal", fmtHeadline(606), "606.0"},
+		{"headline just under 1,000 rounding up", fmtHeadline(999.96), "1,000"},
+		{"headline grid value", fmtHeadline(156.2), "156.2"},
+		{"headline absent", fmtHeadline(0), "—"},
+		{"headline NaN", fmtHeadline(math.NaN()), "—"},
+		{"rate keeps one decimal with separators", fmtRate(9918), "9,918.0"},
+		{"rate large", fmtRate(1234567.89), "1,234,567.9"},
+		{"ttft integer ms with separators", fmtMs(211378), "211,378 ms"},
+		{"ttft rounds", fmtMs(43.6), "44 ms"},
+		{"tbt one decimal", fmtTBT(6.21), "6.2 ms"},
+		{"active one decimal", fmtActive(0.7), "0.7"},
+		{"active sixteen", fmtActive(16), "16.0"},
+		{"measured for", fmtSeconds(30), "30.0 s"},
+		{"window", fmtWindow(30), "30 s"},
+		{"window fraction", fmtWindow(2.5), "2.5 s"},
+		{"int", fmtInt(8192), "8,192"},
+		{"int small", fmtInt(0), "0"},
+		{"negative", fmtFixed(-12345.5, 1), "-12,345.5"},
+		{"ctx 0", ctxLabel(0), "0"},
+		{"ctx 16K", ctxLabel(16384), "16K"},
+		{"ctx 248K", ctxLabel(253952), "248K"},
+		{"ctx not a multiple", ctxLabel(1000), "1,000"},
+		{"ratio", fmtRatio(1.0949), "×1.09"},
+		{"ratio absent", fmtRatio(math.NaN()), "—"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func TestTitle(t *testing.T) {
+	tests := []struct {
+		name string
+		r    result.Result
+		want string
+	}{
+		{"gpu with vram", result.Result{Model: result.Model{Name: "M"}, Hardware: result.Hardware{GPU: "RTX 3060", VRAM: "12 GB"}}, "M on RTX 3060 12GB"},
+		{"several gpus", result.Result{Model: result.Model{Name: "M"}, Hardware: result.Hardware{GPU: "2× RTX 3090", VRAM: "2 × 24 GB"}}, "M on 2× RTX 3090"},
+		{"cpu only", result.Result{Model: result.Model{Served: "bench"}, Hardware: result.Hardware{CPU: "AMD EPYC 7B13 (2C)"}}, "bench on AMD EPYC 7B13"},
+		{"nothing", result.Result{}, "Unknown model"},
+	}
+	for _, tt := range tests {
+		if got := title(&tt.r); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestEdgeDocuments renders documents the matrix can produce besides a
+// full run: empty, interrupted with cells missing, a failed prefill row.
+func TestEdgeDocuments(t *testing.T) {
+	empty := &result.Result{Schema: 1}
+	interrupted := &result.Result{Schema: 1, Interrupted: true,
+		Model:    result.Model{Name: "M"},
+		Settings: result.Settings{Contexts: []int{0, 1024}, Concurrency: []int{1, 2}, PrefillAt: []int{1024}},
+		Prefill:  []result.Prefill{{Context: 1024, Status: result.Failed, Requests: 1, Error: "HTTP 500"}},
+		Decode: []result.Cell{{Context: 0, Concurrency: 1, Status: result.Valid, Measured: true, TotalTokPerSec: 50,
+			PerRequestTokPerSec: 50, TTFTms: 20, TBTms: 20, AvgActive: 1, OutputTokens: 500, MeasuredForSeconds: 10}}}
+	for _, r := range []*result.Result{empty, interrupted} {
+		for _, f := range Formats {
+			var buf bytes.Buffer
+			if err := Render(&buf, r, f); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+			if buf.Len() == 0 {
+				t.Errorf("%s: empty output", f)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, interrupted, "md"); err != nil {
+		t.Fatal(err)
+	}
+	md := buf.String()
+	for _, want := range []string{"| 0 | 50.0<br>20 ms TTFT | Not run |", "| 1K | Not run | Not run |",
+		"Not run: the run stopped before this measurement.", "| 1K | Failed | — |",
+		"| Prefill | 1K | 1 | Failed | — | — | — | — | — | 1 | — | — |", "The run was interrupted"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("interrupted run's Markdown lacks %q\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "Over capacity:") {
+		t.Error("footnote for a status that is not present")
+	}
+	if err := Render(&buf, nil, "text"); err == nil {
+		t.Error("nil result should fail")
+	}
+	if err := Render(&buf, empty, "yaml"); err == nil || !strings.Contains(err.Error(), "text, md, csv, json, html") {
+		t.Errorf("unknown format error should list the formats: %v", err)
+	}
+}
+
+// TestJSONRoundTrip: the json format is the document itself.
+func TestJSONRoundTrip(t *testing.T) {
+	r := loadRun(t)
+	var a, b bytes.Buffer
+	if err := Render(&a, r, "json"); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := result.Read(bytes.NewReader(a.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Error("json output does not round-trip")
+	}
+}
+
+// TestCSVRows: one row per prefill row and cell, every column, raw numbers.
+func TestCSVRows(t *testing.T) {
+	r := loadSeed(t, "002")
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + len(r.Prefill) + len(r.Decode); len(rows) != want {
+		t.Fatalf("%d rows, want %d", len(rows), want)
+	}
+	for _, row := range rows {
+		if len(row) != len(csvColumns) {
+			t.Fatalf("row %v has %d columns, want %d", row, len(row), len(csvColumns))
+		}
+		for _, c := range row[1:12] {
+			if strings.Contains(c, ",") || strings.Contains(c, "—") || strings.Contains(c, " ms") {
+				t.Errorf("not a raw number: %q in %v", c, row)
+			}
+		}
+	}
+	if got := strings.Join(rows[6][:12], ","); got != "decode,0,1,valid,49.6,49.7,164,20.1,1,0,1488,30" {
+		t.Errorf("first decode row: %s", got)
+	}
+}
+
+func TestFormatForFile(t *testing.T) {
+	for name, want := range map[string]string{"a.html": "html", "b.MD": "md", "c.markdown": "md", "d.csv": "csv", "e.json": "json", "f.txt": "text", "g.pdf": "", "": ""} {
+		got, ok := FormatForFile(name)
+		if got != want || ok != (want != "") {
+			t.Errorf("FormatForFile(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}
+
+func BenchmarkRender(b *testing.B) {
+	r, err := result.ReadFile("testdata/run.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range Formats {
+		b.Run(f, func(b *testing.B) {
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				if err := Render(&buf, r, f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
