@@ -86,6 +86,9 @@ type Prompt struct {
 	// Counts is how many count calls building it took (the builder's
 	// one-off calibration included in the first prompt's).
 	Counts int
+	// Estimated is set when Tokens was not counted for this text but taken
+	// from another slot's prompt of the same context (Builder.Estimate).
+	Estimated bool
 }
 
 // Builder makes prompts for one run. Set API and SharedPrefix before the
@@ -97,11 +100,20 @@ type Builder struct {
 	// text of this many tokens, after the salt line and before the slot id.
 	SharedPrefix int
 
+	// Estimate, when set, spends counts only on the first prompt of each
+	// context (a full search); later prompts of that context, for other
+	// slots, take the same number of words and report that prompt's count
+	// with Estimated set. Use it when every count is a prefill
+	// (engines.Info.Tokenize false); the warm-up's usage.prompt_tokens then
+	// says each prompt's real length.
+	Estimate bool
+
 	salt    string
 	counter TokenCounter
 
-	mu  sync.Mutex
-	cal map[string]*calibration // per API
+	mu   sync.Mutex
+	cal  map[string]*calibration // per API
+	rows map[rowKey]built        // with Estimate: the first prompt of each context
 }
 
 // calibration is what a builder learned about the engine's tokenizer.
@@ -159,18 +171,69 @@ func (b *Builder) Prompt(ctx context.Context, contextTokens, slot int) (Prompt, 
 		return Prompt{}, err
 	}
 	head := cal.shared + slotLine(b.salt, slot, contextTokens, cal.shared != "")
-	text, toks, counts, err := b.build(ctx, api, cal, head, cal.head+cal.sharedToks, newGen(b.salt, slot, contextTokens), contextTokens)
+	g := newGen(b.salt, slot, contextTokens)
+	p := Prompt{Context: contextTokens, Slot: slot, API: api, Shared: cal.sharedToks, Counts: calls}
+	if b.Estimate {
+		if r, ok := b.row(api, contextTokens); ok {
+			p.Text, p.Tokens, p.Estimated = withWords(head, g, r.words, cal.wordBytes), r.tokens, true
+			return p, nil
+		}
+	}
+	r, err := b.build(ctx, api, cal, head, cal.head+cal.sharedToks, g, contextTokens)
 	if err != nil {
 		return Prompt{}, err
 	}
-	return Prompt{Text: text, Tokens: toks, Context: contextTokens, Slot: slot, API: api,
-		Shared: cal.sharedToks, Counts: calls + counts}, nil
+	if b.Estimate {
+		b.setRow(api, contextTokens, r)
+	}
+	p.Text, p.Tokens, p.Counts = r.text, r.tokens, p.Counts+r.counts
+	return p, nil
+}
+
+// built is what build made: the text, its count, the count calls spent,
+// and how many words follow the head.
+type built struct {
+	text                  string
+	tokens, counts, words int
+}
+
+func (b *Builder) row(api string, context int) (built, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.rows[rowKey{api, context}]
+	return r, ok
+}
+
+func (b *Builder) setRow(api string, context int, r built) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rows == nil {
+		b.rows = map[rowKey]built{}
+	}
+	r.text = "" // keep the numbers, not the prompt
+	b.rows[rowKey{api, context}] = r
+}
+
+type rowKey struct {
+	api     string
+	context int
+}
+
+// withWords is head followed by n words of g, in a buffer of its own size.
+func withWords(head string, g *gen, n int, wordBytes float64) string {
+	var sb strings.Builder
+	sb.Grow(len(head) + int(float64(n)*wordBytes*1.01) + 16)
+	sb.WriteString(head)
+	for range n {
+		g.appendWord(&sb)
+	}
+	return sb.String()
 }
 
 // build appends words from g to head until the whole counts target tokens
 // (within Tolerance; aiming closer while count calls remain). It holds one
 // copy of the text: every candidate is a prefix of the same buffer.
-func (b *Builder) build(ctx context.Context, api string, cal *calibration, head string, headEst int, g *gen, target int) (string, int, int, error) {
+func (b *Builder) build(ctx context.Context, api string, cal *calibration, head string, headEst int, g *gen, target int) (built, error) {
 	perWord := cal.perWord
 	counts := 0
 	count := func(text string) (int, error) {
@@ -189,10 +252,10 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 	if target < headEst+64 {
 		var err error
 		if headToks, err = count(head); err != nil {
-			return "", 0, counts, err
+			return built{counts: counts}, err
 		}
 		if target <= headToks+int(math.Ceil(perWord)) {
-			return head, headToks, counts, nil
+			return built{text: head, tokens: headToks, counts: counts}, nil
 		}
 	}
 
@@ -249,7 +312,7 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 		grow(n)
 		got, err := count(textOf(n))
 		if err != nil {
-			return "", 0, counts, err
+			return built{counts: counts}, err
 		}
 		if abs(got-target) < abs(bestT-target) {
 			best, bestT = n, got
@@ -278,9 +341,9 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 		n = next
 	}
 	if abs(bestT-target) > Tolerance(target) {
-		return "", 0, counts, fmt.Errorf("prompts: could not reach %d tokens within ±%d in %d counts (closest: %d); the counter's counts do not follow the text", target, Tolerance(target), counts, bestT)
+		return built{counts: counts}, fmt.Errorf("prompts: could not reach %d tokens within ±%d in %d counts (closest: %d); the counter's counts do not follow the text", target, Tolerance(target), counts, bestT)
 	}
-	return textOf(best), bestT, counts, nil
+	return built{text: textOf(best), tokens: bestT, counts: counts, words: best}, nil
 }
 
 // secant is the tokens-per-word slope between two measurements, keeping prev
@@ -373,12 +436,12 @@ func (b *Builder) calibrate(ctx context.Context, api string) (*calibration, int,
 		return nil, calls, fmt.Errorf("prompts: the counter says %d words add %d tokens: it does not count this text", calibrationWords, t-h)
 	}
 	if b.SharedPrefix > 0 {
-		text, n, k, err := b.build(ctx, api, c, b.salt+" shared\n", h, newGen(b.salt, -2, b.SharedPrefix), b.SharedPrefix)
-		calls += k
+		r, err := b.build(ctx, api, c, b.salt+" shared\n", h, newGen(b.salt, -2, b.SharedPrefix), b.SharedPrefix)
+		calls += r.counts
 		if err != nil {
 			return nil, calls, fmt.Errorf("prompts: building the %d-token shared prefix: %w", b.SharedPrefix, err)
 		}
-		c.shared, c.sharedToks = text, n
+		c.shared, c.sharedToks = r.text, r.tokens
 	}
 	if b.cal == nil {
 		b.cal = map[string]*calibration{}
@@ -395,9 +458,18 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 	if n == 0 {
 		return out, nil
 	}
-	// Calibrate once before fanning out, so workers do not queue on it.
+	// Calibrate once before fanning out, so workers do not queue on it;
+	// with Estimate, slot 0 makes the row's one full search.
 	if _, err := b.Prompt(ctx, 0, -1); err != nil {
 		return nil, err
+	}
+	start := 0
+	if b.Estimate {
+		p, err := b.Prompt(ctx, contextTokens, 0)
+		if err != nil {
+			return nil, err
+		}
+		out[0], start = p, 1
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -412,7 +484,7 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 		go func() {
 			defer wg.Done()
 			for {
-				i := int(next.Add(1)) - 1
+				i := start + int(next.Add(1)) - 1
 				if i >= n || ctx.Err() != nil {
 					return
 				}

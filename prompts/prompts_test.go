@@ -272,3 +272,37 @@ func TestPromptsRow(t *testing.T) {
 		t.Errorf("Prompts error: %v", err)
 	}
 }
+
+func TestPromptsEstimate(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int64
+	counting := CounterFunc(func(ctx context.Context, api, s string) (int, error) {
+		calls.Add(1)
+		return merging(ctx, api, s)
+	})
+	b := NewBuilder("est", counting)
+	b.Estimate = true
+	ps, err := b.Prompts(ctx, 100000, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps[0].Estimated || ps[0].Counts == 0 {
+		t.Errorf("slot 0 was not counted: %+v", ps[0].Counts)
+	}
+	for i, p := range ps[1:] {
+		if !p.Estimated || p.Counts != 0 || p.Tokens != ps[0].Tokens {
+			t.Errorf("slot %d: estimated %v, %d counts, %d tokens", i+1, p.Estimated, p.Counts, p.Tokens)
+		}
+		real, _ := merging(ctx, APIChat, p.Text)
+		if d := real - 100000; d > Tolerance(100000) || -d > Tolerance(100000) {
+			t.Errorf("slot %d: really %d tokens", i+1, real)
+		}
+		if i == 0 && strings.HasPrefix(p.Text, ps[0].Text[:20]) {
+			t.Error("estimated prompts are not per slot")
+		}
+	}
+	// Calibration (2), the context-0 warm-up of Prompts (1), one search.
+	if calls.Load() > 3+MaxCounts {
+		t.Errorf("%d counts for a 16-slot row", calls.Load())
+	}
+}
