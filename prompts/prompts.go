@@ -460,7 +460,13 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 	}
 	// Calibrate once before fanning out, so workers do not queue on it;
 	// with Estimate, slot 0 makes the row's one full search.
-	if _, err := b.Prompt(ctx, 0, -1); err != nil {
+	if api := b.api(); api != APIChat && api != APICompletions {
+		return nil, fmt.Errorf("prompts: API %q: want %q or %q", api, APIChat, APICompletions)
+	}
+	if b.counter == nil {
+		return nil, errors.New("prompts: no token counter")
+	}
+	if _, _, err := b.calibrate(ctx, b.api()); err != nil {
 		return nil, err
 	}
 	start := 0
