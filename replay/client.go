@@ -28,6 +28,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -130,6 +131,10 @@ type Conn struct {
 	hc       *http.Client
 	stream   *tap.Stream
 	buf      []byte
+	dialer   *net.Dialer
+
+	mu  sync.Mutex
+	pre net.Conn // dialled ahead by Dial, handed to the transport's first dial
 	// Tokens, when set, is increased by the tokens of every event as it
 	// arrives (a live counter for progress displays).
 	Tokens *atomic.Int64
@@ -138,9 +143,17 @@ type Conn struct {
 // NewConn returns a connection to t whose timestamps are offsets on clock.
 // The TCP connection is dialled by the first request and kept for the next.
 func NewConn(t Target, clock record.Clock) *Conn {
-	tr := &http.Transport{
+	c := &Conn{
+		target:   t,
+		endpoint: t.Endpoint(),
+		clock:    clock,
+		stream:   tap.NewStream(clock),
+		buf:      make([]byte, ReadBuffer),
+		dialer:   &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second},
+	}
+	c.tr = &http.Transport{
 		Proxy:                 nil, // measure the engine, never an environment proxy
-		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           c.dial,
 		MaxIdleConns:          1,
 		MaxIdleConnsPerHost:   1,
 		MaxConnsPerHost:       1,
@@ -153,19 +166,59 @@ func NewConn(t Target, clock record.Clock) *Conn {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: 0,
 	}
-	return &Conn{
-		target:   t,
-		endpoint: t.Endpoint(),
-		clock:    clock,
-		tr:       tr,
-		hc:       &http.Client{Transport: tr},
-		stream:   tap.NewStream(clock),
-		buf:      make([]byte, ReadBuffer),
+	c.hc = &http.Client{Transport: c.tr}
+	return c
+}
+
+func (c *Conn) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	p := c.pre
+	c.pre = nil
+	c.mu.Unlock()
+	if p != nil {
+		return p, nil
 	}
+	return c.dialer.DialContext(ctx, network, addr)
+}
+
+// Dial opens the TCP connection now, so the first request does not spend
+// its time (or a window's) on it. A failure is left for the request to meet.
+func (c *Conn) Dial(ctx context.Context) error {
+	u, err := url.Parse(c.endpoint)
+	if err != nil {
+		return err
+	}
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	nc, err := c.dialer.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.pre != nil {
+		c.pre.Close()
+	}
+	c.pre = nc
+	c.mu.Unlock()
+	return nil
 }
 
 // Close closes the connection.
-func (c *Conn) Close() { c.tr.CloseIdleConnections() }
+func (c *Conn) Close() {
+	c.tr.CloseIdleConnections()
+	c.mu.Lock()
+	if c.pre != nil {
+		c.pre.Close()
+		c.pre = nil
+	}
+	c.mu.Unlock()
+}
 
 // Do sends body and measures the response into rec. The caller sets rec.ID,
 // rec.Tag, rec.MaxTokens and rec.Stream (what the body asks for); Do sets

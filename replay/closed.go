@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tokentap/tokentap/record"
 )
@@ -22,9 +23,12 @@ type Closed struct {
 	Stream    bool
 	// Tag labels every record, e.g. "C=16384 N=4".
 	Tag string
-	// IDs gives every request a run-unique id; nil numbers them from 1 with
-	// Tag as prefix.
+	// IDs gives every request a run-unique id (Tag#n); nil numbers them
+	// from 1.
 	IDs *atomic.Int64
+	// Window, when > 0, ends the loop that long after the streams start:
+	// whatever still runs then is cancelled (and recorded as cancelled).
+	Window time.Duration
 	// StopOnFailure ends the whole loop after the first failed request:
 	// a cell with a failure is Failed whatever else happens (METHOD.md §3),
 	// so hammering a broken engine for the rest of the window tells nothing.
@@ -35,30 +39,67 @@ type Closed struct {
 	Once bool
 }
 
-// RunClosed runs the loop until ctx is done (every stream's request in flight
-// is then cancelled and recorded as cancelled) or, with Once, until every
-// stream sent its body once. It returns the records of every request, in no
-// particular order, and whether a request failed.
-func RunClosed(ctx context.Context, cfg Closed) (recs []record.Record, failed bool) {
+// Run is what a closed loop did.
+type Run struct {
+	// Records of every request, in no particular order.
+	Records []record.Record
+	// Failed is true when a request failed (record.Outcome.Failed).
+	Failed bool
+	// Start is when the streams were started, after their connections were
+	// dialled: no request was sent before it. End is Start + Window for a
+	// loop that ran its window, else when the loop stopped.
+	Start, End time.Duration
+}
+
+// RunClosed dials one connection per stream, then starts every stream at
+// once and keeps them going until the window closes, ctx is done or, with
+// Once, every stream sent its body once. Requests still running at the end
+// are cancelled and recorded as cancelled.
+func RunClosed(ctx context.Context, cfg Closed) Run {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ids := cfg.IDs
 	if ids == nil {
 		ids = new(atomic.Int64)
 	}
-	var (
-		mu     sync.Mutex
-		out    []record.Record
-		failOn atomic.Bool
-		wg     sync.WaitGroup
-	)
-	for _, body := range cfg.Bodies {
+
+	// Connections first, so the window measures requests, not TCP set-up.
+	conns := make([]*Conn, len(cfg.Bodies))
+	var wg sync.WaitGroup
+	for i := range conns {
+		conns[i] = NewConn(cfg.Target, cfg.Clock)
+		conns[i].Tokens = cfg.Tokens
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn := NewConn(cfg.Target, cfg.Clock)
-			conn.Tokens = cfg.Tokens
-			defer conn.Close()
+			_ = conns[i].Dial(ctx)
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+
+	var (
+		mu       sync.Mutex
+		out      []record.Record
+		failOn   atomic.Bool
+		stopped  atomic.Int64 // when StopOnFailure stopped the loop, +1
+		windowed bool
+	)
+	start := cfg.Clock.Now()
+	if cfg.Window > 0 {
+		windowed = true
+		t := time.AfterFunc(cfg.Window, cancel)
+		defer t.Stop()
+	}
+	for i, body := range cfg.Bodies {
+		conn := conns[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			var mine []record.Record
 			for ctx.Err() == nil {
 				rec := record.Record{
@@ -71,7 +112,7 @@ func RunClosed(ctx context.Context, cfg Closed) (recs []record.Record, failed bo
 				mine = append(mine, rec)
 				if rec.Outcome.Failed() {
 					failOn.Store(true)
-					if cfg.StopOnFailure {
+					if cfg.StopOnFailure && stopped.CompareAndSwap(0, int64(rec.End)+1) {
 						cancel()
 					}
 				}
@@ -85,5 +126,12 @@ func RunClosed(ctx context.Context, cfg Closed) (recs []record.Record, failed bo
 		}()
 	}
 	wg.Wait()
-	return out, failOn.Load()
+	end := cfg.Clock.Now()
+	switch {
+	case stopped.Load() > 0:
+		end = time.Duration(stopped.Load() - 1)
+	case windowed && end >= start+cfg.Window:
+		end = start + cfg.Window
+	}
+	return Run{Records: out, Failed: failOn.Load(), Start: start, End: end}
 }

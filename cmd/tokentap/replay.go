@@ -1,11 +1,218 @@
 package main
 
-import "io"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/prompts"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/replay"
+)
+
+type replayFlags struct {
+	Target  string  `env:"TARGET"`
+	Model   string  `env:"MODEL"`
+	APIKey  string  `env:"API_KEY"`
+	API     string  `env:"API"`
+	Speed   float64 `env:"SPEED" envDefault:"1"`
+	Out     string  `env:"OUT"`
+	Records string  `env:"RECORDS"`
+	Format  string  `env:"FORMAT" envDefault:"text"`
+	Salt    string  `env:"SALT"`
+	LogFlags
+}
+
+const replaySummary = `Replay a proxy capture (JSONL records, e.g. from tokentap proxy --capture) against an
+engine: every request is sent again with the same shape (prompt length, max_tokens,
+streaming, API) at its original arrival time divided by --speed (open loop), and the
+replay reports TTFT, time between tokens and throughput.
+
+Usage: tokentap replay --target URL [flags] capture.jsonl`
 
 func runReplay(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("replay", "not built yet in this version", stderr)
-	if code, done := parseFlags(fs, args); done {
-		return code
+	var f replayFlags
+	if err := loadEnv(&f); err != nil {
+		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
+		return 2
 	}
-	return notBuilt("replay", stderr)
+	fs := newFlagSet("replay", replaySummary, stderr)
+	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_TARGET]")
+	fs.StringVar(&f.Model, "model", f.Model, "model to request instead of the captured one; empty: the engine's first model [TOKENTAP_MODEL]")
+	fs.StringVar(&f.APIKey, "api-key", f.APIKey, "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
+	fs.StringVar(&f.API, "api", f.API, "send every request to this API (chat or completions) instead of the captured one [TOKENTAP_API]")
+	fs.Float64Var(&f.Speed, "speed", f.Speed, "time scale: 2 replays the capture twice as fast [TOKENTAP_SPEED]")
+	fs.StringVar(&f.Out, "out", f.Out, "write the summary here as JSON [TOKENTAP_OUT]")
+	fs.StringVar(&f.Records, "records", f.Records, "write the replayed requests' records here (JSONL) [TOKENTAP_RECORDS]")
+	fs.StringVar(&f.Format, "format", f.Format, "summary format on stdout: text or json [TOKENTAP_FORMAT]")
+	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run) [TOKENTAP_SALT]")
+	f.LogFlags.register(fs)
+	// Accept the capture file before or after the flags.
+	var files []string
+	rest := args
+	for {
+		if code, done := parseFlags(fs, rest); done {
+			return code
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fmt.Fprintf(stderr, "tokentap replay: want exactly one capture file, got %d (usage: tokentap replay --target URL capture.jsonl)\n", len(files))
+		return 2
+	}
+	if f.Target == "" {
+		fmt.Fprintln(stderr, "tokentap replay: --target is required (the engine to replay the capture against)")
+		return 2
+	}
+	if f.Speed <= 0 {
+		fmt.Fprintf(stderr, "tokentap replay: --speed %v: want a positive factor\n", f.Speed)
+		return 2
+	}
+	if f.Format != "text" && f.Format != "json" {
+		fmt.Fprintf(stderr, "tokentap replay: --format %q: use text or json\n", f.Format)
+		return 2
+	}
+	var api record.API
+	switch f.API {
+	case "":
+	case string(record.Chat), string(record.Completions):
+		api = record.API(f.API)
+	default:
+		fmt.Fprintf(stderr, "tokentap replay: --api %q: use chat or completions\n", f.API)
+		return 2
+	}
+	log, err := f.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
+		return 2
+	}
+
+	cf, err := os.Open(files[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
+		return 1
+	}
+	capture, err := record.ReadAll(cf)
+	cf.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap replay: reading %s: %v\n", files[0], err)
+		return 1
+	}
+	if len(capture) == 0 {
+		fmt.Fprintf(stderr, "tokentap replay: %s holds no records\n", files[0])
+		return 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
+
+	info, err := engines.Probe(ctx, engines.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: f.Model})
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
+		return 1
+	}
+	model := f.Model
+	if model == "" {
+		model = info.Model // the captured model may not exist on this engine
+	}
+	tgt := replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: model, API: api}
+	salt := f.Salt
+	if salt == "" {
+		salt = prompts.NewSalt()
+	}
+	builders := map[record.API]*prompts.Builder{}
+	prompt := func(ctx context.Context, tokens, i int) (string, error) {
+		a := api
+		if a == "" {
+			a = capture[i].API
+		}
+		if a == "" {
+			a = record.Chat
+		}
+		b := builders[a]
+		if b == nil {
+			b = prompts.NewBuilder(salt, info)
+			b.API = string(a)
+			builders[a] = b
+		}
+		p, err := b.Prompt(ctx, tokens, i)
+		return p.Text, err
+	}
+	log.Info().Int("requests", len(capture)).Float64("speed", f.Speed).Str("engine", info.Kind).Msg("replay: starting")
+	fmt.Fprintf(stderr, "tokentap replay: %d requests from %s against %s (%s) at %gx speed\n", len(capture), files[0], info.BaseURL, info.Kind, f.Speed)
+
+	clock := record.NewClock()
+	recs, late, runErr := replay.RunCapture(ctx, replay.Capture{
+		Target: tgt, Clock: clock, Records: capture, Speed: f.Speed, Prompt: prompt, IgnoreEOS: true,
+	})
+	if recs == nil && runErr != nil {
+		fmt.Fprintf(stderr, "tokentap replay: %v\n", runErr)
+		return 1
+	}
+	sum := replay.Summarize(recs)
+	sum.Speed = f.Speed
+	sum.Engine = info.Kind
+	sum.Target = info.BaseURL
+	sum.LateMaxMs = float64(late.Max.Microseconds()) / 1000
+	sum.LateMedianMs = float64(late.Median.Microseconds()) / 1000
+
+	code := 0
+	if runErr != nil {
+		fmt.Fprintf(stderr, "tokentap replay: stopped early (%v); the summary covers the %d requests sent\n", runErr, len(recs))
+		code = 130
+		if !errors.Is(runErr, context.Canceled) {
+			code = 1
+		}
+	}
+	if f.Records != "" {
+		if err := writeRecords(f.Records, recs); err != nil {
+			fmt.Fprintf(stderr, "tokentap replay: --records: %v\n", err)
+			code = max(code, 1)
+		}
+	}
+	if f.Out != "" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		if err := os.WriteFile(f.Out, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(stderr, "tokentap replay: --out: %v\n", err)
+			code = max(code, 1)
+		}
+	}
+	if f.Format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(sum)
+	} else {
+		sum.WriteText(stdout)
+	}
+	return code
+}
+
+func writeRecords(path string, recs []record.Record) error {
+	fl, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := record.NewWriter(fl)
+	for i := range recs {
+		if err := w.Write(&recs[i]); err != nil {
+			fl.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		fl.Close()
+		return err
+	}
+	return fl.Close()
 }

@@ -1,0 +1,547 @@
+// Package matrix runs the speed test matrix of METHOD.md §3 against an
+// engine and assembles the run's result document (METHOD.md §5).
+//
+// A run goes in this order: probe the engine (engines.Probe; an unreachable
+// or wrong target fails here, before any load); decide the plan (contexts
+// that do not fit the max model length are dropped and said so, cells with
+// N × (C + max output) > KV capacity are Over capacity and never run); send
+// the cold prefill requests of prefill contexts that are not decode rows;
+// then row by row: build one salted prompt per concurrency slot, warm each up
+// once with max_tokens 1 (the first warm-up request is the row's prefill
+// measurement), and run each cell for a fixed window through the closed-loop
+// load generator, scraping the engine's waiting gauge during the window,
+// cancelling what still runs at the window's end, and judging the status from
+// the records with package cell.
+//
+// When ctx is cancelled (Ctrl-C) Run stops at once and returns the result
+// with the cells finished so far, the rest Not run, Interrupted set, and
+// ErrInterrupted.
+package matrix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/prompts"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
+)
+
+// ErrInterrupted is returned with a partial result when the run's context
+// was cancelled before every cell ran.
+var ErrInterrupted = errors.New("matrix run interrupted; the result holds the cells finished so far")
+
+// Config is one matrix run. Zero values mean defaults.
+type Config struct {
+	// Target is the engine. Target.Model empty: the model the engine serves
+	// (probed). Target.API empty: the scenario's API, else chat.
+	Target replay.Target
+	// Scenario holds the run settings (contexts, concurrency, prefill,
+	// window, max output, sampling, extra request fields).
+	Scenario scenarios.Scenario
+	// KVCapacity and MaxModelLen override what the probe found (flags);
+	// the scenario's own overrides apply when these are 0.
+	KVCapacity  int
+	MaxModelLen int
+
+	// Descriptive facts for the report; what is given here wins over what
+	// the probe found.
+	Tool     result.Tool
+	Hardware result.Hardware
+	Engine   result.Engine
+	Model    result.Model
+	By       string
+
+	// Salt starts every prompt of the run so no rerun finds them in the
+	// engine's prefix cache; empty: random.
+	Salt string
+	// Progress receives the live display (stderr); nil shows nothing.
+	Progress io.Writer
+	// Terminal draws a redrawn bar instead of plain lines.
+	Terminal bool
+	// Log gets structured events (debug: every step).
+	Log zerolog.Logger
+	// LoadEvery is how often the engine's waiting gauge is scraped during a
+	// window; default 250 ms.
+	LoadEvery time.Duration
+	// WarmupParallel bounds the warm-up requests sent at once; default 4.
+	WarmupParallel int
+	// HTTPClient is used for probes and gauges; nil: a default client.
+	HTTPClient *http.Client
+	// OnCell, when set, is called after every measured cell with its records.
+	OnCell func(CellRun)
+	// OnRecords, when set, is called with the records of every step
+	// (warm-up, prefill, cells), e.g. to write them as JSONL.
+	OnRecords func(recs []record.Record)
+}
+
+// CellRun is a measured cell with what it was judged from.
+type CellRun struct {
+	Cell       result.Cell
+	Window     cell.Window
+	Clock      record.Clock
+	Records    []record.Record
+	MaxWaiting int // highest waiting gauge in the window, -1: no gauge
+}
+
+// Run runs the matrix. On an error before load (probe, prompt building) it
+// returns a nil result. On interruption it returns the partial result and
+// ErrInterrupted.
+func Run(ctx context.Context, cfg Config) (*result.Result, error) {
+	r := &runner{cfg: cfg, log: cfg.Log}
+	return r.run(ctx)
+}
+
+type runner struct {
+	cfg   Config
+	log   zerolog.Logger
+	sc    scenarios.Scenario
+	info  *engines.Info
+	tgt   replay.Target
+	clock record.Clock
+	ids   atomic.Int64
+	prog  *progress
+	build *prompts.Builder
+	res   *result.Result
+	plan  plan
+	// warm holds the first warm-up record of each decode row, for the prefill
+	// rows measured during warm-up.
+	warm map[int]*record.Record
+}
+
+func (r *runner) run(ctx context.Context) (*result.Result, error) {
+	cfg := r.cfg
+	r.sc = cfg.Scenario
+	sc := &r.sc
+	if sc.Window <= 0 {
+		sc.Window = 30 * time.Second
+	}
+	if sc.MaxOutput <= 0 {
+		sc.MaxOutput = 8192
+	}
+	if cfg.LoadEvery <= 0 {
+		cfg.LoadEvery = 250 * time.Millisecond
+		r.cfg.LoadEvery = cfg.LoadEvery
+	}
+	if cfg.WarmupParallel <= 0 {
+		r.cfg.WarmupParallel = 4
+	}
+	r.tgt = cfg.Target
+	if r.tgt.API == "" {
+		r.tgt.API = record.API(sc.API)
+	}
+	if r.tgt.API == "" {
+		r.tgt.API = record.Chat
+	}
+	if r.tgt.API != record.Chat && r.tgt.API != record.Completions {
+		return nil, fmt.Errorf("unknown API %q: use chat or completions", r.tgt.API)
+	}
+	if r.tgt.Model == "" {
+		r.tgt.Model = sc.Model
+	}
+	salt := cfg.Salt
+	if salt == "" {
+		salt = prompts.NewSalt()
+	}
+
+	started := time.Now()
+	// 1. Probe: a wrong or unreachable target stops here, before any load.
+	info, err := engines.Probe(ctx, engines.Target{BaseURL: r.tgt.BaseURL, APIKey: r.tgt.APIKey, Model: r.tgt.Model,
+		HTTPClient: cfg.HTTPClient, KVCapacity: cfg.KVCapacity, MaxModelLen: cfg.MaxModelLen})
+	if err != nil {
+		return nil, err
+	}
+	r.info = info
+	if r.tgt.Model == "" {
+		r.tgt.Model = info.Model
+	}
+
+	res := &result.Result{
+		Schema:   result.SchemaVersion,
+		Tool:     cfg.Tool,
+		Started:  started,
+		Hardware: cfg.Hardware,
+		Engine:   cfg.Engine,
+		Model:    cfg.Model,
+		Probes:   append([]result.Fact(nil), info.Facts...),
+	}
+	r.res = res
+	if res.Tool.Name == "" {
+		res.Tool.Name = "tokentap"
+	}
+	if res.Engine.Name == "" {
+		res.Engine.Name = info.Kind
+	}
+	if res.Engine.Version == "" {
+		res.Engine.Version = info.Version
+	}
+	if res.Engine.URL == "" {
+		res.Engine.URL = r.tgt.Base()
+	}
+	if res.Model.Served == "" {
+		res.Model.Served = r.tgt.Model
+	}
+	if res.Model.Name == "" {
+		res.Model.Name = r.tgt.Model
+	}
+
+	// The probe applied the flags; a scenario's own overrides come next.
+	maxLen, kv := info.MaxModelLen, info.KVCapacity
+	if cfg.MaxModelLen == 0 && sc.MaxModelLen > 0 {
+		maxLen = sc.MaxModelLen
+		res.Probes = append(res.Probes, result.Fact{Name: engines.FactMaxModelLen, Value: fmt.Sprint(maxLen), Source: "scenario max_model_len"})
+	}
+	if cfg.KVCapacity == 0 && sc.KVCapacity > 0 {
+		kv = sc.KVCapacity
+		res.Probes = append(res.Probes, result.Fact{Name: engines.FactKVCapacity, Value: fmt.Sprint(kv), Source: "scenario kv_capacity"})
+	}
+
+	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Prefill, sc.MaxOutput, maxLen, kv)
+	if kv == 0 {
+		r.plan.notes = append(r.plan.notes, "The engine's KV cache capacity is unknown (give --kv-capacity): every cell was tried.")
+	}
+	res.Settings = result.Settings{
+		DecodeTest:    "Fixed duration",
+		PrefillMode:   r.plan.prefillMode(),
+		WindowSeconds: sc.Window.Seconds(),
+		MaxOutput:     sc.MaxOutput,
+		Contexts:      r.plan.contexts,
+		Concurrency:   r.plan.concurrency,
+		PrefillAt:     sc.Prefill,
+		API:           string(r.tgt.API),
+		Dropped:       r.plan.dropped,
+		KVCapacity:    kv,
+		MaxModelLen:   maxLen,
+		Scenario:      sc.Name,
+		By:            cfg.By,
+	}
+	res.Decode = r.plan.cells
+	res.Prefill = r.plan.prefill
+	res.Notes = append(res.Notes, r.plan.notes...)
+
+	r.clock = record.NewClock()
+	r.build = prompts.NewBuilder(salt, info)
+	r.build.API = string(r.tgt.API)
+	r.build.SharedPrefix = sc.SharedPrefix
+	r.warm = map[int]*record.Record{}
+	r.prog = newProgress(cfg.Progress, cfg.Terminal, sc.Window, r.plan.runnableCells())
+	for _, n := range r.plan.notes {
+		r.prog.note(n)
+	}
+	r.log.Info().Str("engine", info.Kind).Str("version", info.Version).Str("model", r.tgt.Model).
+		Int("max_model_len", maxLen).Int("kv_capacity", kv).Int("cells", r.plan.runnableCells()).Msg("matrix: plan ready")
+
+	err = r.execute(ctx)
+	r.prog.close()
+	res.Ended = time.Now()
+	if err != nil && ctx.Err() != nil {
+		res.Interrupted = true
+		res.Notes = append(res.Notes, "The run was interrupted: cells not reached are marked Not run.")
+		return res, ErrInterrupted
+	}
+	if err != nil {
+		res.Interrupted = true
+		res.Notes = append(res.Notes, "The run stopped early: "+err.Error())
+		return res, err
+	}
+	return res, nil
+}
+
+// execute sends the load: cold prefill rows, then every decode row.
+func (r *runner) execute(ctx context.Context) error {
+	for _, pc := range r.plan.coldPrefill {
+		if err := r.coldPrefill(ctx, pc); err != nil {
+			return err
+		}
+	}
+	for _, c := range r.plan.contexts {
+		ns := r.plan.runnable(c)
+		if len(ns) == 0 {
+			continue
+		}
+		if err := r.row(ctx, c, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// slotBodies builds the prompts of context c for slots [from, to) and
+// returns the decode and warm-up bodies for them.
+func (r *runner) slotBodies(ctx context.Context, c, from, to int) (decode, warm [][]byte, err error) {
+	for slot := from; slot < to; slot++ {
+		p, err := r.build.Prompt(ctx, c, slot)
+		if err != nil {
+			return nil, nil, fmt.Errorf("build the %s-token prompt for slot %d: %w", TokenLabel(c), slot, err)
+		}
+		d, err := r.tgt.Body(r.request(p.Text, r.sc.MaxOutput))
+		if err != nil {
+			return nil, nil, err
+		}
+		w, err := r.tgt.Body(r.request(p.Text, 1))
+		if err != nil {
+			return nil, nil, err
+		}
+		decode = append(decode, d)
+		warm = append(warm, w)
+	}
+	return decode, warm, nil
+}
+
+func (r *runner) request(prompt string, maxTokens int) replay.Request {
+	extra := map[string]any{}
+	for k, v := range r.sc.Extra {
+		extra[k] = v
+	}
+	for k, v := range r.sc.SamplingFields() {
+		extra[k] = v
+	}
+	return replay.Request{
+		Prompt:    prompt,
+		MaxTokens: maxTokens,
+		Stream:    true,
+		IgnoreEOS: true,
+		MinTokens: maxTokens > 1 && (r.info.Kind == "vllm" || r.info.Kind == "sglang"),
+		Extra:     extra,
+	}
+}
+
+// coldPrefill measures prefill context pc with one request of its own.
+func (r *runner) coldPrefill(ctx context.Context, pc int) error {
+	r.prog.begin("prefill " + TokenLabel(pc) + " (cold)")
+	// A slot number no decode row uses keeps this prompt distinct from all.
+	_, warm, err := r.slotBodies(ctx, pc, 1<<20, 1<<20+1)
+	if err != nil {
+		return err
+	}
+	recs := replay.RunClosed(ctx, replay.Closed{
+		Target: r.tgt, Clock: r.clock, Bodies: warm, MaxTokens: 1, Stream: true,
+		Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids, Once: true,
+	}).Records
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.emit(recs)
+	if len(recs) == 1 {
+		r.setPrefill(pc, &recs[0])
+	}
+	return nil
+}
+
+func (r *runner) setPrefill(pc int, rec *record.Record) {
+	for i := range r.res.Prefill {
+		row := &r.res.Prefill[i]
+		if row.Context != pc {
+			continue
+		}
+		row.Requests = 1
+		row.PromptTokens = rec.PromptTokens
+		if rec.Outcome.Failed() || len(rec.Arrivals) == 0 {
+			row.Status = result.Failed
+			row.Error = rec.Error
+			if row.Error == "" {
+				row.Error = "no token arrived"
+			}
+			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(pc), clip(row.Error, 160)))
+			return
+		}
+		tps, ttft, ok := cell.Prefill(rec)
+		if !ok {
+			row.Status = result.Failed
+			row.Error = "the engine reported no prompt token count"
+			return
+		}
+		row.Status = result.Valid
+		row.TokPerSec = tps
+		row.TTFTms = float64(ttft) / float64(time.Millisecond)
+		r.prog.note(fmt.Sprintf("prefill %-6s %9.1f tok/s  TTFT %s", TokenLabel(pc), tps, ttft.Round(time.Millisecond)))
+	}
+}
+
+func (r *runner) isPrefillRow(c int) bool {
+	for _, p := range r.res.Prefill {
+		if p.Context == c {
+			return true
+		}
+	}
+	return false
+}
+
+// drain waits, where the engine has gauges, until it runs and queues
+// nothing: streams cancelled at the last window's end may still hold slots
+// and KV cache for a moment, and would read as queueing in the next cell.
+func (r *runner) drain(ctx context.Context) {
+	if !r.info.Gauges {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running, waiting, ok, err := r.info.Load(ctx)
+		if err != nil || !ok || (running == 0 && waiting == 0) || ctx.Err() != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn().Int("running", running).Int("waiting", waiting).Msg("matrix: the engine still runs requests 10 s after the last window closed; starting the next cell anyway")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// row warms up decode context c and runs its cells ns.
+func (r *runner) row(ctx context.Context, c int, ns []int) error {
+	maxN := 0
+	for _, n := range ns {
+		maxN = max(maxN, n)
+	}
+	r.prog.begin(fmt.Sprintf("prompts C=%s ×%d", TokenLabel(c), maxN))
+	decode, warm, err := r.slotBodies(ctx, c, 0, maxN)
+	if err != nil {
+		return err
+	}
+	// Warm-up: slot 0 alone first, so its request is a clean cold prefill
+	// measurement, then the other slots a few at a time.
+	r.prog.begin(fmt.Sprintf("warm-up C=%s ×%d", TokenLabel(c), maxN))
+	tag := "warmup C=" + TokenLabel(c)
+	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.emit(first)
+	if len(first) == 1 {
+		r.setPrefill(c, &first[0])
+		if first[0].Outcome.Failed() {
+			r.log.Info().Int("context", c).Str("error", first[0].Error).Msg("matrix: warm-up failed")
+			if !r.isPrefillRow(c) {
+				r.prog.note(fmt.Sprintf("warm-up %s: failed: %s", TokenLabel(c), clip(first[0].Error, 160)))
+			}
+		}
+	}
+	for i := 1; i < maxN; i += r.cfg.WarmupParallel {
+		j := min(maxN, i+r.cfg.WarmupParallel)
+		recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[i:j], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.emit(recs)
+	}
+	for _, n := range ns {
+		if err := r.cell(ctx, c, n, decode[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cell runs decode cell (c, n) for one window.
+func (r *runner) cell(ctx context.Context, c, n int, bodies [][]byte) error {
+	label := fmt.Sprintf("decode C=%s N=%d", TokenLabel(c), n)
+	r.prog.begin(label)
+	win := r.sc.Window
+
+	r.drain(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Scrape the waiting gauge during the window.
+	var (
+		waitMu     sync.Mutex
+		maxWaiting = -1
+		loadErr    error
+		scrapeDone = make(chan struct{})
+	)
+	go func() {
+		defer close(scrapeDone)
+		t := time.NewTicker(r.cfg.LoadEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			_, waiting, ok, err := r.info.Load(wctx)
+			waitMu.Lock()
+			if err != nil && wctx.Err() == nil {
+				loadErr = err
+			}
+			if ok && waiting > maxWaiting {
+				maxWaiting = waiting
+			}
+			waitMu.Unlock()
+		}
+	}()
+
+	run := replay.RunClosed(wctx, replay.Closed{
+		Target: r.tgt, Clock: r.clock, Bodies: bodies, MaxTokens: r.sc.MaxOutput, Stream: true,
+		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
+	})
+	cancel()
+	<-scrapeDone
+	if ctx.Err() != nil {
+		return ctx.Err() // interrupted mid-cell: the cell stays Not run
+	}
+	recs := run.Records
+	r.emit(recs)
+	w := cell.Window{Start: run.Start, End: run.End}
+	figs := cell.Decode(recs, w)
+	waitMu.Lock()
+	mw := maxWaiting
+	lerr := loadErr
+	waitMu.Unlock()
+	if lerr != nil {
+		r.log.Warn().Err(lerr).Msg("matrix: scraping the engine's waiting gauge failed; queueing judged from average active requests")
+	}
+	out := r.res.Cell(c, n)
+	// Queueing: the engine's waiting gauge decides where it has one; average
+	// active requests only where it has none (a cell's first TTFT is inside
+	// its window and would read as queueing in a short window).
+	judged := figs
+	if mw >= 0 {
+		judged.AvgActive = float64(n)
+	}
+	out.Status = cell.Status(false, judged, n, mw)
+	out.MaxWaiting = mw
+	figs.Fill(out) // explains a Failed or Requests queued status in Reason
+	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
+	if out.Status == result.Valid || out.Status == result.RequestsQueued {
+		summary = fmt.Sprintf("%-16s %8.1f tok/s  TTFT %.0f ms  TBT %.1f ms", out.Status.Label(), out.TotalTokPerSec, out.TTFTms, out.TBTms)
+	}
+	r.prog.cellDone(label, summary)
+	r.log.Debug().Int("context", c).Int("concurrency", n).Str("status", string(out.Status)).
+		Float64("tok_s", out.TotalTokPerSec).Int("max_waiting", mw).Msg("matrix: cell done")
+	if r.cfg.OnCell != nil {
+		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: mw})
+	}
+	return nil
+}
+
+// clip shortens s to at most n bytes for a progress line.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (r *runner) emit(recs []record.Record) {
+	if r.cfg.OnRecords != nil && len(recs) > 0 {
+		r.cfg.OnRecords(recs)
+	}
+}

@@ -1,0 +1,347 @@
+package matrix
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
+)
+
+// accuracyModel is a fake engine whose figures are easy to predict: the
+// time between tokens depends only on how many requests run (15 ms + 1 ms
+// per running request), the first token comes 100 ms after a cached prompt,
+// at most 4 requests run at once, and the KV cache holds 6,144 tokens.
+func accuracyModel() fixtures.Model {
+	m := fixtures.DefaultModel()
+	m.Name = "accuracy"
+	m.MaxModelLen = 8192
+	m.PrefillTokPerSec = 200000
+	m.PrefillSlowdown = 0
+	m.FirstEventDelay = 100 * time.Millisecond
+	m.TBTBase = 15 * time.Millisecond
+	m.TBTPerRunning = time.Millisecond
+	m.TBTPerKTokens = 0
+	m.MaxRunning = 4
+	m.KVCapacity = 6144
+	m.BlockSize = 16
+	return m
+}
+
+// accuracyScenario: contexts 0, 1K and 3K (the 3K row fails: the engine
+// answers HTTP 500 to every prompt of 2,500+ tokens), concurrency 1–8, 256
+// output tokens (longer than a window, so every request decodes throughout).
+func accuracyScenario() scenarios.Scenario {
+	return scenarios.Scenario{
+		Name:        "accuracy",
+		Contexts:    []int{0, 1024, 3072},
+		Concurrency: []int{1, 2, 4, 8},
+		Prefill:     []int{1024},
+		Window:      1500 * time.Millisecond,
+		MaxOutput:   256,
+		API:         "chat",
+	}
+}
+
+// TestMatrixAgainstModel runs a full small matrix against the fake engine.
+// The fake's performance model predicts every cell's status, total tok/s,
+// time between tokens and TTFT; the measured values must match within ±3%.
+// Where the busy test machine kept the fake from keeping its own schedule,
+// the prediction is replaced by the fake's ledger (what it really sent and
+// when), which the measured values must match within ±3% in every case.
+func TestMatrixAgainstModel(t *testing.T) {
+	m := accuracyModel()
+	fault, err := fixtures.ParseFault("status=500,min-prompt=2500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fixtures.StartTest(t, m, fixtures.WithFaults(fault))
+	var (
+		mu   sync.Mutex
+		runs []CellRun
+	)
+	var progress bytes.Buffer
+	res, err := Run(context.Background(), Config{
+		Target:   replay.Target{BaseURL: eng.URL()},
+		Scenario: accuracyScenario(),
+		Progress: &progress,
+		OnCell: func(c CellRun) {
+			mu.Lock()
+			runs = append(runs, c)
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // let the fake finish the ledger entries of cancelled streams
+
+	// Statuses: N × (C + 256) > 6,144 is Over capacity; 8 streams at C=0
+	// exceed MaxRunning 4 (Requests queued); the 3K row fails.
+	wantStatus := map[[2]int]result.Status{
+		{0, 1}: result.Valid, {0, 2}: result.Valid, {0, 4}: result.Valid, {0, 8}: result.RequestsQueued,
+		{1024, 1}: result.Valid, {1024, 2}: result.Valid, {1024, 4}: result.Valid, {1024, 8}: result.OverCapacity,
+		{3072, 1}: result.Failed, {3072, 2}: result.OverCapacity, {3072, 4}: result.OverCapacity, {3072, 8}: result.OverCapacity,
+	}
+	for cn, st := range wantStatus {
+		c := res.Cell(cn[0], cn[1])
+		if c == nil {
+			t.Fatalf("no cell C=%d N=%d", cn[0], cn[1])
+		}
+		if c.Status != st {
+			t.Errorf("C=%d N=%d: status %s (%s), want %s", cn[0], cn[1], c.Status, c.Reason, st)
+		}
+	}
+	if q := res.Cell(0, 8); q.MaxWaiting != 4 {
+		t.Errorf("C=0 N=8: max waiting %d, want 4 (the fake's gauge)", q.MaxWaiting)
+	}
+	if len(runs) != 8 {
+		t.Fatalf("%d cells measured, want 8", len(runs))
+	}
+
+	within := func(what string, got, want, tol float64) bool {
+		if want == 0 || math.Abs(got-want)/want > tol {
+			t.Errorf("%s: measured %.3f, want %.3f (±%.0f%%)", what, got, want, tol*100)
+			return false
+		}
+		return true
+	}
+	for _, run := range runs {
+		c := run.Cell
+		name := "C=" + TokenLabel(c.Context) + " N=" + itoa(c.Concurrency)
+		if c.Status == result.Failed {
+			if c.Measured && c.OutputTokens != 0 {
+				t.Errorf("%s: failed cell counted %d tokens", name, c.OutputTokens)
+			}
+			continue
+		}
+		truth := ledgerTruth(t, eng, run)
+		running := min(c.Concurrency, m.MaxRunning)
+		w := run.Window.End - run.Window.Start
+		tbt := m.TBT(running, 0)
+		ttft := m.FirstEventDelay + m.PrefillTime(truth.uncached)
+		perReq := int((w-ttft)/tbt) + 1
+		nominal := struct{ tokS, tbtMs, ttftMs float64 }{
+			tokS:   float64(running*perReq) / w.Seconds(),
+			tbtMs:  ms(tbt),
+			ttftMs: ms(ttft),
+		}
+		// Against the ledger: always. Times may sit anywhere in the ledger's
+		// range, ±3% (with a floor of 0.1 ms for TBT and 1 ms for TTFT: the
+		// request's trip to the fake is in TTFT, and a busy fake writes a
+		// late event's successors back to back).
+		within(name+" total tok/s vs the fake's ledger", c.TotalTokPerSec, truth.tokS, 0.03)
+		inRange(t, name+" TBT vs the fake's ledger", c.TBTms, truth.tbtLo, truth.tbtHi, 0.03, 0.1)
+		inRange(t, name+" TTFT vs the fake's ledger", c.TTFTms, truth.ttftLo, truth.ttftHi, 0.03, 1)
+		// Against the model: where the fake kept its schedule (its ledger
+		// medians within 1% of the model).
+		kept := math.Abs(truth.tbtMs-nominal.tbtMs)/nominal.tbtMs < 0.01 &&
+			math.Abs(truth.ttftMs-nominal.ttftMs)/nominal.ttftMs < 0.01 &&
+			math.Abs(truth.tokS-nominal.tokS)/nominal.tokS < 0.01
+		if kept {
+			within(name+" total tok/s vs the model", c.TotalTokPerSec, nominal.tokS, 0.03)
+			within(name+" TBT vs the model", c.TBTms, nominal.tbtMs, 0.03)
+			within(name+" TTFT vs the model", c.TTFTms, nominal.ttftMs, 0.03)
+		} else {
+			t.Logf("%s: the fake fell behind its model on this busy machine (ledger %.1f tok/s, TBT %.2f ms, TTFT %.1f ms; model %.1f, %.2f, %.1f): checked against the ledger only",
+				name, truth.tokS, truth.tbtMs, truth.ttftMs, nominal.tokS, nominal.tbtMs, nominal.ttftMs)
+		}
+	}
+
+	// Prefill at 1K is measured during the 1K row's warm-up.
+	if len(res.Prefill) != 1 || res.Prefill[0].Status != result.Valid || !res.Prefill[0].DuringWarmup {
+		t.Fatalf("prefill rows %+v", res.Prefill)
+	}
+	if p := res.Prefill[0]; p.PromptTokens < 1024-16 || p.PromptTokens > 1024+16 {
+		t.Errorf("prefill prompt %d tokens, want 1024 ± 16", p.PromptTokens)
+	}
+	if res.Settings.PrefillMode != "Measured during decode warm-up" || res.Engine.Name != "vllm" || res.Settings.KVCapacity != 6144 {
+		t.Errorf("settings %+v, engine %+v", res.Settings, res.Engine)
+	}
+	if !strings.Contains(progress.String(), "decode C=1K N=4") {
+		t.Errorf("progress lacks the cell lines:\n%s", progress.String())
+	}
+}
+
+// truth is a cell's figures from the fake's ledger. The fake stamps each
+// event when its write returned (At) and knows when it was due (Due); the
+// bytes left somewhere between the two, so TTFT and TBT are known as a range
+// [lo, hi] (lo == hi when the fake kept its schedule).
+type truth struct {
+	tokS           float64
+	tbtLo, tbtHi   float64
+	ttftLo, ttftHi float64
+	tbtMs, ttftMs  float64 // the At-based medians
+	uncached       int
+}
+
+// ledgerTruth computes a cell's figures from what the fake says it sent,
+// with the same window, mapped onto the run clock.
+func ledgerTruth(t *testing.T, eng *fixtures.Engine, run CellRun) truth {
+	t.Helper()
+	off := func(at time.Time) time.Duration { return at.Sub(run.Clock.Start()) }
+	in := func(d time.Duration) bool { return d >= run.Window.Start && d < run.Window.End }
+	var (
+		tokens          int
+		gapsAt, gapsDue []time.Duration
+		ttftAt, ttftDue []time.Duration
+		unc             []int
+	)
+	for _, r := range run.Records {
+		if r.ResponseID == "" {
+			continue // never answered (queued until cancelled)
+		}
+		le, ok := eng.LedgerEntryByID(r.ResponseID)
+		if !ok {
+			t.Fatalf("no ledger entry for %s", r.ResponseID)
+		}
+		for i, ev := range le.Events {
+			if !in(off(ev.At)) {
+				continue
+			}
+			tokens += ev.Tokens
+			if i > 0 {
+				gapsAt = append(gapsAt, ev.At.Sub(le.Events[i-1].At))
+				gapsDue = append(gapsDue, ev.Due.Sub(le.Events[i-1].Due))
+			}
+		}
+		if in(r.Sent) && !le.FirstToken.IsZero() {
+			ttftAt = append(ttftAt, le.FirstToken.Sub(le.Received))
+			ttftDue = append(ttftDue, le.Events[0].Due.Sub(le.Received))
+			unc = append(unc, le.PromptTokens-le.CachedTokens)
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		if len(d) == 0 {
+			t.Fatalf("cell C=%d N=%d: nothing in the ledger to compare with", run.Cell.Context, run.Cell.Concurrency)
+		}
+		slices.Sort(d)
+		return ms(d[len(d)/2])
+	}
+	slices.Sort(unc)
+	tr := truth{
+		tokS:     float64(tokens) / (run.Window.End - run.Window.Start).Seconds(),
+		tbtMs:    med(gapsAt),
+		ttftMs:   med(ttftAt),
+		uncached: unc[len(unc)/2],
+	}
+	tbtDue, ttftD := med(gapsDue), med(ttftDue)
+	tr.tbtLo, tr.tbtHi = min(tr.tbtMs, tbtDue), max(tr.tbtMs, tbtDue)
+	tr.ttftLo, tr.ttftHi = min(tr.ttftMs, ttftD), max(tr.ttftMs, ttftD)
+	return tr
+}
+
+// inRange checks got against [lo, hi] widened by tol (relative) or floor
+// (absolute, ms), whichever is larger.
+func inRange(t *testing.T, what string, got, lo, hi, tol, floor float64) {
+	t.Helper()
+	if got < lo-max(lo*tol, floor) || got > hi+max(hi*tol, floor) {
+		t.Errorf("%s: measured %.3f, the fake's ledger says %.3f to %.3f (±%.0f%%)", what, got, lo, hi, tol*100)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func itoa(n int) string { return TokenLabel(n) }
+
+// TestInterrupted cancels a run in its second cell: the result keeps the
+// cells done, marks the rest Not run and says it was interrupted.
+func TestInterrupted(t *testing.T) {
+	eng := fixtures.StartTest(t, accuracyModel())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cells := 0
+	sc := accuracyScenario()
+	sc.Window = 400 * time.Millisecond
+	res, err := Run(ctx, Config{
+		Target:   replay.Target{BaseURL: eng.URL()},
+		Scenario: sc,
+		OnCell: func(CellRun) {
+			cells++
+			if cells == 2 {
+				go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+			}
+		},
+	})
+	if !errors.Is(err, ErrInterrupted) || res == nil {
+		t.Fatalf("err %v, result %v; want ErrInterrupted with a partial result", err, res != nil)
+	}
+	if !res.Interrupted || res.Ended.IsZero() {
+		t.Error("result not marked interrupted or not ended")
+	}
+	counts := map[result.Status]int{}
+	for _, c := range res.Decode {
+		counts[c.Status]++
+	}
+	if counts[result.Valid] != 2 || counts[result.NotRun] == 0 || counts[result.OverCapacity] != 4 {
+		t.Errorf("statuses %v; want 2 valid, the rest of the runnable cells not run, 4 over capacity", counts)
+	}
+}
+
+// TestUnreachable: a target nothing listens on is an error before any load,
+// with no result.
+func TestUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: "http://" + addr}, Scenario: accuracyScenario()})
+	if err == nil || res != nil {
+		t.Fatalf("err %v, result %v", err, res)
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Errorf("error %q does not name the target", err)
+	}
+}
+
+// TestDroppedAndOverrides: a context that does not fit the max model length
+// is dropped with a note; --kv-capacity overrides the probe and is recorded
+// as a fact from the flag.
+func TestDroppedAndOverrides(t *testing.T) {
+	eng := fixtures.StartTest(t, accuracyModel())
+	sc := accuracyScenario()
+	sc.Contexts = []int{0, 8192}
+	sc.Concurrency = []int{1, 64}
+	sc.Prefill = nil
+	sc.Window = 300 * time.Millisecond
+	var recs int
+	res, err := Run(context.Background(), Config{
+		Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, KVCapacity: 1000,
+		OnRecords: func(r []record.Record) { recs += len(r) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Settings.Dropped, []int{8192}) || !strings.Contains(strings.Join(res.Notes, " "), "8K dropped") {
+		t.Errorf("dropped %v, notes %q", res.Settings.Dropped, res.Notes)
+	}
+	if c := res.Cell(0, 64); c == nil || c.Status != result.OverCapacity || !strings.Contains(c.Reason, "1000") {
+		t.Errorf("cell 0/64 %+v; want Over capacity against the given 1,000 tokens", c)
+	}
+	if c := res.Cell(0, 1); c == nil || c.Status != result.Valid {
+		t.Errorf("cell 0/1 %+v", c)
+	}
+	found := false
+	for _, f := range res.Probes {
+		found = found || (f.Name == "kv_capacity_tokens" && strings.Contains(f.Source, "--kv-capacity") && f.Value == "1000")
+	}
+	if !found {
+		t.Errorf("no kv capacity fact from the flag in %+v", res.Probes)
+	}
+	if recs == 0 {
+		t.Error("OnRecords saw no records")
+	}
+}

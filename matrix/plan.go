@@ -1,0 +1,151 @@
+package matrix
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+// plan is what a run will do, decided before any load is sent: which
+// contexts are dropped, which cells are over capacity, which prefill rows are
+// measured during warm-up and which need a cold request of their own.
+type plan struct {
+	contexts    []int // decode contexts kept, in order
+	dropped     []int // decode contexts dropped (C + max output > max model length)
+	concurrency []int
+	cells       []result.Cell // every (C, N) of the kept contexts, Over capacity or NotRun
+	prefill     []result.Prefill
+	coldPrefill []int // prefill contexts needing a separate cold request
+	notes       []string
+}
+
+// overCapacity is METHOD.md §3 rule 1: N × (C + max output) > KV capacity.
+// An unknown capacity (0) never rules a cell out.
+func overCapacity(c, n, maxOutput, kv int) bool {
+	return kv > 0 && n*(c+maxOutput) > kv
+}
+
+// makePlan lays out a run. maxLen and kv are 0 when unknown.
+func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv int) plan {
+	var p plan
+	p.concurrency = append([]int(nil), concurrency...)
+	for _, c := range contexts {
+		if maxLen > 0 && c+maxOutput > maxLen {
+			p.dropped = append(p.dropped, c)
+			continue
+		}
+		p.contexts = append(p.contexts, c)
+	}
+	if len(p.dropped) > 0 {
+		p.notes = append(p.notes, fmt.Sprintf(
+			"Contexts %s dropped: context + max output (%s) exceeds the engine's max model length (%s tokens).",
+			joinTokens(p.dropped), strconv.Itoa(maxOutput), strconv.Itoa(maxLen)))
+	}
+	for _, c := range p.contexts {
+		for _, n := range p.concurrency {
+			cell := result.Cell{Context: c, Concurrency: n, Status: result.NotRun, MaxWaiting: -1}
+			if overCapacity(c, n, maxOutput, kv) {
+				cell.Status = result.OverCapacity
+				cell.Reason = fmt.Sprintf("%d × (%d + %d) = %d tokens > KV cache capacity %d tokens",
+					n, c, maxOutput, n*(c+maxOutput), kv)
+			}
+			p.cells = append(p.cells, cell)
+		}
+	}
+	var droppedPrefill []int
+	for _, pc := range prefillAt {
+		if maxLen > 0 && pc+1 > maxLen {
+			droppedPrefill = append(droppedPrefill, pc)
+			continue
+		}
+		row := result.Prefill{Context: pc, Status: result.NotRun}
+		if p.rowRuns(pc) {
+			row.DuringWarmup = true
+		} else {
+			p.coldPrefill = append(p.coldPrefill, pc)
+		}
+		p.prefill = append(p.prefill, row)
+	}
+	if len(droppedPrefill) > 0 {
+		p.notes = append(p.notes, fmt.Sprintf("Prefill contexts %s dropped: longer than the engine's max model length (%d tokens).",
+			joinTokens(droppedPrefill), maxLen))
+	}
+	return p
+}
+
+// rowRuns reports whether decode context c is kept and has a cell to run,
+// so its warm-up happens and its first warm-up request measures prefill.
+func (p *plan) rowRuns(c int) bool {
+	return len(p.runnable(c)) > 0
+}
+
+// runnable lists the concurrency levels of row c that are not over capacity.
+func (p *plan) runnable(c int) []int {
+	var ns []int
+	for _, cell := range p.cells {
+		if cell.Context == c && cell.Status != result.OverCapacity {
+			ns = append(ns, cell.Concurrency)
+		}
+	}
+	return ns
+}
+
+// runnableCells counts cells that will be run.
+func (p *plan) runnableCells() int {
+	n := 0
+	for _, c := range p.cells {
+		if c.Status != result.OverCapacity {
+			n++
+		}
+	}
+	return n
+}
+
+// prefillMode is the run setting the seed pages print.
+func (p *plan) prefillMode() string {
+	warm, cold := 0, 0
+	for _, r := range p.prefill {
+		if r.DuringWarmup {
+			warm++
+		} else {
+			cold++
+		}
+	}
+	switch {
+	case warm > 0 && cold == 0:
+		return "Measured during decode warm-up"
+	case warm == 0:
+		return "Separate cold requests"
+	default:
+		return "Measured during decode warm-up; separate cold requests where the context is not a decode row"
+	}
+}
+
+// TokenLabel shows a token count the way the seed pages do: 16384 → "16K",
+// 0 → "0", 1500 → "1500".
+func TokenLabel(n int) string {
+	if n >= 1024 && n%1024 == 0 {
+		return strconv.Itoa(n/1024) + "K"
+	}
+	return strconv.Itoa(n)
+}
+
+func joinTokens(cs []int) string {
+	s := make([]string, len(cs))
+	for i, c := range cs {
+		s[i] = TokenLabel(c)
+	}
+	return joinAnd(s)
+}
+
+func joinAnd(s []string) string {
+	switch len(s) {
+	case 0:
+		return ""
+	case 1:
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}

@@ -1,0 +1,288 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+)
+
+// BenchmarkLoadGenAccuracy measures the load generator against the fake
+// engine's ground truth: the fake runs as a child process (`tokentap
+// fake-engine --ledger`) pinned to CPU 0 with taskset, this process (the load
+// generator) is pinned to CPU 1, the fake answers every request with its
+// first token 50 ms after it arrived and then one token every 10 ms, 256
+// tokens a request, and N streams run closed loop for a few seconds. Then
+// every record is matched with the fake's ledger entry by response id:
+//
+//	ttft_err_%   median over requests of (measured TTFT / ledger TTFT − 1)
+//	tbt_err_%    (median measured gap / median gap the fake wrote − 1)
+//	tput_err_%   (tokens counted in the middle of the run / tokens the fake
+//	             wrote in the same interval − 1)
+//	cpu_cores    CPU time of this process / wall time (the load generator's
+//	             own use; the fake is another process)
+//	fake_late_ms median of how late the fake wrote events against its own
+//	             schedule (when it cannot keep up, the ledger is still the
+//	             truth the load generator is compared with)
+//
+// The binary comes from TOKENTAP_BIN, else bin/tokentap (make bench builds
+// it), else it is built into a temporary directory.
+func BenchmarkLoadGenAccuracy(b *testing.B) {
+	for _, n := range []int{1, 64, 256, 512, 1024} {
+		b.Run("streams="+strconv.Itoa(n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				accuracyRun(b, n, 6*time.Second)
+			}
+		})
+	}
+}
+
+var (
+	benchBinOnce sync.Once
+	benchBin     string
+	benchBinErr  error
+)
+
+func tokentapBin(b *testing.B) string {
+	benchBinOnce.Do(func() {
+		if p := os.Getenv("TOKENTAP_BIN"); p != "" {
+			benchBin = p
+			return
+		}
+		if p, err := filepath.Abs("../bin/tokentap"); err == nil {
+			if st, err := os.Stat(p); err == nil && !st.IsDir() {
+				benchBin = p
+				return
+			}
+		}
+		dir, err := os.MkdirTemp("", "tokentap-bench")
+		if err != nil {
+			benchBinErr = err
+			return
+		}
+		benchBin = filepath.Join(dir, "tokentap")
+		out, err := exec.Command("go", "build", "-o", benchBin, "../cmd/tokentap").CombinedOutput()
+		if err != nil {
+			benchBinErr = fmt.Errorf("go build ./cmd/tokentap: %v\n%s", err, out)
+		}
+	})
+	if benchBinErr != nil {
+		b.Fatal(benchBinErr)
+	}
+	return benchBin
+}
+
+// pinSelf pins every thread of this process to cpu (threads created later
+// inherit it from their creator).
+func pinSelf(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func unpinSelf() {
+	var set unix.CPUSet
+	for i := 0; i < runtime.NumCPU(); i++ {
+		set.Set(i)
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			_ = unix.SchedSetaffinity(tid, &set)
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startFake starts the fake engine child, pinned to CPU 0 when taskset and
+// two CPUs exist; it returns the base URL and whether pinning happened.
+func startFake(b *testing.B) (string, bool) {
+	args := []string{"fake-engine", "--listen", "127.0.0.1:0", "--ledger", "--model", "bench",
+		"--first-event-delay", "50ms", "--tbt-base", "10ms", "--tbt-per-running", "0", "--tbt-per-ktokens", "0",
+		"--prefill-tok-per-sec", "1e9", "--prefill-slowdown", "0",
+		"--max-running", "100000", "--kv-capacity", strconv.Itoa(1 << 30), "--max-model-len", "1000000"}
+	bin := tokentapBin(b)
+	pinned := false
+	var cmd *exec.Cmd
+	if ts, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
+		cmd = exec.Command(ts, append([]string{"-c", "0", bin}, args...)...)
+		pinned = true
+	} else {
+		cmd = exec.Command(bin, args...)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("fake engine printed no URL: %v", err)
+	}
+	return strings.TrimSpace(line), pinned
+}
+
+func fetchLedger(b *testing.B, base string) []fixtures.LedgerEntry {
+	resp, err := http.Get(base + "/fake/ledger")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var entries []fixtures.LedgerEntry
+	if err := json.NewDecoder(resp.Body).Decode(&entries); err != nil {
+		b.Fatalf("decode the fake's ledger: %v", err)
+	}
+	return entries
+}
+
+func accuracyRun(b *testing.B, streams int, dur time.Duration) {
+	b.StopTimer()
+	base, pinned := startFake(b)
+	tg := Target{BaseURL: base, Model: "bench"}
+	bodies := make([][]byte, streams)
+	for i := range bodies {
+		body, err := tg.Body(Request{Prompt: "stream " + strconv.Itoa(i) + " says hello", MaxTokens: 256, Stream: true, IgnoreEOS: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bodies[i] = body
+	}
+	if pinned {
+		if err := pinSelf(1); err != nil {
+			b.Fatalf("pin the load generator to CPU 1: %v", err)
+		}
+		defer unpinSelf()
+	}
+	runtime.GC()
+	clock := record.NewClock()
+	b.StartTimer()
+	cpu0, wall0 := cpuTime(), time.Now()
+	run := RunClosed(context.Background(), Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 256, Stream: true, Window: dur})
+	cpu := cpuTime() - cpu0
+	wall := time.Since(wall0)
+	b.StopTimer()
+	recs := run.Records
+	if run.Failed {
+		for _, r := range recs {
+			if r.Outcome.Failed() {
+				b.Fatalf("request failed: %s %s", r.Outcome, r.Error)
+			}
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the fake records cancelled streams as it notices them
+	ledger := fetchLedger(b, base)
+	byID := make(map[string]*fixtures.LedgerEntry, len(ledger))
+	for i := range ledger {
+		byID[ledger[i].ID] = &ledger[i]
+	}
+
+	// The middle of the run, as offsets on our clock; ledger times are wall
+	// clock, mapped through the clock's wall start.
+	from, to := run.Start+time.Second, run.End-500*time.Millisecond
+	off := func(t time.Time) time.Duration { return t.Sub(clock.Start().Round(0)) }
+	var (
+		ttftErr          []float64
+		gapsM, gapsL     []time.Duration
+		late             []time.Duration
+		tokM, tokL       int
+		matched, tokensA int
+	)
+	for i := range recs {
+		r := &recs[i]
+		le := byID[r.ResponseID]
+		if le == nil {
+			continue
+		}
+		matched++
+		tokensA += r.ArrivedTokens()
+		if ttft, ok := r.TTFT(); ok && !le.FirstToken.IsZero() {
+			truth := le.FirstToken.Sub(le.Received)
+			ttftErr = append(ttftErr, float64(ttft)/float64(truth)-1)
+		}
+		for j, a := range r.Arrivals {
+			if a >= from && a < to {
+				tokM += r.EventTokens(j)
+				if j > 0 {
+					gapsM = append(gapsM, a-r.Arrivals[j-1])
+				}
+			}
+		}
+		for j, ev := range le.Events {
+			at := off(ev.At)
+			if at >= from && at < to {
+				tokL += ev.Tokens
+				if j > 0 {
+					gapsL = append(gapsL, ev.At.Sub(le.Events[j-1].At))
+				}
+				late = append(late, ev.At.Sub(ev.Due))
+			}
+		}
+	}
+	if matched == 0 || len(gapsM) == 0 || len(gapsL) == 0 || tokL == 0 {
+		b.Fatalf("nothing to compare: %d records, %d matched the ledger", len(recs), matched)
+	}
+	slices.Sort(ttftErr)
+	slices.Sort(gapsM)
+	slices.Sort(gapsL)
+	slices.Sort(late)
+	medGapM, medGapL := gapsM[len(gapsM)/2], gapsL[len(gapsL)/2]
+	b.ReportMetric(100*ttftErr[len(ttftErr)/2], "ttft_err_%")
+	b.ReportMetric(100*(float64(medGapM)/float64(medGapL)-1), "tbt_err_%")
+	b.ReportMetric(100*(float64(tokM)/float64(tokL)-1), "tput_err_%")
+	b.ReportMetric(float64(tokM)/(to-from).Seconds(), "tok/s")
+	b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cpu_cores")
+	b.ReportMetric(float64(late[len(late)/2])/float64(time.Millisecond), "fake_late_ms")
+	if !pinned {
+		b.Log("taskset or a second CPU is missing: the fake and the load generator share CPUs")
+	}
+}
