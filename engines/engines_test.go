@@ -253,6 +253,31 @@ func TestProbeEngines(t *testing.T) {
 			running: 6, waiting: 2, chat: 19, completions: 11,
 		},
 		{
+			name: "TGI without /v1/models",
+			rp: &replay{files: map[string]string{
+				"GET /info":    "tgi/info.json",
+				"GET /metrics": "tgi/metrics.txt",
+			}, tokenize: "tgi", bos: 1, chat: 9},
+			want: probeWant{Kind: KindTGI, Version: "3.3.4", Model: "meta-llama/Llama-3.1-8B-Instruct", MaxModelLen: 8192,
+				KVCapacity: 131072, Tokenize: true, Gauges: true},
+			facts: map[string]map[string]string{
+				FactModel: {"GET /info model_id": "meta-llama/Llama-3.1-8B-Instruct"},
+			},
+			running: 6, waiting: 2, chat: 19, completions: 11,
+		},
+		{
+			name: "vLLM behind a path that hides /metrics",
+			rp: &replay{files: map[string]string{
+				"GET /v1/models": "vllm/models.json",
+				"GET /version":   "vllm/version.json",
+			}, tokenize: "vllm", bos: 1, chat: 9},
+			want: probeWant{Kind: KindVLLM, Version: "0.10.2", Model: "Qwen/Qwen3-0.6B", MaxModelLen: 40960, Tokenize: true},
+			facts: map[string]map[string]string{
+				FactKind: {"GET /version answered and /v1/models has max_model_len": KindVLLM},
+			},
+			running: -1, chat: 19, completions: 11,
+		},
+		{
 			name: "Ollama, loaded model: /api/ps",
 			rp: &replay{files: map[string]string{
 				"GET /v1/models":   "ollama/models.json",
