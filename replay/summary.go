@@ -141,9 +141,9 @@ func (s Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Span          %.1f s\n", s.SpanSeconds)
 	fmt.Fprintf(w, "Throughput    %.1f output tok/s (%d tokens), %.2f requests decoding on average\n", s.OutputTokPerS, s.OutputTokens, s.AvgActive)
-	fmt.Fprintf(w, "\n%-22s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max")
+	fmt.Fprintf(w, "\n%-26s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max")
 	row := func(name string, q Quantiles, unit string) {
-		fmt.Fprintf(w, "%-22s %10.1f %10.1f %10.1f %10.1f\n", name+" ("+unit+")", q.P50, q.P90, q.P99, q.Max)
+		fmt.Fprintf(w, "%-26s %10.1f %10.1f %10.1f %10.1f\n", name+" ("+unit+")", q.P50, q.P90, q.P99, q.Max)
 	}
 	row("TTFT", s.TTFTms, "ms")
 	row("Time between tokens", s.TBTms, "ms")
