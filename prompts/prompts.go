@@ -298,7 +298,7 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 	// bisecting when a step would leave it.
 	lo, loT := 0, headToks
 	hi := -1
-	best, bestT := 0, headToks
+	best, bestT := -1, 0 // no counted candidate yet
 	slope := perWord
 	n := int(math.Round(float64(target-headToks) / perWord))
 	for counts < MaxCounts {
@@ -314,7 +314,7 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 		if err != nil {
 			return built{counts: counts}, err
 		}
-		if abs(got-target) < abs(bestT-target) {
+		if best < 0 || abs(got-target) < abs(bestT-target) {
 			best, bestT = n, got
 		}
 		diff := target - got
@@ -340,7 +340,7 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 		}
 		n = next
 	}
-	if abs(bestT-target) > Tolerance(target) {
+	if best < 0 || abs(bestT-target) > Tolerance(target) {
 		return built{counts: counts}, fmt.Errorf("prompts: could not reach %d tokens within ±%d in %d counts (closest: %d); the counter's counts do not follow the text", target, Tolerance(target), counts, bestT)
 	}
 	return built{text: textOf(best), tokens: bestT, counts: counts, words: best}, nil

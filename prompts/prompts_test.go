@@ -306,3 +306,38 @@ func TestPromptsEstimate(t *testing.T) {
 		t.Errorf("%d counts for a 16-slot row", calls.Load())
 	}
 }
+
+// FuzzPrompt: for any salt, slot and target, a prompt is within tolerance
+// (or the minimal prompt), starts with its salt, and is reproducible.
+func FuzzPrompt(f *testing.F) {
+	f.Add("abc", 0, uint32(0))
+	f.Add("r4nd0m", 7, uint32(1000))
+	f.Add("x y\nz", -3, uint32(65536))
+	f.Fuzz(func(t *testing.T, salt string, slot int, target uint32) {
+		ctx := context.Background()
+		tgt := int(target % 70000)
+		b := NewBuilder(salt, CounterFunc(merging))
+		p, err := b.Prompt(ctx, tgt, slot)
+		if err != nil {
+			if strings.TrimSpace(salt) == "" && strings.Contains(err.Error(), "does not count") {
+				return
+			}
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(p.Text, salt) {
+			t.Fatalf("prompt does not start with the salt %q", salt)
+		}
+		real, _ := merging(ctx, APIChat, p.Text)
+		if real != p.Tokens {
+			t.Fatalf("Tokens %d, text counts %d", p.Tokens, real)
+		}
+		minimal, _ := merging(ctx, APIChat, p.Text[:strings.IndexByte(p.Text[len(salt):], '\n')+len(salt)+1])
+		if p.Tokens != minimal && (p.Tokens-tgt > Tolerance(tgt) || tgt-p.Tokens > Tolerance(tgt)) {
+			t.Fatalf("target %d: %d tokens", tgt, p.Tokens)
+		}
+		again, err := NewBuilder(salt, CounterFunc(merging)).Prompt(ctx, tgt, slot)
+		if err != nil || again.Text != p.Text {
+			t.Fatal("not reproducible")
+		}
+	})
+}
