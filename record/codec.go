@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 )
 
@@ -113,11 +114,14 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("record %s: arrivals: %w", w.ID, err)
 	}
+	if w.Events < 0 || w.Events > len(raw) {
+		return fmt.Errorf("record %s: %d events cannot be stored in %d bytes of arrivals", w.ID, w.Events, len(raw))
+	}
 	r.Arrivals = make([]time.Duration, 0, w.Events)
 	at := r.Sent
 	for len(raw) > 0 {
 		d, n := binary.Uvarint(raw)
-		if n <= 0 || d > 1<<62 {
+		if n <= 0 || d > 1<<62 || (at > 0 && time.Duration(d) > math.MaxInt64-at) {
 			return fmt.Errorf("record %s: arrivals: bad varint", w.ID)
 		}
 		raw = raw[n:]
