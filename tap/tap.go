@@ -209,8 +209,11 @@ func (s *Stream) Forward(p, dst []byte) []byte {
 	case s.emitted >= base:
 		s.pending, s.pendAt = append(s.pending[:0], p[s.emitted-base:]...), s.emitted
 	default:
-		n := copy(s.pending, s.pending[s.emitted-s.pendAt:])
-		s.pending, s.pendAt = append(s.pending[:n], p...), s.emitted
+		if k := s.emitted - s.pendAt; k > 0 {
+			n := copy(s.pending, s.pending[k:])
+			s.pending = s.pending[:n]
+		}
+		s.pending, s.pendAt = append(s.pending, p...), s.emitted
 	}
 	return dst
 }

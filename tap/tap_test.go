@@ -30,16 +30,28 @@ func load(t testing.TB, name string) []byte {
 	return b
 }
 
-// cutSets returns ways to cut n bytes into reads: whole, byte by byte,
-// every single cut point, and a few random chunkings.
-func cutSets(n int, seed uint64) [][]int {
+// cutSets returns ways to cut body into reads: whole, byte by byte, a
+// single cut at every byte near a line end (where the scanner's state
+// changes) and at every 13th byte elsewhere, and random chunkings.
+func cutSets(body []byte, seed uint64) [][]int {
+	n := len(body)
 	every := make([]int, n)
 	for i := range every {
 		every[i] = i
 	}
 	out := [][]int{nil, every}
+	near := func(i int) bool {
+		for j := max(0, i-2); j < min(n, i+3); j++ {
+			if body[j] == '\n' || body[j] == '\r' {
+				return true
+			}
+		}
+		return false
+	}
 	for c := 1; c < n; c++ {
-		out = append(out, []int{c})
+		if c%13 == 0 || near(c) {
+			out = append(out, []int{c})
+		}
 	}
 	r := rand.New(rand.NewPCG(seed, 42))
 	for k := 0; k < 8; k++ {
@@ -175,7 +187,7 @@ func TestEngineStreams(t *testing.T) {
 	for _, f := range files {
 		t.Run(f.file, func(t *testing.T) {
 			body := load(t, f.file)
-			for _, cuts := range cutSets(len(body), uint64(len(body))) {
+			for _, cuts := range cutSets(body, uint64(len(body))) {
 				rec, _ := measure(s, body, f.stream, cuts, false, nil)
 				check(t, rec, f.want)
 				if f.stream {
@@ -405,7 +417,7 @@ func TestStripUsage(t *testing.T) {
 			if n != f.want.stripped {
 				t.Fatalf("%s: test expects %d usage-only blocks, table says %d", f.file, n, f.want.stripped)
 			}
-			for _, cuts := range cutSets(len(body), 7) {
+			for _, cuts := range cutSets(body, 7) {
 				_, out := measure(s, body, true, cuts, true, nil)
 				if !bytes.Equal(out, exp) {
 					t.Fatalf("%s crlf=%v cuts %v: forwarded\n%q\nwant\n%q", f.file, crlf, cuts, out, exp)
