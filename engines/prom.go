@@ -44,8 +44,8 @@ func (s Sample) String() string {
 			}
 			b.WriteString(l.Name)
 			b.WriteString(`="`)
-			for _, r := range l.Value {
-				switch r {
+			for i := 0; i < len(l.Value); i++ { // bytes, not runes: values need not be UTF-8
+				switch c := l.Value[i]; c {
 				case '\\':
 					b.WriteString(`\\`)
 				case '"':
@@ -53,7 +53,7 @@ func (s Sample) String() string {
 				case '\n':
 					b.WriteString(`\n`)
 				default:
-					b.WriteRune(r)
+					b.WriteByte(c)
 				}
 			}
 			b.WriteByte('"')
