@@ -114,3 +114,31 @@ func TestPromptsAgainstFakeEngine(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPromptsFakeHTTP128x248K builds a 248K row of 128 prompts with
+// Prompts, every count a real POST /tokenize to the fake engine over
+// 127.0.0.1 (the fake answers with all 248K token ids, as vLLM does). The
+// fake's own tokenizing and JSON are in the figure: it is what a row costs
+// against a vLLM-shaped engine, not tokentap's cost alone.
+func BenchmarkPromptsFakeHTTP128x248K(b *testing.B) {
+	m := fixtures.DefaultModel()
+	m.MaxModelLen = 262144
+	m.KVCapacity = 300000
+	e := fixtures.StartTest(b, m)
+	ctx := context.Background()
+	info, err := engines.Probe(ctx, engines.Target{BaseURL: e.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		ps, err := NewBuilder(NewSalt(), info).Prompts(ctx, 253952, 128)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range ps {
+			if d := p.Tokens - 253952; d > Tolerance(253952) || -d > Tolerance(253952) {
+				b.Fatalf("%d tokens", p.Tokens)
+			}
+		}
+	}
+}
