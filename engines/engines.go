@@ -439,3 +439,39 @@ func (in *Info) Load(ctx context.Context) (running, waiting int, ok bool, err er
 	}
 	return int(run + 0.5), int(w + 0.5), true, nil
 }
+
+// PrefixCache reads the engine's prefix-cache counters: prompt tokens
+// looked up in the cache and tokens found there, since the engine started
+// (diff two readings for a window). ok is false, with a nil error, where
+// the engine exposes no such counters (vLLM has them: vllm:prefix_cache_hits
+// and vllm:prefix_cache_queries; SGLang only a hit-rate gauge; llama.cpp
+// reports timings.cache_n per response instead).
+func (in *Info) PrefixCache(ctx context.Context) (hits, queries int64, ok bool, err error) {
+	if in.Kind != KindVLLM || in.c == nil {
+		return 0, 0, false, nil
+	}
+	r, err := in.c.get(ctx, "/metrics")
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if !r.ok() {
+		return 0, 0, false, fmt.Errorf("GET %s/metrics: HTTP %d: %s", in.BaseURL, r.status, r.excerpt())
+	}
+	m, _ := ParseMetrics(r.body)
+	h, okH := sumEither(m, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+	q, okQ := sumEither(m, "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+	if !okH || !okQ {
+		return 0, 0, false, nil
+	}
+	return int64(h + 0.5), int64(q + 0.5), true, nil
+}
+
+// sumEither sums the first of the names the page has.
+func sumEither(m Metrics, names ...string) (float64, bool) {
+	for _, n := range names {
+		if v, ok := m.Sum(n); ok {
+			return v, true
+		}
+	}
+	return 0, false
+}

@@ -363,6 +363,11 @@ func TestProbeEngines(t *testing.T) {
 			} else if !ok || run != tt.running || wait != tt.waiting {
 				t.Errorf("Load = %d running, %d waiting, ok %v; want %d, %d", run, wait, ok, tt.running, tt.waiting)
 			}
+			if in.Kind != KindVLLM {
+				if _, _, ok, err := in.PrefixCache(ctx); ok || err != nil {
+					t.Errorf("PrefixCache on %s: ok %v, err %v; want no counters", in.Kind, ok, err)
+				}
+			}
 			for _, c := range []struct {
 				api  string
 				want int

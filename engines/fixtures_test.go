@@ -89,3 +89,40 @@ func TestLoadFakeEngineBusy(t *testing.T) {
 		<-done
 	}
 }
+
+// PrefixCache must read the fake's own hit and query counters: a prompt
+// sent twice is found in the cache the second time.
+func TestPrefixCacheFakeEngine(t *testing.T) {
+	m := fixtures.DefaultModel()
+	e := fixtures.StartTest(t, m)
+	ctx := context.Background()
+	in, err := Probe(ctx, Target{BaseURL: e.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0, q0, ok, err := in.PrefixCache(ctx)
+	if err != nil || !ok {
+		t.Fatalf("PrefixCache: %v %v", ok, err)
+	}
+	body := `{"model":"` + m.Name + `","prompt":"` + strings.Repeat("word ", 200) + `","max_tokens":1}`
+	for i := 0; i < 2; i++ {
+		resp, err := http.Post(e.URL()+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	h1, q1, ok, err := in.PrefixCache(ctx)
+	if err != nil || !ok {
+		t.Fatalf("PrefixCache: %v %v", ok, err)
+	}
+	var prompt, cached int64
+	for _, le := range e.Ledger() {
+		prompt += int64(le.PromptTokens)
+		cached += int64(le.CachedTokens)
+	}
+	if q1-q0 != prompt || h1-h0 != cached || cached == 0 {
+		t.Errorf("counters moved %d hits / %d queries; the ledger says %d cached of %d", h1-h0, q1-q0, cached, prompt)
+	}
+}
