@@ -57,70 +57,71 @@ type jreader struct {
 	i     int
 	depth int
 	bad   bool
+	kbuf  [24]byte // a key with escapes, decoded
 }
 
 // parseChunk reads b into c and reports whether b is one valid JSON object.
 // r is scratch space the caller keeps so the hot path does not allocate.
 func parseChunk(r *jreader, b []byte, c *chunk) bool {
 	*c = chunk{choices: -1}
-	*r = jreader{b: b}
+	r.b, r.i, r.depth, r.bad = b, 0, 0, false
 	r.ws()
 	if r.peek() != '{' {
 		return false
 	}
-	r.object(func(r *jreader, key []byte, esc bool) {
-		switch {
-		case keyIs(key, esc, "choices"):
+	for more := r.objStart(); more; more = r.objNext() {
+		switch string(r.key()) {
+		case "choices":
 			c.choices, c.tok = -1, false
 			if r.peek() == '[' {
 				c.choices, c.tok = r.choices()
-				return
+				continue
 			}
-		case keyIs(key, esc, "usage"):
+		case "usage":
 			c.usage = counts{}
 			if r.peek() == '{' {
 				r.counts(&c.usage)
-				return
+				continue
 			}
-		case keyIs(key, esc, "error"):
+		case "error":
 			c.errorKey = !r.isNull()
-			return
-		case keyIs(key, esc, "object"):
+			continue
+		case "object":
 			c.objectErr = false
 			if r.peek() == '"' {
 				s, e := r.str()
 				c.objectErr = keyIs(s, e, "error")
-				return
+				continue
 			}
-		case keyIs(key, esc, "id"):
+		case "id":
 			c.id = nil
 			if r.peek() == '"' {
 				c.id, c.idEscaped = r.str()
-				return
+				continue
 			}
-		case keyIs(key, esc, "meta_info"):
+		case "meta_info":
 			c.meta = counts{}
 			if r.peek() == '{' {
 				r.counts(&c.meta)
-				return
+				continue
 			}
-		case keyIs(key, esc, "timings"):
+		case "timings":
 			c.cacheNSet = false
 			if r.peek() == '{' {
-				r.object(func(r *jreader, key []byte, esc bool) {
-					if keyIs(key, esc, "cache_n") {
+				for more := r.objStart(); more; more = r.objNext() {
+					if string(r.key()) == "cache_n" {
 						c.cacheN, c.cacheNSet = r.int()
-						return
+					} else {
+						r.skip()
 					}
-					r.skip()
-				})
-				return
+				}
+				continue
 			}
-		case keyIs(key, esc, "text"):
+		case "text":
 			c.text = true
 		}
 		r.skip()
-	})
+	}
 	r.ws()
 	return !r.bad && r.i == len(r.b)
 }
@@ -128,82 +129,84 @@ func parseChunk(r *jreader, b []byte, c *chunk) bool {
 // choices reads a "choices" array: its length and whether any choice
 // carries output.
 func (r *jreader) choices() (n int, tok bool) {
-	r.array(func(r *jreader) {
+	for more := r.arrStart(); more; more = r.arrNext() {
 		n++
 		if r.peek() != '{' {
 			r.skip()
-			return
+			continue
 		}
 		var delta, text bool
-		r.object(func(r *jreader, key []byte, esc bool) {
-			switch {
-			case keyIs(key, esc, "delta"):
+		for more := r.objStart(); more; more = r.objNext() {
+			switch string(r.key()) {
+			case "delta":
 				delta = false
 				if r.peek() == '{' {
 					delta = r.delta()
-					return
+					continue
 				}
-			case keyIs(key, esc, "text"):
+			case "text":
 				text = r.nonEmptyString()
-				return
+				continue
 			}
 			r.skip()
-		})
+		}
 		tok = tok || delta || text
-	})
+	}
 	return n, tok
 }
 
 // delta reads a chat delta and reports whether it carries output.
 func (r *jreader) delta() bool {
 	var content, rc, reasoning, tools bool
-	r.object(func(r *jreader, key []byte, esc bool) {
-		switch {
-		case keyIs(key, esc, "content"):
+	for more := r.objStart(); more; more = r.objNext() {
+		switch string(r.key()) {
+		case "content":
 			content = r.nonEmptyString()
-		case keyIs(key, esc, "reasoning_content"):
+		case "reasoning_content":
 			rc = r.nonEmptyString()
-		case keyIs(key, esc, "reasoning"):
+		case "reasoning":
 			reasoning = r.nonEmptyString()
-		case keyIs(key, esc, "tool_calls"):
+		case "tool_calls":
 			tools = false
 			if r.peek() != '[' {
 				r.skip()
-				return
+				continue
 			}
-			r.array(func(r *jreader) {
+			for more := r.arrStart(); more; more = r.arrNext() {
 				if r.peek() != '{' {
 					r.skip()
-					return
+					continue
 				}
-				var fn bool
-				r.object(func(r *jreader, key []byte, esc bool) {
-					if !keyIs(key, esc, "function") || r.peek() != '{' {
-						if keyIs(key, esc, "function") {
-							fn = false
-						}
+				fn := false
+				for more := r.objStart(); more; more = r.objNext() {
+					if string(r.key()) != "function" {
 						r.skip()
-						return
+						continue
+					}
+					fn = false
+					if r.peek() != '{' {
+						r.skip()
+						continue
 					}
 					var args, name bool
-					r.object(func(r *jreader, key []byte, esc bool) {
-						switch {
-						case keyIs(key, esc, "arguments"):
+					for more := r.objStart(); more; more = r.objNext() {
+						switch string(r.key()) {
+						case "arguments":
 							args = r.nonEmptyString()
-						case keyIs(key, esc, "name"):
+						case "name":
 							name = r.nonEmptyString()
 						default:
 							r.skip()
 						}
-					})
+					}
 					fn = args || name
-				})
+				}
 				tools = tools || fn
-			})
+			}
 		default:
 			r.skip()
 		}
-	})
+	}
 	return content || rc || reasoning || tools
 }
 
@@ -211,31 +214,31 @@ func (r *jreader) delta() bool {
 func (r *jreader) counts(u *counts) {
 	u.set = true
 	var details, direct counts
-	r.object(func(r *jreader, key []byte, esc bool) {
-		switch {
-		case keyIs(key, esc, "prompt_tokens"):
+	for more := r.objStart(); more; more = r.objNext() {
+		switch string(r.key()) {
+		case "prompt_tokens":
 			u.prompt, _ = r.int()
-		case keyIs(key, esc, "completion_tokens"):
+		case "completion_tokens":
 			u.completion, _ = r.int()
-		case keyIs(key, esc, "cached_tokens"):
+		case "cached_tokens":
 			direct.cached, direct.cachedSet = r.int()
-		case keyIs(key, esc, "prompt_tokens_details"):
+		case "prompt_tokens_details":
 			details.cachedSet = false
 			if r.peek() != '{' {
 				r.skip()
-				return
+				continue
 			}
-			r.object(func(r *jreader, key []byte, esc bool) {
-				if keyIs(key, esc, "cached_tokens") {
+			for more := r.objStart(); more; more = r.objNext() {
+				if string(r.key()) == "cached_tokens" {
 					details.cached, details.cachedSet = r.int()
-					return
+				} else {
+					r.skip()
 				}
-				r.skip()
-			})
+			}
 		default:
 			r.skip()
 		}
-	})
+	}
 	switch {
 	case details.cachedSet:
 		u.cached, u.cachedSet = details.cached, true
@@ -265,76 +268,100 @@ func (r *jreader) ws() {
 	}
 }
 
-// object reads an object at r.i ('{'), calling f for each key with r at
-// the start of its value; f must consume the value.
-func (r *jreader) object(f func(r *jreader, key []byte, esc bool)) {
+// objStart consumes the '{' at r.i and reports whether a member follows.
+// Each member is read with key and then its value, and objNext moves on:
+//
+//	for more := r.objStart(); more; more = r.objNext() { k := r.key(); ...value... }
+func (r *jreader) objStart() bool {
 	if r.bad || !r.enter() {
-		return
+		return false
 	}
 	r.i++ // '{'
 	r.ws()
 	if r.peek() == '}' {
 		r.i++
 		r.depth--
-		return
+		return false
 	}
-	for !r.bad {
-		if r.peek() != '"' {
-			r.bad = true
-			return
-		}
-		key, esc := r.str()
-		r.ws()
-		if r.peek() != ':' {
-			r.bad = true
-			return
-		}
-		r.i++
-		r.ws()
-		f(r, key, esc)
-		r.ws()
-		switch r.peek() {
-		case ',':
-			r.i++
-			r.ws()
-		case '}':
-			r.i++
-			r.depth--
-			return
-		default:
-			r.bad = true
-		}
-	}
+	return true
 }
 
-// array reads an array at r.i ('['), calling f with r at each element;
-// f must consume it.
-func (r *jreader) array(f func(r *jreader)) {
+// key reads a member's key and colon, leaving r at the value. A key with
+// escapes is decoded (keys tokentap looks for are short and ASCII; a longer
+// decoded key comes back as "\x00", which matches none).
+func (r *jreader) key() []byte {
+	if r.peek() != '"' {
+		r.bad = true
+		return nil
+	}
+	k, esc := r.str()
+	r.ws()
+	if r.peek() != ':' {
+		r.bad = true
+		return nil
+	}
+	r.i++
+	r.ws()
+	if esc {
+		k = r.decodeKey(k)
+	}
+	return k
+}
+
+// objNext consumes the ',' or '}' after a member's value and reports
+// whether another member follows.
+func (r *jreader) objNext() bool {
+	if r.bad {
+		return false
+	}
+	r.ws()
+	switch r.peek() {
+	case ',':
+		r.i++
+		r.ws()
+		return true
+	case '}':
+		r.i++
+		r.depth--
+		return false
+	}
+	r.bad = true
+	return false
+}
+
+// arrStart consumes the '[' at r.i and reports whether an element follows;
+// arrNext consumes the ',' or ']' after one.
+func (r *jreader) arrStart() bool {
 	if r.bad || !r.enter() {
-		return
+		return false
 	}
 	r.i++ // '['
 	r.ws()
 	if r.peek() == ']' {
 		r.i++
 		r.depth--
-		return
+		return false
 	}
-	for !r.bad {
-		f(r)
+	return true
+}
+
+func (r *jreader) arrNext() bool {
+	if r.bad {
+		return false
+	}
+	r.ws()
+	switch r.peek() {
+	case ',':
+		r.i++
 		r.ws()
-		switch r.peek() {
-		case ',':
-			r.i++
-			r.ws()
-		case ']':
-			r.i++
-			r.depth--
-			return
-		default:
-			r.bad = true
-		}
+		return true
+	case ']':
+		r.i++
+		r.depth--
+		return false
 	}
+	r.bad = true
+	return false
 }
 
 func (r *jreader) enter() bool {
@@ -353,9 +380,14 @@ func (r *jreader) skip() {
 	}
 	switch c := r.peek(); {
 	case c == '{':
-		r.object(func(r *jreader, _ []byte, _ bool) { r.skip() })
+		for more := r.objStart(); more; more = r.objNext() {
+			r.key()
+			r.skip()
+		}
 	case c == '[':
-		r.array(func(r *jreader) { r.skip() })
+		for more := r.arrStart(); more; more = r.arrNext() {
+			r.skip()
+		}
 	case c == '"':
 		r.str()
 	case c == '-' || (c >= '0' && c <= '9'):
@@ -542,6 +574,19 @@ func keyIs(raw []byte, esc bool, lit string) bool {
 	if !esc {
 		return string(raw) == lit
 	}
+	var r jreader
+	return string(r.decodeKey(raw)) == lit
+}
+
+// noKey is what decodeKey returns for a key no field of interest has.
+var noKey = [1]byte{0}
+
+// decodeKey decodes the escapes of a string as on the wire (already
+// validated by str) into r.kbuf. A string that does not fit, or holds a
+// character beyond ASCII, comes back as "\x00": it equals no key tokentap
+// looks for.
+func (r *jreader) decodeKey(raw []byte) []byte {
+	none := noKey[:]
 	j := 0
 	for i := 0; i < len(raw); {
 		var c byte
@@ -556,7 +601,7 @@ func keyIs(raw []byte, esc bool, lit string) bool {
 					v = v<<4 | int(unhex(h))
 				}
 				if v >= 0x80 {
-					return false // lit is ASCII
+					return none
 				}
 				c = byte(v)
 				i += 6
@@ -574,12 +619,13 @@ func keyIs(raw []byte, esc bool, lit string) bool {
 				c, i = e, i+2
 			}
 		}
-		if j >= len(lit) || lit[j] != c {
-			return false
+		if j >= len(r.kbuf) {
+			return none
 		}
+		r.kbuf[j] = c
 		j++
 	}
-	return j == len(lit)
+	return r.kbuf[:j]
 }
 
 func unhex(c byte) byte {
