@@ -261,6 +261,10 @@ func (s *Scanner) line1(ln []byte, inChunk bool) bool {
 }
 
 func (s *Scanner) appendData(value []byte, inChunk bool) {
+	if len(value) > s.max() {
+		s.fail()
+		return
+	}
 	if !s.hasData {
 		s.hasData = true
 		if inChunk {

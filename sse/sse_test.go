@@ -108,6 +108,9 @@ func reference(in []byte, max int) (events []got, err error) {
 			}
 			switch name {
 			case "data":
+				if len(value) > max {
+					return events, ErrTooLarge
+				}
 				if hasData {
 					if data.Len()+1+len(value) > max {
 						return events, ErrTooLarge
@@ -234,7 +237,7 @@ func TestLargeEvents(t *testing.T) {
 		}
 	}
 	// Beyond the limit, as one line and as many data lines.
-	over := append(append([]byte("data: "), bytes.Repeat([]byte{'x'}, MaxEvent+lineSlack)...), "\n\n"...)
+	over := append(append([]byte("data: "), bytes.Repeat([]byte{'x'}, MaxEvent+1)...), "\n\n"...)
 	lines := bytes.Repeat([]byte("data: "+strings.Repeat("y", 1<<20-1)+"\n"), 17)
 	for name, in := range map[string][]byte{"one line": over, "many lines": lines} {
 		var s Scanner

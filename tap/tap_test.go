@@ -727,3 +727,41 @@ func BenchmarkClassify(b *testing.B) {
 		reportCPU(b, cpu)
 	})
 }
+
+// TestLargeEvents: an event far beyond 64 KiB (a huge tool-call argument or
+// logprobs) is one token event; beyond the scanner's 16 MiB it is a clear
+// Malformed outcome, and forwarding passes the bytes through unchanged.
+func TestLargeEvents(t *testing.T) {
+	big := strings.Repeat("x", 3<<20)
+	ok := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + big + "\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"
+	huge := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("y", sse.MaxEvent) + "\"}}]}\n\ndata: [DONE]\n\n"
+	s := NewStream(record.NewClock())
+	for _, tt := range []struct {
+		name, body string
+		outcome    record.Outcome
+		events     int
+	}{
+		{"3 MiB event", ok, record.OK, 1},
+		{"beyond 16 MiB", huge, record.Malformed, 0},
+	} {
+		rec := &record.Record{Stream: true}
+		s.Begin(rec)
+		s.Status(200)
+		s.StripUsage(true)
+		var out []byte
+		for off := 0; off < len(tt.body); off += 64 << 10 {
+			out = s.Forward([]byte(tt.body[off:min(off+64<<10, len(tt.body))]), out)
+		}
+		out = s.Flush(out)
+		s.End(nil, "")
+		if rec.Outcome != tt.outcome || rec.Events() != tt.events {
+			t.Fatalf("%s: %s (%q), %d events", tt.name, rec.Outcome, rec.Error, rec.Events())
+		}
+		if tt.outcome == record.Malformed && (!strings.Contains(rec.Error, "larger than") || string(out) != tt.body) {
+			t.Fatalf("%s: error %q; forwarded %d of %d bytes", tt.name, rec.Error, len(out), len(tt.body))
+		}
+		if tt.outcome == record.OK && !strings.HasSuffix(string(out), "}\n\ndata: [DONE]\n\n") || len(out) > len(tt.body) {
+			t.Fatalf("%s: forwarded %d bytes", tt.name, len(out))
+		}
+	}
+}
