@@ -386,17 +386,12 @@ func stripExpected(body []byte) ([]byte, int) {
 	return out, n
 }
 
-// isUsageOnly is the test's own reading of a usage-only chunk: a JSON
-// object with "choices": [] and a "usage" object, and no error.
+// isUsageOnly is the test's own reading of a usage-only chunk, through
+// encoding/json (see oracle): a JSON object with "choices": [] and a
+// "usage" object, and no error.
 func isUsageOnly(data []byte) bool {
-	var p fastjson.Parser
-	v, err := p.ParseBytes(data)
-	if err != nil || v.Type() != fastjson.TypeObject || v.Exists("error") && v.Get("error").Type() != fastjson.TypeNull {
-		return false
-	}
-	c, u := v.Get("choices"), v.Get("usage")
-	return c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 && u != nil && u.Type() == fastjson.TypeObject &&
-		string(v.GetStringBytes("object")) != "error"
+	c, _, ok := oracle(data)
+	return ok && !c.isError() && c.usage.set && c.choices == 0
 }
 
 // TestStripUsage: with StripUsage on, the client gets the stream minus
