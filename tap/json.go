@@ -1,6 +1,9 @@
 package tap
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // A validating single-pass JSON reader for OpenAI-style chunks. It checks
 // the whole event is one valid JSON value (as encoding/json.Valid does, up
@@ -428,11 +431,14 @@ func (r *jreader) str() (raw []byte, esc bool) {
 	i := r.i + 1
 	start := i
 	for {
-		// Eight bytes at a time while none is '"', '\\' or a control
-		// character, then byte by byte.
+		// Eight bytes at a time: the lowest flagged byte of the mask is
+		// the first '"', '\\' or control character (the bit tricks can
+		// flag bytes above a true hit, never below). Byte by byte near
+		// the end.
 		for i+8 <= len(b) {
 			x := binary.LittleEndian.Uint64(b[i:])
-			if (x-lo*0x20)&^x&hi|hasZero(x^(lo*'"'))|hasZero(x^(lo*'\\')) != 0 {
+			if m := (x-lo*0x20)&^x&hi | hasZero(x^(lo*'"')) | hasZero(x^(lo*'\\')); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
 			i += 8
