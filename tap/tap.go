@@ -59,9 +59,10 @@ type Stream struct {
 	strip bool
 
 	status int
-	done   bool  // [DONE] arrived
-	events int   // SSE events seen, token events or not
-	fed    int64 // body bytes seen
+	done   bool          // [DONE] arrived
+	doneAt time.Duration // when
+	events int           // SSE events seen, token events or not
+	fed    int64         // body bytes seen
 
 	usage      bool // a usage (or meta_info) block arrived
 	usageCount int  // events that carried one
@@ -255,7 +256,7 @@ func (s *Stream) event(ev *sse.Event, at time.Duration) (usageOnly bool) {
 		return false
 	}
 	if ev.Done() {
-		s.done = true
+		s.done, s.doneAt = true, at
 		return false
 	}
 	if string(ev.Type) == "error" {
@@ -339,8 +340,9 @@ func (s *Stream) failWith(what string, data []byte) {
 
 // End closes the measurement: the body ended with err (nil: clean EOF), and
 // blame says whose fault err is (BlameNone lets the tap choose: engine for
-// read errors, client for cancellation). It fills End, Outcome, Blame,
-// Error, token counts and their sources, ResponseID and CachedTokens.
+// read errors, client for cancellation). It fills End (the arrival of
+// [DONE] when it came, else now), Outcome, Blame, Error, token counts and
+// their sources, ResponseID and CachedTokens.
 func (s *Stream) End(err error, blame record.Blame) { s.EndAt(err, blame, s.clock.Now()) }
 
 // EndAt is End for a caller that took the end time itself.
@@ -350,6 +352,9 @@ func (s *Stream) EndAt(err error, blame record.Blame, at time.Duration) {
 		return
 	}
 	r.End = at
+	if s.done && r.Stream && s.statusOK() {
+		r.End = s.doneAt // METHOD §2: the end is [DONE], not the close after it
+	}
 	if s.status != 0 {
 		r.Status = s.status
 	}

@@ -102,7 +102,7 @@ func measure(s *Stream, body []byte, stream bool, cuts []int, strip bool, endErr
 	if strip {
 		out = s.Flush(out)
 	}
-	s.EndAt(endErr, record.BlameNone, time.Second)
+	s.EndAt(endErr, record.BlameNone, time.Hour)
 	return rec, out
 }
 
@@ -155,7 +155,7 @@ var files = []struct {
 		cached: 6, responseID: "chatcmpl-ZcxoTh7qUMzoXbhZnQdD1MT3xoVT9Jia", outcome: record.OK}},
 }
 
-func check(t *testing.T, rec *record.Record, w want) {
+func check(t *testing.T, rec *record.Record, w want, done bool) {
 	t.Helper()
 	blame := record.BlameEngine
 	if w.outcome == record.OK {
@@ -175,8 +175,13 @@ func check(t *testing.T, rec *record.Record, w want) {
 	if !strings.Contains(rec.Error, w.errContains) || (w.errContains == "") != (rec.Error == "") {
 		t.Fatalf("Error = %q, want it to contain %q", rec.Error, w.errContains)
 	}
-	if rec.End != time.Second {
-		t.Fatalf("End = %v", rec.End)
+	// End is the arrival of [DONE] where it came, else the close (1 h).
+	if last, ok := rec.Last(); rec.Stream && done {
+		if rec.End >= time.Hour || (ok && rec.End < last) {
+			t.Fatalf("End = %v, want the [DONE] read's arrival (last token %v)", rec.End, last)
+		}
+	} else if rec.End != time.Hour {
+		t.Fatalf("End = %v, want 1h", rec.End)
 	}
 }
 
@@ -188,11 +193,12 @@ func TestEngineStreams(t *testing.T) {
 		t.Run(f.file, func(t *testing.T) {
 			body := load(t, f.file)
 			for _, cuts := range cutSets(body, uint64(len(body))) {
+				done := bytes.Contains(body, []byte("data: [DONE]"))
 				rec, _ := measure(s, body, f.stream, cuts, false, nil)
-				check(t, rec, f.want)
+				check(t, rec, f.want, done)
 				if f.stream {
 					rec, _ = measure(s, body, f.stream, cuts, true, nil)
-					check(t, rec, f.want)
+					check(t, rec, f.want, done)
 				}
 			}
 		})
@@ -219,6 +225,9 @@ func TestTTFTNotFromRoleChunk(t *testing.T) {
 		s.EndAt(nil, "", 60*time.Millisecond)
 		if ttft, ok := rec.TTFT(); !ok || ttft != 45*time.Millisecond || rec.First != 50*time.Millisecond {
 			t.Fatalf("%s: TTFT %v (ok %v), want 45ms from the first token", file, ttft, ok)
+		}
+		if rec.End != 50*time.Millisecond {
+			t.Fatalf("%s: End %v, want 50ms, the arrival of [DONE] (the close came at 60ms)", file, rec.End)
 		}
 
 		// llama.cpp sends the role chunk together with the first token.
