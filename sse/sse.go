@@ -101,15 +101,27 @@ type Scanner struct {
 	ev         Event
 }
 
-// Reset prepares s for a new stream, keeping its buffers and Max.
+// Reset prepares s for a new stream, keeping Max and its buffers, except
+// those a huge event grew beyond 1 MiB: a pooled scanner does not hold on
+// to 16 MiB because one stream once needed it.
 func (s *Scanner) Reset() {
 	*s = Scanner{
 		Max:  s.Max,
-		line: s.line[:0],
-		data: s.data[:0],
-		typ:  s.typ[:0],
-		id:   s.id[:0],
+		line: small(s.line),
+		data: small(s.data),
+		typ:  small(s.typ),
+		id:   small(s.id),
 	}
+}
+
+// keepCap is the largest buffer Reset keeps.
+const keepCap = 1 << 20
+
+func small(b []byte) []byte {
+	if cap(b) > keepCap {
+		return nil
+	}
+	return b[:0]
 }
 
 func (s *Scanner) max() int {

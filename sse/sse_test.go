@@ -254,6 +254,10 @@ func TestLargeEvents(t *testing.T) {
 		if c := cap(s.line) + cap(s.data); c > 2*(MaxEvent+lineSlack) {
 			t.Fatalf("%s: buffers grew to %d bytes", name, c)
 		}
+		s.Reset()
+		if c := cap(s.line) + cap(s.data); c > 0 {
+			t.Fatalf("%s: Reset kept %d bytes of buffers", name, c)
+		}
 	}
 }
 

@@ -90,7 +90,8 @@ type Stream struct {
 // NewStream returns a Stream that timestamps events on clock.
 func NewStream(clock record.Clock) *Stream { return &Stream{clock: clock} }
 
-// Begin starts measuring a response into rec. The caller has set rec.Sent,
+// Begin starts measuring a response into rec (and ends any measurement in
+// progress without touching its record). The caller has set rec.Sent,
 // rec.API, rec.Stream, rec.Model, rec.ID and rec.MaxTokens; the stream fills
 // the rest as bytes arrive and at End. PromptTokens set by the caller (for
 // example from the prompt builder) are kept when the engine sends no usage.
@@ -100,10 +101,19 @@ func (s *Stream) Begin(rec *record.Record) {
 		clock:   s.clock,
 		rec:     rec,
 		sc:      s.sc,
-		body:    s.body[:0],
-		pending: s.pending[:0],
+		body:    small(s.body),
+		pending: small(s.pending),
 	}
 	s.sc.Reset()
+}
+
+// small empties b for reuse, or drops it when a huge response grew it
+// beyond 1 MiB, so a pooled Stream does not hold on to that memory.
+func small(b []byte) []byte {
+	if cap(b) > 1<<20 {
+		return nil
+	}
+	return b[:0]
 }
 
 // Status records the engine's HTTP status, before the body.
