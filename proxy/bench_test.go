@@ -548,17 +548,3 @@ func BenchmarkForward(b *testing.B) {
 		}
 	}
 }
-
-// repeatReader returns n copies of b per Read.
-type repeatReader struct {
-	b []byte
-	n int
-}
-
-func (r *repeatReader) Read(p []byte) (int, error) {
-	k := 0
-	for ; r.n > 0 && k+len(r.b) <= len(p); r.n-- {
-		k += copy(p[k:], r.b)
-	}
-	return k, nil
-}

@@ -87,7 +87,6 @@ type metrics struct {
 	inFlight atomic.Int64 // measured requests between arrival and record
 	passed   atomic.Uint64
 	measErrs atomic.Uint64
-	dropped  atomic.Uint64
 }
 
 func newMetrics() *metrics {

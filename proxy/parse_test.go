@@ -10,6 +10,10 @@ import (
 	"reflect"
 	"testing"
 	"testing/iotest"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/tap"
 )
 
 // chunk encodes data as a chunked body, cutting it at the given sizes.
@@ -222,4 +226,47 @@ func FuzzInjectUsage(f *testing.F) {
 			t.Fatalf("other members changed:\n%s\n%s", body, out)
 		}
 	})
+}
+
+// TestForwardAllocatesNothing checks the per-event path (decode the chunk
+// from the connection buffer, measure it, strip usage, build the client's
+// bytes) allocates nothing.
+func TestForwardAllocatesNothing(t *testing.T) {
+	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n\n")
+	wire := fmt.Appendf(nil, "%x\r\n%s\r\n", len(event), event)
+	st := tap.NewStream(record.NewClock())
+	rec := record.Record{Stream: true, Arrivals: make([]time.Duration, 0, 4096)}
+	st.Begin(&rec)
+	st.StripUsage(true)
+	st.Status(200)
+	var x exchange
+	x.tap, x.measure = st, true
+	x.pieceFn = x.piece
+	r := &repeatReader{b: wire}
+	x.body.reset(bufio.NewReaderSize(r, 4096), frameChunked, 0)
+	step := func() {
+		x.out = x.out[:0]
+		r.n = 1
+		if err := x.body.read(x.pieceFn); err != nil || len(x.out) != len(event) {
+			t.Fatalf("forwarded %d bytes, %v", len(x.out), err)
+		}
+	}
+	step() // size the buffers
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Fatalf("%.1f allocations per event, want 0", a)
+	}
+}
+
+// repeatReader returns n copies of b per Read.
+type repeatReader struct {
+	b []byte
+	n int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	k := 0
+	for ; r.n > 0 && k+len(r.b) <= len(p); r.n-- {
+		k += copy(p[k:], r.b)
+	}
+	return k, nil
 }
