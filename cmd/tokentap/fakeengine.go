@@ -77,11 +77,20 @@ time between tokens = --tbt-base + --tbt-per-running x running + --tbt-per-ktoke
 context K-tokens in flight. Requests beyond --max-running or --kv-capacity wait in a queue.
 Prints the base URL on stdout; stops on Ctrl-C.`
 
-func runFakeEngine(args []string, stdout, stderr io.Writer) int {
+// fakeEngineSetup is what the flags and environment asked for.
+type fakeEngineSetup struct {
+	cfg    fakeEngineConfig
+	model  fixtures.Model
+	faults []fixtures.Fault
+}
+
+// parseFakeEngine reads defaults, then TOKENTAP_* variables, then flags. done
+// means exit now with code (help shown, or a bad setting explained).
+func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, code int, done bool) {
 	cfg := defaultFakeEngineConfig()
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
-		return 2
+		return setup, 2, true
 	}
 	fs := newFlagSet("fake-engine", fakeEngineSummary, stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
@@ -106,33 +115,42 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Ledger, "ledger", cfg.Ledger, "record the ground-truth ledger and serve it on GET /fake/ledger (DELETE resets) [TOKENTAP_FAKE_LEDGER]")
 	cfg.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
-		return code
+		return setup, code, true
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tokentap fake-engine: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
-		return 2
-	}
-	log, err := cfg.LogFlags.logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
-		return 2
+		return setup, 2, true
 	}
 	var fl []fixtures.Fault
 	for _, s := range faults {
 		f, err := fixtures.ParseFault(s)
 		if err != nil {
 			fmt.Fprintf(stderr, "tokentap fake-engine: --fault: %v\n", err)
-			return 2
+			return setup, 2, true
 		}
 		fl = append(fl, f)
 	}
 	m := cfg.model()
 	if err := m.Validate(); err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return setup, 2, true
+	}
+	return fakeEngineSetup{cfg: cfg, model: m, faults: fl}, 0, false
+}
+
+func runFakeEngine(args []string, stdout, stderr io.Writer) int {
+	setup, code, done := parseFakeEngine(args, stderr)
+	if done {
+		return code
+	}
+	cfg, m := setup.cfg, setup.model
+	log, err := cfg.LogFlags.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
 		return 2
 	}
 	e := fixtures.New(m, fixtures.WithLogger(log), fixtures.WithLedger(cfg.Ledger),
-		fixtures.WithLedgerEndpoint(cfg.Ledger), fixtures.WithFaults(fl...))
+		fixtures.WithLedgerEndpoint(cfg.Ledger), fixtures.WithFaults(setup.faults...))
 	// Catch Ctrl-C before announcing the URL, so a caller that signals as
 	// soon as it has read the URL gets a clean shutdown.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+)
+
+func TestParseFakeEngine(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		check func(t *testing.T, s fakeEngineSetup)
+		code  int // when done
+		msg   string
+	}{
+		{name: "defaults are DefaultModel", check: func(t *testing.T, s fakeEngineSetup) {
+			m := fixtures.DefaultModel()
+			if s.model != m || s.cfg.Listen != "127.0.0.1:8000" || s.cfg.Ledger || len(s.faults) != 0 {
+				t.Fatalf("setup %+v, want DefaultModel %+v", s, m)
+			}
+		}},
+		{name: "env sets the model", env: map[string]string{"TOKENTAP_FAKE_MODEL": "envm", "TOKENTAP_FAKE_TBT_BASE": "7ms", "TOKENTAP_FAKE_FAULT": "cut=3;status=500,min-prompt=9", "TOKENTAP_FAKE_LEDGER": "true"},
+			check: func(t *testing.T, s fakeEngineSetup) {
+				if s.model.Name != "envm" || s.model.TBTBase != 7*time.Millisecond || !s.cfg.Ledger || len(s.faults) != 2 || s.faults[1].MinPromptToks != 9 {
+					t.Fatalf("setup %+v", s)
+				}
+			}},
+		{name: "flags win over env", env: map[string]string{"TOKENTAP_FAKE_TBT_BASE": "7ms", "TOKENTAP_FAKE_MAX_RUNNING": "3"},
+			args: []string{"--tbt-base", "2ms", "--kv-capacity", "1024", "--block-size", "32", "--tokens-per-event", "4", "--finish-chunk", "--fault", "cut=1", "--fault", "malformed@2"},
+			check: func(t *testing.T, s fakeEngineSetup) {
+				m := s.model
+				if m.TBTBase != 2*time.Millisecond || m.MaxRunning != 3 || m.KVCapacity != 1024 || m.BlockSize != 32 || m.TokensPerEvent != 4 || !m.FinishChunk || len(s.faults) != 2 {
+					t.Fatalf("model %+v faults %+v", m, s.faults)
+				}
+			}},
+		{name: "bad fault", args: []string{"--fault", "explode=1"}, code: 2, msg: "--fault"},
+		{name: "invalid model", args: []string{"--kv-capacity", "1000"}, code: 2, msg: "KVCapacity 1000"},
+		{name: "bad env", env: map[string]string{"TOKENTAP_FAKE_TBT_BASE": "soon"}, code: 2, msg: "TOKENTAP_FAKE_TBT_BASE"},
+		{name: "stray argument", args: []string{"extra"}, code: 2, msg: "unexpected arguments"},
+		{name: "help", args: []string{"--help"}, code: 0, msg: "--tbt-per-ktokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var errb bytes.Buffer
+			s, code, done := parseFakeEngine(tt.args, &errb)
+			if tt.check != nil {
+				if done {
+					t.Fatalf("exited with %d: %s", code, errb.String())
+				}
+				tt.check(t, s)
+				return
+			}
+			msg := strings.ReplaceAll(tt.msg, "--", "-")
+			if !done || code != tt.code || !strings.Contains(errb.String(), msg) {
+				t.Fatalf("done %v code %d stderr %q; want code %d mentioning %q", done, code, errb.String(), tt.code, msg)
+			}
+		})
+	}
+}
