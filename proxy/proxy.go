@@ -182,7 +182,6 @@ func (p *Proxy) Handler() fasthttp.RequestHandler { return p.serve }
 func (p *Proxy) NewServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:               p.serve,
-		Name:                  "tokentap",
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,

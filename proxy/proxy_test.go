@@ -501,11 +501,19 @@ func TestPassThroughMethodsHeadersAndBigBodies(t *testing.T) {
 			if !strings.Contains(got, "X-End") || resp.Header.Get("X-Auth") != "Bearer sk-xyz" {
 				t.Errorf("end-to-end headers lost: %s, auth %q", got, resp.Header.Get("X-Auth"))
 			}
+			if resp.Header.Get("Server") != "" {
+				t.Errorf("the proxy added a Server header %q the engine did not send", resp.Header.Get("Server"))
+			}
 			if resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Upstream") != "yes" {
 				t.Errorf("response headers: keep-alive %q, x-upstream %q", resp.Header.Get("Keep-Alive"), resp.Header.Get("X-Upstream"))
 			}
 		})
 	}
+	resp, err := client.Head(h.url + "/v1/models")
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("X-Method") != "HEAD" || resp.ContentLength != 2 {
+		t.Fatalf("HEAD: %v %+v", err, resp)
+	}
+	resp.Body.Close()
 	if n := h.p.hc.ConnsCount(); n > 2 {
 		t.Errorf("%d upstream connections for sequential requests: keep-alive is not reused", n)
 	}
