@@ -368,11 +368,15 @@ func (x *exchange) finish() {
 	}
 	if x.rec != nil {
 		p.m.inFlight.Add(-1)
-		p.recs <- x.rec
+		p.recMu.RLock()
+		if !p.recClosed {
+			p.recs <- x.rec
+		}
+		p.recMu.RUnlock()
 		x.rec = nil
 	}
 	x.put()
-	p.active.Done()
+	p.active.Add(-1)
 }
 
 // touchRead moves the upstream read deadline forward (lazily: at most every

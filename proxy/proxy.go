@@ -93,8 +93,11 @@ type Proxy struct {
 	capture  *record.Writer
 	idPrefix string
 	seq      atomic.Uint64
-	active   sync.WaitGroup
+	active   atomic.Int64 // requests being served
 	closing  atomic.Bool
+
+	recMu     sync.RWMutex // guards sending on recs against closing it
+	recClosed bool
 
 	exchanges sync.Pool
 
@@ -218,14 +221,16 @@ func (p *Proxy) Close(ctx context.Context) error {
 	if srv != nil {
 		err = srv.ShutdownWithContext(ctx)
 	}
-	done := make(chan struct{})
-	go func() { p.active.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		p.log.Warn().Msg("proxy closed with streams still open; their records are lost")
+	for p.active.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
 	}
+	if n := p.active.Load(); n > 0 {
+		p.log.Warn().Int64("open", n).Msg("proxy closed with requests still open; their records are lost")
+	}
+	p.recMu.Lock()
+	p.recClosed = true
 	close(p.recs)
+	p.recMu.Unlock()
 	<-p.recDone
 	if p.capture != nil {
 		if ferr := p.capture.Flush(); ferr != nil && err == nil {
