@@ -279,8 +279,9 @@ func (r *runner) execute(ctx context.Context) error {
 }
 
 // slotBodies builds the prompts of context c for slots [from, to) and
-// returns the decode and warm-up bodies for them.
-func (r *runner) slotBodies(ctx context.Context, c, from, to int) (decode, warm [][]byte, err error) {
+// returns the decode and warm-up bodies for them; the two bodies of a slot
+// share its prompt's bytes.
+func (r *runner) slotBodies(ctx context.Context, c, from, to int) (decode, warm []replay.Body, err error) {
 	for slot := from; slot < to; slot++ {
 		p, err := r.build.Prompt(ctx, c, slot)
 		if err != nil {
@@ -290,7 +291,7 @@ func (r *runner) slotBodies(ctx context.Context, c, from, to int) (decode, warm 
 		if err != nil {
 			return nil, nil, err
 		}
-		w, err := r.tgt.Body(r.request(p.Text, 1))
+		w, err := r.tgt.Reshape(d, r.request("", 1))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -450,7 +451,7 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 }
 
 // cell runs decode cell (c, n) for one window.
-func (r *runner) cell(ctx context.Context, c, n int, bodies [][]byte) error {
+func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error {
 	label := fmt.Sprintf("decode C=%s N=%d", TokenLabel(c), n)
 	r.prog.begin(label)
 	win := r.sc.Window
@@ -460,22 +461,31 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies [][]byte) error {
 	defer cancel()
 
 	// Scrape the waiting gauge during the window.
+	// maxWaiting is -1 for an engine without the gauge (queueing is then
+	// judged from average active requests), else the highest value seen.
 	var (
 		waitMu     sync.Mutex
 		maxWaiting = -1
 		loadErr    error
 		scrapeDone = make(chan struct{})
 	)
+	if r.info.Gauges {
+		maxWaiting = 0
+	}
 	go func() {
 		defer close(scrapeDone)
+		// The first scrape comes soon after the window opens, when the
+		// requests have reached the engine; then every LoadEvery.
+		first := time.NewTimer(min(r.cfg.LoadEvery, 100*time.Millisecond))
+		defer first.Stop()
+		select {
+		case <-wctx.Done():
+			return
+		case <-first.C:
+		}
 		t := time.NewTicker(r.cfg.LoadEvery)
 		defer t.Stop()
 		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
 			_, waiting, ok, err := r.info.Load(wctx)
 			waitMu.Lock()
 			if err != nil && wctx.Err() == nil {
@@ -485,6 +495,11 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies [][]byte) error {
 				maxWaiting = waiting
 			}
 			waitMu.Unlock()
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 	}()
 

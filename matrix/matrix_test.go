@@ -21,7 +21,7 @@ import (
 
 // accuracyModel is a fake engine whose figures are easy to predict: the
 // time between tokens depends only on how many requests run (15 ms + 1 ms
-// per running request), the first token comes 100 ms after a cached prompt,
+// per running request), the first token comes 200 ms after a cached prompt,
 // at most 4 requests run at once, and the KV cache holds 6,144 tokens.
 func accuracyModel() fixtures.Model {
 	m := fixtures.DefaultModel()
@@ -29,13 +29,21 @@ func accuracyModel() fixtures.Model {
 	m.MaxModelLen = 8192
 	m.PrefillTokPerSec = 200000
 	m.PrefillSlowdown = 0
-	m.FirstEventDelay = 100 * time.Millisecond
+	m.FirstEventDelay = 200 * time.Millisecond
 	m.TBTBase = 15 * time.Millisecond
 	m.TBTPerRunning = time.Millisecond
 	m.TBTPerKTokens = 0
 	m.MaxRunning = 4
 	m.KVCapacity = 6144
 	m.BlockSize = 16
+	return m
+}
+
+// quickModel is accuracyModel with a 20 ms first token, for tests that
+// need tokens soon in short windows, not figures.
+func quickModel() fixtures.Model {
+	m := accuracyModel()
+	m.FirstEventDelay = 20 * time.Millisecond
 	return m
 }
 
@@ -141,7 +149,10 @@ func TestMatrixAgainstModel(t *testing.T) {
 		// range, ±3% (with a floor of 0.1 ms for TBT and 1 ms for TTFT: the
 		// request's trip to the fake is in TTFT, and a busy fake writes a
 		// late event's successors back to back).
-		within(name+" total tok/s vs the fake's ledger", c.TotalTokPerSec, truth.tokS, 0.03)
+		// A token in flight at either edge of the window may land on the
+		// other side of it: allow one per stream beyond the 3%.
+		edge := float64(running) / w.Seconds()
+		inRange(t, name+" total tok/s vs the fake's ledger", c.TotalTokPerSec, truth.tokS, truth.tokS, 0.03, edge)
 		inRange(t, name+" TBT vs the fake's ledger", c.TBTms, truth.tbtLo, truth.tbtHi, 0.03, 0.1)
 		inRange(t, name+" TTFT vs the fake's ledger", c.TTFTms, truth.ttftLo, truth.ttftHi, 0.03, 1)
 		// Against the model: where the fake kept its schedule (its ledger
@@ -258,12 +269,12 @@ func itoa(n int) string { return TokenLabel(n) }
 // TestInterrupted cancels a run in its second cell: the result keeps the
 // cells done, marks the rest Not run and says it was interrupted.
 func TestInterrupted(t *testing.T) {
-	eng := fixtures.StartTest(t, accuracyModel())
+	eng := fixtures.StartTest(t, quickModel())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cells := 0
 	sc := accuracyScenario()
-	sc.Window = 400 * time.Millisecond
+	sc.Window = 600 * time.Millisecond
 	res, err := Run(ctx, Config{
 		Target:   replay.Target{BaseURL: eng.URL()},
 		Scenario: sc,
@@ -311,12 +322,12 @@ func TestUnreachable(t *testing.T) {
 // is dropped with a note; --kv-capacity overrides the probe and is recorded
 // as a fact from the flag.
 func TestDroppedAndOverrides(t *testing.T) {
-	eng := fixtures.StartTest(t, accuracyModel())
+	eng := fixtures.StartTest(t, quickModel())
 	sc := accuracyScenario()
 	sc.Contexts = []int{0, 8192}
 	sc.Concurrency = []int{1, 64}
 	sc.Prefill = nil
-	sc.Window = 300 * time.Millisecond
+	sc.Window = 600 * time.Millisecond
 	var recs int
 	res, err := Run(context.Background(), Config{
 		Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, KVCapacity: 1000,

@@ -189,7 +189,7 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	b.StopTimer()
 	base, pinned := startFake(b)
 	tg := Target{BaseURL: base, Model: "bench"}
-	bodies := make([][]byte, streams)
+	bodies := make([]Body, streams)
 	for i := range bodies {
 		body, err := tg.Body(Request{Prompt: "stream " + strconv.Itoa(i) + " says hello", MaxTokens: 256, Stream: true, IgnoreEOS: true})
 		if err != nil {

@@ -65,7 +65,7 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 	type job struct {
 		at     time.Duration // scheduled offset from the replay's start
 		target Target
-		body   []byte
+		body   Body
 		rec    record.Record
 	}
 	jobs := make([]job, len(caps))
@@ -164,7 +164,7 @@ loop:
 			defer wg.Done()
 			c := get(j.target)
 			c.Do(ctx, j.body, &j.rec)
-			j.body = nil
+			j.body = Body{}
 			if j.rec.Outcome == record.OK {
 				put(j.target, c)
 			} else {

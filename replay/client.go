@@ -84,19 +84,48 @@ type Request struct {
 	Extra map[string]any
 }
 
+// Body is an encoded request body in three parts: the settings before the
+// prompt, the prompt as a JSON string, and what closes the object. Bodies
+// that differ only in their settings (a warm-up's max_tokens 1 and the
+// decode requests' max output) share the prompt's bytes, so a 248K-token
+// prompt is held once per slot however many bodies use it.
+type Body struct {
+	Head, Prompt, Tail []byte
+}
+
+// Len is the body's length in bytes.
+func (b Body) Len() int { return len(b.Head) + len(b.Prompt) + len(b.Tail) }
+
+// Bytes returns the body as one slice (a copy).
+func (b Body) Bytes() []byte {
+	out := make([]byte, 0, b.Len())
+	return append(append(append(out, b.Head...), b.Prompt...), b.Tail...)
+}
+
+func (b Body) reader() io.Reader {
+	return io.MultiReader(bytes.NewReader(b.Head), bytes.NewReader(b.Prompt), bytes.NewReader(b.Tail))
+}
+
 // Body encodes r as the JSON body of a request to t.
-func (t Target) Body(r Request) ([]byte, error) {
+func (t Target) Body(r Request) (Body, error) {
+	p, err := encodeJSON(r.Prompt)
+	if err != nil {
+		return Body{}, err
+	}
+	return t.Reshape(Body{Prompt: p}, r)
+}
+
+// Reshape returns a body with b's prompt and r's settings (r.Prompt is
+// ignored); the prompt's bytes are shared, not copied.
+func (t Target) Reshape(b Body, r Request) (Body, error) {
 	m := make(map[string]any, 8+len(r.Extra))
 	for k, v := range r.Extra {
 		m[k] = v
 	}
+	delete(m, "prompt")
+	delete(m, "messages")
 	if t.Model != "" {
 		m["model"] = t.Model
-	}
-	if t.API == record.Completions {
-		m["prompt"] = r.Prompt
-	} else {
-		m["messages"] = []map[string]string{{"role": "user", "content": r.Prompt}}
 	}
 	if r.MaxTokens > 0 {
 		m["max_tokens"] = r.MaxTokens
@@ -111,10 +140,27 @@ func (t Target) Body(r Request) ([]byte, error) {
 	if r.MinTokens && r.MaxTokens > 0 {
 		m["min_tokens"] = r.MaxTokens
 	}
+	settings, err := encodeJSON(m) // {"k":v,...}, keys sorted
+	if err != nil {
+		return Body{}, err
+	}
+	head := append([]byte(nil), settings[:len(settings)-1]...) // drop the closing brace
+	if len(head) > 1 {
+		head = append(head, ',')
+	}
+	if t.API == record.Completions {
+		head = append(head, `"prompt":`...)
+		return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}")}, nil
+	}
+	head = append(head, `"messages":[{"role":"user","content":`...)
+	return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}]}")}, nil
+}
+
+func encodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encode request body: %w", err)
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
@@ -225,7 +271,7 @@ func (c *Conn) Close() {
 // Sent, Wall, API and Model and the tap fills the rest. Do never returns an
 // error: a failure is a record with its Outcome, Blame and Error set. When ctx
 // is cancelled mid-stream the record's outcome is record.Cancelled.
-func (c *Conn) Do(ctx context.Context, body []byte, rec *record.Record) {
+func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	rec.API = c.target.API
 	if rec.API == "" {
 		rec.API = record.Chat
@@ -237,11 +283,12 @@ func (c *Conn) Do(ctx context.Context, body []byte, rec *record.Record) {
 	trace := &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(int64(c.clock.Now())) },
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.endpoint, body.reader())
 	if err != nil {
 		c.fail(rec, c.clock.Now(), record.Connect, record.BlameTokentap, fmt.Sprintf("bad target URL %q: %v", c.endpoint, err))
 		return
 	}
+	req.ContentLength = int64(body.Len())
 	req.Header.Set("Content-Type", "application/json")
 	if rec.Stream {
 		req.Header.Set("Accept", "text/event-stream")

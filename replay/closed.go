@@ -16,7 +16,7 @@ type Closed struct {
 	Target Target
 	Clock  record.Clock
 	// Bodies holds one encoded request body per stream (see Target.Body).
-	Bodies [][]byte
+	Bodies []Body
 	// MaxTokens and Stream describe what the bodies ask for; they are copied
 	// into every record.
 	MaxTokens int

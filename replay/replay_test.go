@@ -29,7 +29,7 @@ func testModel() fixtures.Model {
 	return m
 }
 
-func body(t *testing.T, tg Target, prompt string, maxTokens int) []byte {
+func body(t *testing.T, tg Target, prompt string, maxTokens int) Body {
 	t.Helper()
 	b, err := tg.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: true, IgnoreEOS: true})
 	if err != nil {
@@ -72,9 +72,13 @@ func TestBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := tt.t.Body(tt.r)
+			body, err := tt.t.Body(tt.r)
 			if err != nil {
 				t.Fatal(err)
+			}
+			b := body.Bytes()
+			if len(b) != body.Len() {
+				t.Errorf("Len %d, %d bytes", body.Len(), len(b))
 			}
 			if strings.Contains(string(b), `\u003c`) {
 				t.Errorf("body escapes HTML: %s", b)
@@ -96,6 +100,53 @@ func TestBody(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReshape: a reshaped body keeps the prompt's bytes (shared, not
+// copied) and takes the new settings.
+func TestReshape(t *testing.T) {
+	for _, api := range []record.API{record.Chat, record.Completions} {
+		tg := Target{Model: "m", API: api}
+		long, err := tg.Body(Request{Prompt: strings.Repeat("word ", 1000), MaxTokens: 8192, Stream: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, err := tg.Reshape(long, Request{MaxTokens: 1, Stream: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &short.Prompt[0] != &long.Prompt[0] {
+			t.Error("the reshaped body copied the prompt")
+		}
+		var a, b map[string]any
+		if err := json.Unmarshal(long.Bytes(), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(short.Bytes(), &b); err != nil {
+			t.Fatal(err)
+		}
+		if a["max_tokens"] != 8192.0 || b["max_tokens"] != 1.0 {
+			t.Errorf("max_tokens %v and %v", a["max_tokens"], b["max_tokens"])
+		}
+		pa, _ := json.Marshal(a["messages"])
+		pb, _ := json.Marshal(b["messages"])
+		if api == record.Completions {
+			pa, _ = json.Marshal(a["prompt"])
+			pb, _ = json.Marshal(b["prompt"])
+		}
+		if string(pa) != string(pb) || len(pa) < 5000 {
+			t.Errorf("%s: prompts differ or are missing", api)
+		}
+	}
+	// An empty settings object still makes valid JSON.
+	b, err := Target{API: record.Completions}.Reshape(Body{Prompt: []byte(`"p"`)}, Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil || m["prompt"] != "p" {
+		t.Fatalf("%s: %v", b.Bytes(), err)
 	}
 }
 
@@ -242,7 +293,7 @@ func TestRunClosed(t *testing.T) {
 	eng := fixtures.StartTest(t, testModel())
 	clock := record.NewClock()
 	tg := Target{BaseURL: eng.URL(), Model: "test"}
-	bodies := make([][]byte, 4)
+	bodies := make([]Body, 4)
 	for i := range bodies {
 		bodies[i] = body(t, tg, "slot "+strings.Repeat("x ", i+1), 30)
 	}
@@ -292,7 +343,7 @@ func TestRunClosedStopsOnFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	run := RunClosed(ctx, Closed{Target: tg, Clock: record.NewClock(), Bodies: [][]byte{body(t, tg, "a", 10), body(t, tg, "b", 10)},
+	run := RunClosed(ctx, Closed{Target: tg, Clock: record.NewClock(), Bodies: []Body{body(t, tg, "a", 10), body(t, tg, "b", 10)},
 		MaxTokens: 10, Stream: true, StopOnFailure: true, Window: 5 * time.Second})
 	if !run.Failed || len(run.Records) == 0 {
 		t.Fatalf("failed %v with %d records", run.Failed, len(run.Records))
