@@ -291,6 +291,7 @@ func (r *runner) slotBodies(ctx context.Context, c, from, to int) (decode, warm 
 		if err != nil {
 			return nil, nil, err
 		}
+		d.PromptTokens = p.Tokens
 		w, err := r.tgt.Reshape(d, r.request("", 1))
 		if err != nil {
 			return nil, nil, err

@@ -134,6 +134,11 @@ func TestMatrixAgainstModel(t *testing.T) {
 			}
 			continue
 		}
+		// The achieved context is recorded per cell (METHOD §4), even
+		// though every request was cancelled before the engine's usage.
+		if c.Context > 0 && (c.PromptTokens < c.Context-16 || c.PromptTokens > c.Context+16) {
+			t.Errorf("%s: prompt tokens %d, want %d ± 16", name, c.PromptTokens, c.Context)
+		}
 		truth := ledgerTruth(t, eng, run)
 		running := min(c.Concurrency, m.MaxRunning)
 		w := run.Window.End - run.Window.Start

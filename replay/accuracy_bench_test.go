@@ -40,6 +40,12 @@ import (
 //	fake_late_ms median of how late the fake wrote events against its own
 //	             schedule (when it cannot keep up, the ledger is still the
 //	             truth the load generator is compared with)
+//	send_delay_ms median from our Sent to the fake's handler starting (the
+//	             kernel, and the fake accepting and parsing a burst of N
+//	             requests: part of TTFT the fake's ledger cannot see)
+//	read_delay_ms median from the fake's write returning to our read of the
+//	             same event (the load generator's own lag; can be slightly
+//	             negative, the reader may wake before the writer)
 //
 // The binary comes from TOKENTAP_BIN, else bin/tokentap (make bench builds
 // it), else it is built into a temporary directory.
@@ -231,11 +237,12 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	from, to := run.Start+time.Second, run.End-500*time.Millisecond
 	off := func(t time.Time) time.Duration { return t.Sub(clock.Start().Round(0)) }
 	var (
-		ttftErr          []float64
-		gapsM, gapsL     []time.Duration
-		late             []time.Duration
-		tokM, tokL       int
-		matched, tokensA int
+		sendDelay, readDelay []time.Duration
+		ttftErr              []float64
+		gapsM, gapsL         []time.Duration
+		late                 []time.Duration
+		tokM, tokL           int
+		matched, tokensA     int
 	)
 	for i := range recs {
 		r := &recs[i]
@@ -248,6 +255,12 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		if ttft, ok := r.TTFT(); ok && !le.FirstToken.IsZero() {
 			truth := le.FirstToken.Sub(le.Received)
 			ttftErr = append(ttftErr, float64(ttft)/float64(truth)-1)
+			sendDelay = append(sendDelay, off(le.Received)-r.Sent)
+		}
+		for j, a := range r.Arrivals {
+			if j < len(le.Events) {
+				readDelay = append(readDelay, a-off(le.Events[j].At))
+			}
 		}
 		for j, a := range r.Arrivals {
 			if a >= from && a < to {
@@ -275,6 +288,8 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	slices.Sort(gapsM)
 	slices.Sort(gapsL)
 	slices.Sort(late)
+	slices.Sort(sendDelay)
+	slices.Sort(readDelay)
 	medGapM, medGapL := gapsM[len(gapsM)/2], gapsL[len(gapsL)/2]
 	b.ReportMetric(100*ttftErr[len(ttftErr)/2], "ttft_err_%")
 	b.ReportMetric(100*(float64(medGapM)/float64(medGapL)-1), "tbt_err_%")
@@ -282,6 +297,8 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	b.ReportMetric(float64(tokM)/(to-from).Seconds(), "tok/s")
 	b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cpu_cores")
 	b.ReportMetric(float64(late[len(late)/2])/float64(time.Millisecond), "fake_late_ms")
+	b.ReportMetric(float64(sendDelay[len(sendDelay)/2])/float64(time.Millisecond), "send_delay_ms")
+	b.ReportMetric(float64(readDelay[len(readDelay)/2])/float64(time.Millisecond), "read_delay_ms")
 	if !pinned {
 		b.Log("taskset or a second CPU is missing: the fake and the load generator share CPUs")
 	}

@@ -91,6 +91,10 @@ type Request struct {
 // prompt is held once per slot however many bodies use it.
 type Body struct {
 	Head, Prompt, Tail []byte
+	// PromptTokens is the prompt's length as the engine counts it, when
+	// known (the prompt builder's count); records of requests that end
+	// before the engine reports usage (cancelled at a window's end) keep it.
+	PromptTokens int
 }
 
 // Len is the body's length in bytes.
@@ -150,10 +154,10 @@ func (t Target) Reshape(b Body, r Request) (Body, error) {
 	}
 	if t.API == record.Completions {
 		head = append(head, `"prompt":`...)
-		return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}")}, nil
+		return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}"), PromptTokens: b.PromptTokens}, nil
 	}
 	head = append(head, `"messages":[{"role":"user","content":`...)
-	return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}]}")}, nil
+	return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}]}"), PromptTokens: b.PromptTokens}, nil
 }
 
 func encodeJSON(v any) ([]byte, error) {
@@ -277,6 +281,13 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		rec.API = record.Chat
 	}
 	rec.Model = c.target.Model
+	if rec.PromptTokens == 0 {
+		rec.PromptTokens = body.PromptTokens
+	}
+	if rec.Stream && rec.Arrivals == nil && rec.MaxTokens > 0 {
+		// One allocation instead of a dozen while the stream grows.
+		rec.Arrivals = make([]time.Duration, 0, min(rec.MaxTokens, 16384))
+	}
 
 	var sent atomic.Int64
 	sent.Store(-1)
