@@ -188,7 +188,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		res.Engine.Version = info.Version
 	}
 	if res.Engine.URL == "" {
-		res.Engine.URL = r.tgt.Base()
+		res.Engine.URL = info.BaseURL // credentials redacted
 	}
 	if res.Model.Served == "" {
 		res.Model.Served = r.tgt.Model

@@ -89,7 +89,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.KVCapacity, "kv-capacity", f.KVCapacity, "engine KV cache capacity in tokens, overriding the probe, e.g. 81920 or 80k [TOKENTAP_KV_CAPACITY]")
 	fs.StringVar(&f.MaxModelLen, "max-model-len", f.MaxModelLen, "engine max model length in tokens, overriding the probe [TOKENTAP_MAX_MODEL_LEN]")
 	fs.StringVar(&f.Scenario, "scenario", f.Scenario, "YAML scenario file with the run settings; flags override it [TOKENTAP_SCENARIO]")
-	fs.StringVar(&f.Out, "out", f.Out, "write the result document (JSON) here [TOKENTAP_OUT]")
+	fs.StringVar(&f.Out, "out", f.Out, "write the result document (JSON) here (default with --target: tokentap-run-DATE-TIME.json; the demo writes none) [TOKENTAP_OUT]")
 	fs.StringVar(&f.Records, "records", f.Records, "also write every request's record here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "report format on stdout: text, md, csv, json, html, or none [TOKENTAP_FORMAT]")
 	fs.BoolVar(&f.Quiet, "quiet", f.Quiet, "no progress display on stderr [TOKENTAP_QUIET]")
@@ -157,7 +157,16 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
 		return 2
 	}
+	if err := sc.Validate(); err != nil {
+		fmt.Fprintf(stderr, "tokentap matrix: run settings: %v\n", err)
+		return 2
+	}
 	cfg.Scenario = sc
+	// A real run takes long: keep its result even when --out was not given
+	// (and after Ctrl-C). The demo writes nothing unless asked.
+	if f.Out == "" && !demo {
+		f.Out = "tokentap-run-" + time.Now().UTC().Format("20060102-150405") + ".json"
+	}
 
 	if demo {
 		eng, err := startDemoEngine()
