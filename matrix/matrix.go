@@ -235,6 +235,10 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.build = prompts.NewBuilder(salt, info)
 	r.build.API = string(r.tgt.API)
 	r.build.SharedPrefix = sc.SharedPrefix
+	// Where every count is a real prefill (no /tokenize), count one prompt
+	// per row and give the other slots as many words; their warm-up usage
+	// says their real length.
+	r.build.Estimate = !info.Tokenize
 	r.warm = map[int]*record.Record{}
 	r.prog = newProgress(cfg.Progress, cfg.Terminal, sc.Window, r.plan.runnableCells())
 	for _, n := range r.plan.notes {
@@ -278,28 +282,36 @@ func (r *runner) execute(ctx context.Context) error {
 	return nil
 }
 
-// slotBodies builds the prompts of context c for slots [from, to) and
-// returns the decode and warm-up bodies for them; the two bodies of a slot
-// share its prompt's bytes.
-func (r *runner) slotBodies(ctx context.Context, c, from, to int) (decode, warm []replay.Body, err error) {
-	for slot := from; slot < to; slot++ {
-		p, err := r.build.Prompt(ctx, c, slot)
-		if err != nil {
-			return nil, nil, fmt.Errorf("build the %s-token prompt for slot %d: %w", TokenLabel(c), slot, err)
-		}
-		d, err := r.tgt.Body(r.request(p.Text, r.sc.MaxOutput))
-		if err != nil {
-			return nil, nil, err
-		}
-		d.PromptTokens = p.Tokens
-		w, err := r.tgt.Reshape(d, r.request("", 1))
+// slotBodies builds the prompts of context c for slots 0 … n-1 (in
+// parallel) and returns the decode and warm-up bodies for them; the two
+// bodies of a slot share its prompt's bytes, and the prompt text itself is
+// dropped once encoded.
+func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []replay.Body, err error) {
+	ps, err := r.build.Prompts(ctx, c, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build the %s-token prompts of %d slots: %w", TokenLabel(c), n, err)
+	}
+	for i := range ps {
+		d, w, err := r.bodies(ps[i])
 		if err != nil {
 			return nil, nil, err
 		}
+		ps[i].Text = ""
 		decode = append(decode, d)
 		warm = append(warm, w)
 	}
 	return decode, warm, nil
+}
+
+// bodies encodes one prompt as its decode and warm-up bodies.
+func (r *runner) bodies(p prompts.Prompt) (decode, warm replay.Body, err error) {
+	d, err := r.tgt.Body(r.request(p.Text, r.sc.MaxOutput))
+	if err != nil {
+		return d, d, err
+	}
+	d.PromptTokens = p.Tokens
+	w, err := r.tgt.Reshape(d, r.request("", 1))
+	return d, w, err
 }
 
 func (r *runner) request(prompt string, maxTokens int) replay.Request {
@@ -324,10 +336,15 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	r.prog.begin("prefill " + TokenLabel(pc) + " (cold)")
 	// A slot number no decode row uses keeps this prompt distinct from all.
-	_, warm, err := r.slotBodies(ctx, pc, 1<<20, 1<<20+1)
+	p, err := r.build.Prompt(ctx, pc, 1<<20)
+	if err != nil {
+		return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
+	}
+	_, w, err := r.bodies(p)
 	if err != nil {
 		return err
 	}
+	warm := []replay.Body{w}
 	recs := replay.RunClosed(ctx, replay.Closed{
 		Target: r.tgt, Clock: r.clock, Bodies: warm, MaxTokens: 1, Stream: true,
 		Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids, Once: true,
@@ -413,7 +430,7 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 		maxN = max(maxN, n)
 	}
 	r.prog.begin(fmt.Sprintf("prompts C=%s ×%d", TokenLabel(c), maxN))
-	decode, warm, err := r.slotBodies(ctx, c, 0, maxN)
+	decode, warm, err := r.slotBodies(ctx, c, maxN)
 	if err != nil {
 		return err
 	}
