@@ -170,7 +170,10 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openAIError(msg, kind, status))
-	x.p.log.Warn().Str("upstream", x.p.cfg.Upstream).Str("path", string(ctx.Path())).Err(err).Msg("engine did not answer")
+	if now := time.Now().UnixNano(); now-x.p.failLogged.Load() > int64(time.Second) {
+		x.p.failLogged.Store(now) // at most one line a second when the engine is down
+		x.p.log.Warn().Str("upstream", x.p.cfg.Upstream).Str("path", string(ctx.Path())).Err(err).Msg("engine did not answer")
+	}
 }
 
 func openAIError(msg, kind string, code int) []byte {

@@ -106,6 +106,7 @@ type Proxy struct {
 
 	panicLogged atomic.Bool
 	writeLogged atomic.Bool
+	failLogged  atomic.Int64 // unix ns of the last "engine did not answer" line
 }
 
 var (

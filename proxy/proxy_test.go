@@ -692,3 +692,23 @@ func TestMeasurementFailureKeepsStream(t *testing.T) {
 		t.Fatalf("record blame %q, %d measurement errors", r.Blame, h.p.m.measErrs.Load())
 	}
 }
+
+func TestUpstreamPathPrefix(t *testing.T) {
+	up := echo(t)
+	tests := []struct{ upstream, path, want string }{
+		{up.URL, "/v1/models", "/v1/models"},
+		{up.URL + "/", "/v1/models", "/v1/models"},
+		{up.URL + "/v1", "/v1/models?a=b", "/v1/models?a=b"}, // OPENAI_BASE_URL style
+		{up.URL + "/gateway/", "/v1/models", "/gateway/v1/models"},
+	}
+	for _, tt := range tests {
+		h := startProxy(t, tt.upstream, nil)
+		resp, _, err := do(t, "GET", h.url+tt.path, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Header.Get("X-URI"); got != tt.want {
+			t.Errorf("upstream %s, path %s: engine got %s, want %s", tt.upstream, tt.path, got, tt.want)
+		}
+	}
+}
