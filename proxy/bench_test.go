@@ -51,45 +51,58 @@ func BenchmarkPassThrough(b *testing.B) {
 		paths = append(paths, benchPath{"nginx", env.nginx, env.nginxPIDs})
 	}
 
-	// The machine is shared: rounds alternate the paths, so a burst of
-	// outside load hits every path alike, and figures are medians of rounds.
+	// Each scenario is one sub-benchmark reporting every path, metric names
+	// prefixed with the path. The machine is shared: rounds alternate the
+	// paths, so a burst of outside load hits every path alike, and figures
+	// are medians of rounds. A scenario takes seconds, so b.N stays 1 at the
+	// default -benchtime; a larger b.N repeats it.
 	for _, c := range []struct{ streams, tokens, rounds int }{{1, 100, 5}, {64, 150, 3}, {256, 100, 3}} {
-		env.engine.SetModel(benchModel(10 * time.Millisecond))
-		for _, p := range paths {
-			env.run(b, p.url, c.streams, 10, nil) // warm up connections
-		}
-		rounds := make([][]runResult, len(paths))
-		for r := 0; r < c.rounds; r++ {
-			for i, p := range paths {
-				rounds[i] = append(rounds[i], env.run(b, p.url, c.streams, c.tokens, p.pids))
+		b.Run(fmt.Sprintf("gap=10ms/streams=%d", c.streams), func(b *testing.B) {
+			env.engine.SetModel(benchModel(10 * time.Millisecond))
+			for _, p := range paths {
+				env.run(b, p.url, c.streams, 10, nil) // warm up connections
 			}
-		}
-		for i, p := range paths {
-			b.Run(fmt.Sprintf("gap=10ms/streams=%d/via=%s", c.streams, p.name), func(b *testing.B) {
-				reportRounds(b, rounds[i], rounds[0], i > 0)
-			})
-		}
-	}
-	for _, p := range paths {
-		b.Run("gap=0/streams=64/via="+p.name, func(b *testing.B) {
-			env.engine.SetModel(benchModel(0))
-			env.run(b, p.url, 64, 50, nil)
-			r := env.run(b, p.url, 64, 2000, p.pids)
-			b.ReportMetric(float64(r.events)/r.wall.Seconds(), "events/s")
-			if r.cpu > 0 {
-				b.ReportMetric(float64(r.cpu.Nanoseconds())/1e3/float64(r.events), "cpu_us/event")
+			rounds := make([][]runResult, len(paths))
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < c.rounds; r++ {
+					for j, p := range paths {
+						rounds[j] = append(rounds[j], env.run(b, p.url, c.streams, c.tokens, p.pids))
+					}
+				}
+			}
+			cpu := map[string]float64{}
+			for j, p := range paths {
+				cpu[p.name] = reportRounds(b, p.name, rounds[j], rounds[0], j > 0)
+			}
+			if cpu["nginx"] > 0 {
+				b.ReportMetric(cpu["tokentap"]/cpu["nginx"], "tokentap/nginx_cpu")
 			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
-	for _, p := range paths[1:] {
-		b.Run("open=1024/via="+p.name, func(b *testing.B) {
-			env.engine.SetModel(benchModel(100 * time.Millisecond))
-			kib := env.memoryPerStream(b, p.url, 1024, p.pids)
-			b.ReportMetric(kib, "KiB/stream")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+	b.Run("gap=0/streams=64", func(b *testing.B) {
+		env.engine.SetModel(benchModel(0))
+		for i := 0; i < b.N; i++ {
+			for _, p := range paths {
+				env.run(b, p.url, 64, 50, nil)
+				r := env.run(b, p.url, 64, 2000, p.pids)
+				b.ReportMetric(float64(r.events)/r.wall.Seconds(), p.name+"_events/s")
+				if r.cpu > 0 {
+					b.ReportMetric(float64(r.cpu.Nanoseconds())/1e3/float64(r.events), p.name+"_cpu_us/event")
+				}
+			}
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	b.Run("open=1024", func(b *testing.B) {
+		env.engine.SetModel(benchModel(100 * time.Millisecond))
+		for i := 0; i < b.N; i++ {
+			for _, p := range paths[1:] {
+				b.ReportMetric(env.memoryPerStream(b, p.url, 1024, p.pids), p.name+"_KiB/stream")
+			}
+		}
+		b.ReportMetric(0, "ns/op")
+	})
 }
 
 type benchPath struct {
@@ -99,8 +112,9 @@ type benchPath struct {
 }
 
 // reportRounds reports a path's medians over rounds; added latency is
-// taken round by round against the direct run of the same round.
-func reportRounds(b *testing.B, rs, direct []runResult, added bool) {
+// taken round by round against the direct run of the same round. It
+// returns the path's CPU per event in µs (0 when not measured).
+func reportRounds(b *testing.B, name string, rs, direct []runResult, added bool) float64 {
 	var p50, p99, a50, a99 []time.Duration
 	var cpu time.Duration
 	events, failures, streams := 0, 0, 0
@@ -115,26 +129,22 @@ func reportRounds(b *testing.B, rs, direct []runResult, added bool) {
 		streams += r.streams
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-	b.ReportMetric(us(medianOf(p50)), "lag_p50_us")
-	b.ReportMetric(us(medianOf(p99)), "lag_p99_us")
 	if added {
-		b.ReportMetric(us(medianOf(a50)), "added_p50_us")
-		b.ReportMetric(us(medianOf(a99)), "added_p99_us")
+		b.ReportMetric(us(medianOf(a50)), name+"_added_p50_us")
+		b.ReportMetric(us(medianOf(a99)), name+"_added_p99_us")
+	} else {
+		b.ReportMetric(us(medianOf(p50)), name+"_lag_p50_us")
+		b.ReportMetric(us(medianOf(p99)), name+"_lag_p99_us")
 	}
-	if cpu > 0 && events > 0 {
-		b.ReportMetric(us(cpu)/float64(events), "cpu_us/event")
-	}
-	b.ReportMetric(float64(events), "events")
-	b.ReportMetric(0, "ns/op")
 	if failures > 0 {
-		b.Errorf("%d of %d streams failed", failures, streams)
+		b.Errorf("%s: %d of %d streams failed", name, failures, streams)
 	}
-}
-
-func medianOf(d []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	if cpu <= 0 || events == 0 {
+		return 0
+	}
+	perEvent := us(cpu) / float64(events)
+	b.ReportMetric(perEvent, name+"_cpu_us/event")
+	return perEvent
 }
 
 // benchModel is the fake's model for the benchmark: a fixed gap between
@@ -547,4 +557,10 @@ func BenchmarkForward(b *testing.B) {
 			b.Fatalf("forwarded %d bytes, want %d", len(x.out), len(event))
 		}
 	}
+}
+
+func medianOf(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
 }
