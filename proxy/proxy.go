@@ -393,6 +393,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	if x.body.frame == frameLength && !x.stripping() {
 		size = int(x.body.left)
 	}
+	// A stream's headers go out at once, as the engine sent them before its
+	// prefill: a client waiting for headers must not wait for the first token.
+	resp.ImmediateHeaderFlush = x.body.frame != frameLength
 	// fasthttp calls WriteTo (which streams the body, flushing every
 	// upstream read) after this handler returns, then CloseWithError.
 	resp.SetBodyStream(x, size)

@@ -712,3 +712,27 @@ func TestUpstreamPathPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamHeadersBeforeFirstToken checks that a stream's response headers
+// reach the client when the engine sends them (before a long prefill), not
+// with the first token.
+func TestStreamHeadersBeforeFirstToken(t *testing.T) {
+	m := fixtures.DefaultModel()
+	m.PrefillTokPerSec, m.PrefillSlowdown = 2000, 0
+	e := fixtures.StartTest(t, m)
+	h := startProxy(t, e.URL(), nil)
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":2,"stream":true}`, m.Name, strings.Repeat("word ", 2000))
+	start := time.Now()
+	req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(body))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := time.Since(start)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	total := time.Since(start)
+	if total < 900*time.Millisecond || headers > total/2 {
+		t.Fatalf("headers after %v, stream done after %v: headers waited for the prefill", headers, total)
+	}
+}
