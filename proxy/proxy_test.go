@@ -557,14 +557,14 @@ func TestStreamingFlushesEachRead(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
-	h := startProxy(t, e.URL(), func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	h := startProxy(t, e.URL(), func(c *Config) { c.IdleTimeout = time.Second })
 	// A stream lasting longer than the idle timeout, bytes all along: fine.
-	_, body, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 100, true, ""))
+	_, body, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 250, true, ""))
 	if err != nil || !bytes.Contains(body, []byte("[DONE]")) {
 		t.Fatalf("a long but lively stream was cut: %v", err)
 	}
 	// A stall longer than the idle timeout: cut, and said so.
-	_, _, err = do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 20, true, ""), fixtures.FaultHeader, "stall=2s@3")
+	_, _, err = do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 20, true, ""), fixtures.FaultHeader, "stall=5s@3")
 	if err == nil {
 		t.Fatal("a stalled stream ended cleanly for the client")
 	}
