@@ -736,3 +736,43 @@ func TestStreamHeadersBeforeFirstToken(t *testing.T) {
 		t.Fatalf("headers after %v, stream done after %v: headers waited for the prefill", headers, total)
 	}
 }
+
+// TestBigEventsPassWhole streams events far larger than any read buffer
+// (a 3 MiB event, as a long tool-call argument or a huge delta can be)
+// through the usage-stripping path: the client gets every byte.
+func TestBigEventsPassWhole(t *testing.T) {
+	big := strings.Repeat("x", 3<<20)
+	var sent bytes.Buffer
+	fmt.Fprintf(&sent, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", big)
+	sent.WriteString("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"end\"},\"finish_reason\":\"length\"}]}\n\n")
+	usage := "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		b := sent.Bytes()
+		for len(b) > 0 { // odd pieces, flushed one by one
+			n := min(len(b), 65537)
+			_, _ = w.Write(b[:n])
+			fl.Flush()
+			b = b[n:]
+		}
+		if bytes.Contains(body, []byte(`"include_usage":true`)) {
+			_, _ = io.WriteString(w, usage)
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := startProxy(t, up.URL, nil)
+	_, via, err := do(t, "POST", h.url+"/v1/chat/completions", `{"model":"m","messages":[],"stream":true}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sent.String() + "data: [DONE]\n\n"; string(via) != want {
+		t.Fatalf("client got %d bytes, want the engine's %d without the usage chunk", len(via), len(want))
+	}
+	r := h.waitRecords(t, 1)[0]
+	if r.Outcome != record.OK || r.Events() != 2 || r.CompletionTokens != 2 || r.CompletionSource != record.SourceUsage {
+		t.Fatalf("record %q, %d events, %d tokens from %q (%s)", r.Outcome, r.Events(), r.CompletionTokens, r.CompletionSource, r.Error)
+	}
+}
