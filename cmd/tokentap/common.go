@@ -14,10 +14,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// logFlags is the first name of LogFlags, kept so code written against it
-// builds; embed LogFlags, since an embedded logFlags is invisible to env.
-type logFlags = LogFlags
-
 // LogFlags are the logging settings every long-running command shares.
 // Embed it (exported, so caarlos0/env sees it) in a command's config struct.
 type LogFlags struct {
@@ -120,10 +116,4 @@ func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// notBuilt is what a subcommand that does not exist yet answers.
-func notBuilt(name string, stderr io.Writer) int {
-	fmt.Fprintf(stderr, "tokentap %s: not built yet in this version\n", name)
-	return 2
 }
