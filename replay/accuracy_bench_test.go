@@ -31,7 +31,11 @@ import (
 // tokens a request, and N streams run closed loop for a few seconds. Then
 // every record is matched with the fake's ledger entry by response id:
 //
-//	ttft_err_%   median over requests of (measured TTFT / ledger TTFT − 1)
+//	ttft_err_%   median over requests of (measured TTFT / ledger TTFT − 1);
+//	             the ledger's TTFT starts when the fake's handler starts, so
+//	             this includes send_delay_ms below
+//	ttft_read_err_% median of (our first-token read − the fake's write of it)
+//	             / ledger TTFT: the load generator's own share of the error
 //	tbt_err_%    (median measured gap / median gap the fake wrote − 1)
 //	tput_err_%   (tokens counted in the middle of the run / tokens the fake
 //	             wrote in the same interval − 1)
@@ -208,6 +212,9 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 			b.Fatalf("pin the load generator to CPU 1: %v", err)
 		}
 		defer unpinSelf()
+		// As if started with `taskset -c 1`: Go then sizes GOMAXPROCS to the
+		// one CPU it may use (two Ps on one CPU would spin for each other).
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
 	runtime.GC()
 	clock := record.NewClock()
@@ -238,7 +245,7 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	off := func(t time.Time) time.Duration { return t.Sub(clock.Start().Round(0)) }
 	var (
 		sendDelay, readDelay []time.Duration
-		ttftErr              []float64
+		ttftErr, ttftRead    []float64
 		gapsM, gapsL         []time.Duration
 		late                 []time.Duration
 		tokM, tokL           int
@@ -255,6 +262,7 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		if ttft, ok := r.TTFT(); ok && !le.FirstToken.IsZero() {
 			truth := le.FirstToken.Sub(le.Received)
 			ttftErr = append(ttftErr, float64(ttft)/float64(truth)-1)
+			ttftRead = append(ttftRead, float64(r.First-off(le.FirstToken))/float64(truth))
 			sendDelay = append(sendDelay, off(le.Received)-r.Sent)
 		}
 		for j, a := range r.Arrivals {
@@ -285,6 +293,7 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		b.Fatalf("nothing to compare: %d records, %d matched the ledger", len(recs), matched)
 	}
 	slices.Sort(ttftErr)
+	slices.Sort(ttftRead)
 	slices.Sort(gapsM)
 	slices.Sort(gapsL)
 	slices.Sort(late)
@@ -292,6 +301,7 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	slices.Sort(readDelay)
 	medGapM, medGapL := gapsM[len(gapsM)/2], gapsL[len(gapsL)/2]
 	b.ReportMetric(100*ttftErr[len(ttftErr)/2], "ttft_err_%")
+	b.ReportMetric(100*ttftRead[len(ttftRead)/2], "ttft_read_err_%")
 	b.ReportMetric(100*(float64(medGapM)/float64(medGapL)-1), "tbt_err_%")
 	b.ReportMetric(100*(float64(tokM)/float64(tokL)-1), "tput_err_%")
 	b.ReportMetric(float64(tokM)/(to-from).Seconds(), "tok/s")
