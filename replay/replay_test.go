@@ -440,3 +440,21 @@ func TestSummarizeFailures(t *testing.T) {
 		t.Errorf("empty summary %+v", empty)
 	}
 }
+
+// BenchmarkBody248K encodes the body of a 248K-token prompt (about 1.2 MiB
+// of text) and reshapes it for the warm-up, as the matrix does per slot.
+func BenchmarkBody248K(b *testing.B) {
+	prompt := strings.Repeat("lorem ipsum dolor sit amet ", 48000)
+	tg := Target{Model: "m", API: record.Chat}
+	b.SetBytes(int64(len(prompt)))
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := tg.Body(Request{Prompt: prompt, MaxTokens: 8192, Stream: true, IgnoreEOS: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tg.Reshape(d, Request{MaxTokens: 1, Stream: true, IgnoreEOS: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
