@@ -41,6 +41,7 @@ import (
 //	             wrote in the same interval − 1)
 //	cpu_cores    CPU time of this process / wall time (the load generator's
 //	             own use; the fake is another process)
+//	reads/token  read system calls per token received
 //	fake_late_ms median of how late the fake wrote events against its own
 //	             schedule (when it cannot keep up, the ledger is still the
 //	             truth the load generator is compared with)
@@ -132,6 +133,22 @@ func unpinSelf() {
 	}
 }
 
+// readCalls is how many read system calls this process made (/proc/self/io
+// syscr); 0 where unknown.
+func readCalls() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 func cpuTime() time.Duration {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
@@ -219,10 +236,11 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	runtime.GC()
 	clock := record.NewClock()
 	b.StartTimer()
-	cpu0, wall0 := cpuTime(), time.Now()
+	cpu0, wall0, reads0 := cpuTime(), time.Now(), readCalls()
 	run := RunClosed(context.Background(), Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 256, Stream: true, Window: dur})
 	cpu := cpuTime() - cpu0
 	wall := time.Since(wall0)
+	reads := readCalls() - reads0
 	b.StopTimer()
 	recs := run.Records
 	if run.Failed {
@@ -306,6 +324,9 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	b.ReportMetric(100*(float64(tokM)/float64(tokL)-1), "tput_err_%")
 	b.ReportMetric(float64(tokM)/(to-from).Seconds(), "tok/s")
 	b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cpu_cores")
+	if reads > 0 && tokensA > 0 {
+		b.ReportMetric(float64(reads)/float64(tokensA), "reads/token")
+	}
 	b.ReportMetric(float64(late[len(late)/2])/float64(time.Millisecond), "fake_late_ms")
 	b.ReportMetric(float64(sendDelay[len(sendDelay)/2])/float64(time.Millisecond), "send_delay_ms")
 	b.ReportMetric(float64(readDelay[len(readDelay)/2])/float64(time.Millisecond), "read_delay_ms")
