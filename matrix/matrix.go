@@ -116,9 +116,6 @@ type runner struct {
 	build *prompts.Builder
 	res   *result.Result
 	plan  plan
-	// warm holds the first warm-up record of each decode row, for the prefill
-	// rows measured during warm-up.
-	warm map[int]*record.Record
 }
 
 func (r *runner) run(ctx context.Context) (*result.Result, error) {
@@ -239,7 +236,6 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	// per row and give the other slots as many words; their warm-up usage
 	// says their real length.
 	r.build.Estimate = !info.Tokenize
-	r.warm = map[int]*record.Record{}
 	r.prog = newProgress(cfg.Progress, cfg.Terminal, sc.Window, r.plan.runnableCells())
 	for _, n := range r.plan.notes {
 		r.prog.note(n)
