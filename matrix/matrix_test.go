@@ -161,10 +161,11 @@ func TestMatrixAgainstModel(t *testing.T) {
 		inRange(t, name+" TBT vs the fake's ledger", c.TBTms, truth.tbtLo, truth.tbtHi, 0.03, 0.1)
 		inRange(t, name+" TTFT vs the fake's ledger", c.TTFTms, truth.ttftLo, truth.ttftHi, 0.03, 1)
 		// Against the model: where the fake kept its schedule (its ledger
-		// medians within 1% of the model).
-		kept := math.Abs(truth.tbtMs-nominal.tbtMs)/nominal.tbtMs < 0.01 &&
-			math.Abs(truth.ttftMs-nominal.ttftMs)/nominal.ttftMs < 0.01 &&
-			math.Abs(truth.tokS-nominal.tokS)/nominal.tokS < 0.01
+		// medians within 2% of the model; Go timers oversleep a little, and
+		// the fake forgives stalls rather than making them up).
+		kept := math.Abs(truth.tbtMs-nominal.tbtMs)/nominal.tbtMs < 0.02 &&
+			math.Abs(truth.ttftMs-nominal.ttftMs)/nominal.ttftMs < 0.02 &&
+			math.Abs(truth.tokS-nominal.tokS)/nominal.tokS < 0.02
 		if kept {
 			within(name+" total tok/s vs the model", c.TotalTokPerSec, nominal.tokS, 0.03)
 			within(name+" TBT vs the model", c.TBTms, nominal.tbtMs, 0.03)
