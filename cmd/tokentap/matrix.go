@@ -79,7 +79,8 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("matrix", matrixSummary, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000; empty: the demo against the built-in fake engine [TOKENTAP_TARGET]")
 	fs.StringVar(&f.Model, "model", f.Model, "model name to request; empty: the engine's first model [TOKENTAP_MODEL]")
-	fs.StringVar(&f.APIKey, "api-key", f.APIKey, "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
+	// The key from the environment is not the flag's default: --help would print it.
+	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
 	fs.StringVar(&f.Contexts, "contexts", f.Contexts, "decode contexts in tokens, e.g. 0,16k,32k,64k,128k,248k (default from the scenario) [TOKENTAP_CONTEXTS]")
 	fs.StringVar(&f.Concurrency, "concurrency", f.Concurrency, "concurrency levels, e.g. 1,2,4,8,16,32,64,128 (default from the scenario) [TOKENTAP_CONCURRENCY]")
 	fs.StringVar(&f.Prefill, "prefill", f.Prefill, "prefill contexts, e.g. 8k,16k,32k,64k,128k (default from the scenario) [TOKENTAP_PREFILL]")
@@ -112,6 +113,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	f.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
+	}
+	if *apiKey != "" {
+		f.APIKey = *apiKey
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tokentap matrix: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))

@@ -45,7 +45,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("replay", replaySummary, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_TARGET]")
 	fs.StringVar(&f.Model, "model", f.Model, "model to request instead of the captured one; empty: the engine's first model [TOKENTAP_MODEL]")
-	fs.StringVar(&f.APIKey, "api-key", f.APIKey, "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
+	// The key from the environment is not the flag's default: --help would print it.
+	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
 	fs.StringVar(&f.API, "api", f.API, "send every request to this API (chat or completions) instead of the captured one [TOKENTAP_API]")
 	fs.Float64Var(&f.Speed, "speed", f.Speed, "time scale: 2 replays the capture twice as fast [TOKENTAP_SPEED]")
 	fs.StringVar(&f.Out, "out", f.Out, "write the summary here as JSON [TOKENTAP_OUT]")
@@ -65,6 +66,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		files = append(files, fs.Arg(0))
 		rest = fs.Args()[1:]
+	}
+	if *apiKey != "" {
+		f.APIKey = *apiKey
 	}
 	if len(files) != 1 {
 		fmt.Fprintf(stderr, "tokentap replay: want exactly one capture file, got %d (usage: tokentap replay --target URL capture.jsonl)\n", len(files))
