@@ -36,9 +36,12 @@ import (
 	"github.com/tokentap/tokentap/tap"
 )
 
-// ReadBuffer is the size of the buffer each stream reads the response body
-// into; one read may return many events, and an event may span many reads.
-const ReadBuffer = 256 << 10
+// ReadBuffer is the size of each stream's read buffers (the connection's
+// and the body's). One read may return many events and an event may span
+// many reads: the tap's scanner joins them, so the buffer size is no limit
+// on an event's size (the 64 KiB trap is a line limit, which tokentap has
+// not). 64 KiB keeps a thousand streams at a few hundred MiB.
+const ReadBuffer = 64 << 10
 
 // Target is the engine requests go to.
 type Target struct {
@@ -212,7 +215,7 @@ func NewConn(t Target, clock record.Clock) *Conn {
 		TLSClientConfig:       &tls.Config{NextProtos: []string{"http/1.1"}},
 		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
 		ReadBufferSize:        ReadBuffer,
-		WriteBufferSize:       256 << 10,
+		WriteBufferSize:       ReadBuffer,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: 0,
 	}
