@@ -474,18 +474,16 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	// Scrape the waiting gauge during the window.
-	// maxWaiting is -1 for an engine without the gauge (queueing is then
-	// judged from average active requests), else the highest value seen.
+	// Scrape the waiting gauge during the window. maxWaiting stays -1 unless
+	// a scrape succeeded (an engine without the gauge, or one whose scrapes
+	// all failed: queueing is then judged from average active requests),
+	// else it is the highest value seen.
 	var (
 		waitMu     sync.Mutex
 		maxWaiting = -1
 		loadErr    error
 		scrapeDone = make(chan struct{})
 	)
-	if r.info.Gauges {
-		maxWaiting = 0
-	}
 	go func() {
 		defer close(scrapeDone)
 		// The first scrape comes soon after the window opens, when the
@@ -506,7 +504,7 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error
 				loadErr = err
 			}
 			if ok && waiting > maxWaiting {
-				maxWaiting = waiting
+				maxWaiting = waiting // from -1 on the first good scrape: waiting >= 0
 			}
 			waitMu.Unlock()
 			select {
@@ -538,14 +536,9 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error
 		r.log.Warn().Err(lerr).Msg("matrix: scraping the engine's waiting gauge failed; queueing judged from average active requests")
 	}
 	out := r.res.Cell(c, n)
-	// Queueing: the engine's waiting gauge decides where it has one; average
-	// active requests only where it has none (a cell's first TTFT is inside
-	// its window and would read as queueing in a short window).
-	judged := figs
-	if mw >= 0 {
-		judged.AvgActive = float64(n)
-	}
-	out.Status = cell.Status(false, judged, n, mw)
+	// Queueing: the engine's waiting gauge decides where it has one (see
+	// cell.Status); average active requests only where it has none.
+	out.Status = cell.Status(false, figs, n, mw)
 	out.MaxWaiting = mw
 	figs.Fill(out) // explains a Failed or Requests queued status in Reason
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
