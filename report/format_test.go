@@ -186,3 +186,24 @@ func BenchmarkRender(b *testing.B) {
 		})
 	}
 }
+
+// TestCellColumnsFailedShowNoWindow: a cell stopped at its first failure was
+// measured for milliseconds; like seed 000's Failed row it shows no window,
+// while a Valid cell shows its own.
+func TestCellColumnsFailedShowNoWindow(t *testing.T) {
+	tests := []struct {
+		name string
+		cell result.Cell
+		want string
+	}{
+		{"failed after 12 ms", result.Cell{Status: result.Failed, Measured: true, MeasuredForSeconds: 0.012}, "—"},
+		{"valid full window", result.Cell{Status: result.Valid, Measured: true, MeasuredForSeconds: 30}, "30.0 s"},
+		{"over capacity never run", result.Cell{Status: result.OverCapacity}, "—"},
+	}
+	for _, tt := range tests {
+		cols := cellColumns(&tt.cell)
+		if got := cols[len(cols)-1]; got != tt.want {
+			t.Errorf("%s: measured for %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -198,9 +198,16 @@ func cellColumns(c *result.Cell) []string {
 	if ran {
 		completed, output = fmtInt(c.Completed), fmtInt(c.OutputTokens)
 	}
+	// A Failed cell shows no figures (METHOD §3), its time measured included:
+	// a cell stopped at its first failure was measured for a few
+	// milliseconds, which is no window (seed 000's Failed row shows "—").
+	measuredFor := fmtSeconds(c.MeasuredForSeconds)
+	if c.Status == result.Failed {
+		measuredFor = dash
+	}
 	return []string{"Sustained decode", ctxLabel(c.Context), strconv.Itoa(c.Concurrency), c.Status.Label(),
 		fmtRate(c.TotalTokPerSec), fmtRate(c.PerRequestTokPerSec), fmtMs(c.TTFTms), fmtTBT(c.TBTms),
-		fmtActive(c.AvgActive), completed, output, fmtSeconds(c.MeasuredForSeconds)}
+		fmtActive(c.AvgActive), completed, output, measuredFor}
 }
 
 // hardwareSource says where the Hardware figures came from.
