@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,58 @@ type Target struct {
 	Model string
 	// API chooses /v1/chat/completions (record.Chat) or /v1/completions.
 	API record.API
+	// IdleTimeout gives a request up when no byte of its response arrives
+	// for this long (headers included): the engine hung or died without
+	// closing. It is no whole-request deadline; long streams run as long
+	// as bytes keep coming. 0 means DefaultIdleTimeout, negative none.
+	IdleTimeout time.Duration
+}
+
+// DefaultIdleTimeout is long enough for a cold 248K-token prefill on a small
+// GPU (seed 002 shows 211 s at 128K) and short enough that a hung engine
+// does not hold a matrix forever.
+const DefaultIdleTimeout = 10 * time.Minute
+
+// idle returns the target's effective idle timeout, 0 for none.
+func (t Target) idle() time.Duration {
+	switch {
+	case t.IdleTimeout == 0:
+		return DefaultIdleTimeout
+	case t.IdleTimeout < 0:
+		return 0
+	}
+	return t.IdleTimeout
+}
+
+// idleWatch cancels a request whose response stays silent for d. It is
+// re-armed lazily (at most every d/8, from timestamps the read loop already
+// takes), so the per-event cost is a comparison: a request is given up
+// between 7/8 d and d after its last byte.
+type idleWatch struct {
+	t     *time.Timer
+	d     time.Duration
+	armed time.Duration
+}
+
+func startIdle(d time.Duration, now time.Duration, cancel context.CancelCauseFunc) *idleWatch {
+	if d <= 0 {
+		return nil
+	}
+	err := fmt.Errorf("no byte from the engine for %v (idle timeout; raise --idle-timeout for very long prefills): %w", d, os.ErrDeadlineExceeded)
+	return &idleWatch{t: time.AfterFunc(d, func() { cancel(err) }), d: d, armed: now}
+}
+
+func (w *idleWatch) touch(now time.Duration) {
+	if w != nil && now-w.armed > w.d/8 {
+		w.t.Reset(w.d)
+		w.armed = now
+	}
+}
+
+func (w *idleWatch) stop() {
+	if w != nil {
+		w.t.Stop()
+	}
 }
 
 // Base returns BaseURL without a trailing slash or /v1.
@@ -297,7 +350,13 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	trace := &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(int64(c.clock.Now())) },
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.endpoint, body.reader())
+	// reqCtx ends with ctx (the caller's cancellation: a window closing) or
+	// with the idle watch, whose cause says the engine went silent.
+	reqCtx, cancelReq := context.WithCancelCause(ctx)
+	defer cancelReq(nil)
+	idle := startIdle(c.target.idle(), c.clock.Now(), cancelReq)
+	defer idle.stop()
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(reqCtx, trace), http.MethodPost, c.endpoint, body.reader())
 	if err != nil {
 		c.fail(rec, c.clock.Now(), record.Connect, record.BlameTokentap, fmt.Sprintf("bad target URL %q: %v", c.endpoint, err))
 		return
@@ -323,6 +382,10 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 			c.cancelled(rec, at, c.clock.Now())
 			return
 		}
+		if cause := context.Cause(reqCtx); reqCtx.Err() != nil && cause != nil {
+			c.fail(rec, at, record.Timeout, record.BlameEngine, cause.Error())
+			return
+		}
 		c.fail(rec, at, record.Connect, record.BlameEngine, scrubURLError(err))
 		return
 	}
@@ -339,6 +402,7 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	for {
 		n, rerr := resp.Body.Read(c.buf)
 		now := c.clock.Now()
+		idle.touch(now)
 		if n > 0 {
 			before := len(rec.Arrivals)
 			c.stream.WriteAt(c.buf[:n], now)
@@ -357,6 +421,8 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	case endErr != nil && ctx.Err() != nil:
 		// Our own cancellation (the window closed): not a failure.
 		c.stream.End(context.Canceled, record.BlameClient)
+	case endErr != nil && reqCtx.Err() != nil:
+		c.stream.End(context.Cause(reqCtx), record.BlameEngine) // the idle watch: a timeout
 	case endErr != nil:
 		c.stream.End(endErr, record.BlameEngine)
 	default:

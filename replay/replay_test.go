@@ -234,11 +234,16 @@ func TestConnFailures(t *testing.T) {
 		cancel  time.Duration
 		outcome record.Outcome
 		failed  bool
+		within  time.Duration // when set, the request must have ended this soon after it was sent
 	}{
 		{name: "unreachable", target: Target{BaseURL: dead, Model: "test"}, outcome: record.Connect, failed: true},
 		{name: "http 500", target: Target{BaseURL: eng.URL(), Model: "test"}, fault: "status=500", outcome: record.HTTPError, failed: true},
 		{name: "cut stream", target: Target{BaseURL: eng.URL(), Model: "test"}, fault: "cut=5", outcome: record.Broken, failed: true},
 		{name: "cancelled at window end", target: Target{BaseURL: eng.URL(), Model: "test"}, cancel: 100 * time.Millisecond, outcome: record.Cancelled},
+		// A hung engine is given up after the idle timeout, not waited on
+		// forever; the faults stall for 5 s, the timeout is 300 ms.
+		{name: "silent before headers", target: Target{BaseURL: eng.URL(), Model: "test", IdleTimeout: 300 * time.Millisecond}, fault: "header-delay=5s", outcome: record.Timeout, failed: true, within: 2 * time.Second},
+		{name: "stalls mid-stream", target: Target{BaseURL: eng.URL(), Model: "test", IdleTimeout: 300 * time.Millisecond}, fault: "stall=5s@5", outcome: record.Timeout, failed: true, within: 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,6 +273,12 @@ func TestConnFailures(t *testing.T) {
 			}
 			if rec.End < rec.Sent {
 				t.Errorf("end %v before sent %v", rec.End, rec.Sent)
+			}
+			if tt.within > 0 && rec.End-rec.Sent > tt.within {
+				t.Errorf("request ran %v, want it given up within %v", rec.End-rec.Sent, tt.within)
+			}
+			if tt.outcome == record.Timeout && !strings.Contains(rec.Error, "idle timeout") {
+				t.Errorf("timeout error %q does not say it was the idle timeout", rec.Error)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/mattn/go-isatty"
@@ -116,4 +117,13 @@ func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// idleTimeout turns the --idle-timeout flag (0: never) into
+// replay.Target.IdleTimeout (0: the default, negative: never).
+func idleTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

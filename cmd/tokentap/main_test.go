@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDispatch(t *testing.T) {
@@ -107,5 +108,13 @@ func TestBadEnvInEmbeddedConfig(t *testing.T) {
 	err := loadEnv(&c)
 	if err == nil || !strings.Contains(err.Error(), "TOKENTAP_LOG_JSON") {
 		t.Fatalf("want an error naming TOKENTAP_LOG_JSON, got %v", err)
+	}
+}
+
+func TestIdleTimeoutFlag(t *testing.T) {
+	for in, want := range map[time.Duration]time.Duration{0: -1, -time.Second: -1, 90 * time.Second: 90 * time.Second} {
+		if got := idleTimeout(in); got != want {
+			t.Errorf("idleTimeout(%v) = %v, want %v", in, got, want)
+		}
 	}
 }

@@ -27,23 +27,24 @@ import (
 // come from the scenario (the built-in seed matrix, the demo without
 // --target, or --scenario FILE).
 type matrixFlags struct {
-	Target      string `env:"TARGET"`
-	Model       string `env:"MODEL"`
-	APIKey      string `env:"API_KEY"`
-	Contexts    string `env:"CONTEXTS"`
-	Concurrency string `env:"CONCURRENCY"`
-	Prefill     string `env:"PREFILL"`
-	Window      string `env:"WINDOW"`
-	MaxOutput   string `env:"MAX_OUTPUT"`
-	API         string `env:"API"`
-	KVCapacity  string `env:"KV_CAPACITY"`
-	MaxModelLen string `env:"MAX_MODEL_LEN"`
-	Scenario    string `env:"SCENARIO"`
-	Out         string `env:"OUT"`
-	Records     string `env:"RECORDS"`
-	Format      string `env:"FORMAT" envDefault:"text"`
-	Quiet       bool   `env:"QUIET"`
-	Salt        string `env:"SALT"`
+	Target      string        `env:"TARGET"`
+	Model       string        `env:"MODEL"`
+	APIKey      string        `env:"API_KEY"`
+	Contexts    string        `env:"CONTEXTS"`
+	Concurrency string        `env:"CONCURRENCY"`
+	Prefill     string        `env:"PREFILL"`
+	Window      string        `env:"WINDOW"`
+	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
+	MaxOutput   string        `env:"MAX_OUTPUT"`
+	API         string        `env:"API"`
+	KVCapacity  string        `env:"KV_CAPACITY"`
+	MaxModelLen string        `env:"MAX_MODEL_LEN"`
+	Scenario    string        `env:"SCENARIO"`
+	Out         string        `env:"OUT"`
+	Records     string        `env:"RECORDS"`
+	Format      string        `env:"FORMAT" envDefault:"text"`
+	Quiet       bool          `env:"QUIET"`
+	Salt        string        `env:"SALT"`
 
 	HardwareType  string `env:"HARDWARE_TYPE"`
 	GPU           string `env:"GPU"`
@@ -85,6 +86,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Concurrency, "concurrency", f.Concurrency, "concurrency levels, e.g. 1,2,4,8,16,32,64,128 (default from the scenario) [TOKENTAP_CONCURRENCY]")
 	fs.StringVar(&f.Prefill, "prefill", f.Prefill, "prefill contexts, e.g. 8k,16k,32k,64k,128k (default from the scenario) [TOKENTAP_PREFILL]")
 	fs.StringVar(&f.Window, "window", f.Window, "measurement window per decode cell, e.g. 30s (default from the scenario) [TOKENTAP_WINDOW]")
+	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "give a request up when the engine sends no byte for this long, e.g. a hung engine (0: never) [TOKENTAP_IDLE_TIMEOUT]")
 	fs.StringVar(&f.MaxOutput, "max-output", f.MaxOutput, "max_tokens of every decode request (default from the scenario, 8192 in the seed matrix) [TOKENTAP_MAX_OUTPUT]")
 	fs.StringVar(&f.API, "api", f.API, "request API: chat or completions (default from the scenario) [TOKENTAP_API]")
 	fs.StringVar(&f.KVCapacity, "kv-capacity", f.KVCapacity, "engine KV cache capacity in tokens, overriding the probe, e.g. 81920 or 80k [TOKENTAP_KV_CAPACITY]")
@@ -133,7 +135,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 
 	demo := f.Target == ""
 	cfg := matrix.Config{
-		Target: replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: f.Model},
+		Target: replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: f.Model, IdleTimeout: idleTimeout(f.IdleTimeout)},
 		Tool:   result.Tool{Name: "tokentap", Version: version, Commit: commit},
 		Salt:   f.Salt,
 		Log:    log,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/prompts"
@@ -17,15 +18,16 @@ import (
 )
 
 type replayFlags struct {
-	Target  string  `env:"TARGET"`
-	Model   string  `env:"MODEL"`
-	APIKey  string  `env:"API_KEY"`
-	API     string  `env:"API"`
-	Speed   float64 `env:"SPEED" envDefault:"1"`
-	Out     string  `env:"OUT"`
-	Records string  `env:"RECORDS"`
-	Format  string  `env:"FORMAT" envDefault:"text"`
-	Salt    string  `env:"SALT"`
+	Target      string        `env:"TARGET"`
+	Model       string        `env:"MODEL"`
+	APIKey      string        `env:"API_KEY"`
+	API         string        `env:"API"`
+	Speed       float64       `env:"SPEED" envDefault:"1"`
+	Out         string        `env:"OUT"`
+	Records     string        `env:"RECORDS"`
+	Format      string        `env:"FORMAT" envDefault:"text"`
+	Salt        string        `env:"SALT"`
+	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
 	LogFlags
 }
 
@@ -49,6 +51,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
 	fs.StringVar(&f.API, "api", f.API, "send every request to this API (chat or completions) instead of the captured one [TOKENTAP_API]")
 	fs.Float64Var(&f.Speed, "speed", f.Speed, "time scale: 2 replays the capture twice as fast [TOKENTAP_SPEED]")
+	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "give a request up when the engine sends no byte for this long, e.g. a hung engine (0: never) [TOKENTAP_IDLE_TIMEOUT]")
 	fs.StringVar(&f.Out, "out", f.Out, "write the summary here as JSON [TOKENTAP_OUT]")
 	fs.StringVar(&f.Records, "records", f.Records, "write the replayed requests' records here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "summary format on stdout: text or json [TOKENTAP_FORMAT]")
@@ -130,7 +133,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if model == "" {
 		model = info.Model // the captured model may not exist on this engine
 	}
-	tgt := replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: model, API: api}
+	tgt := replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: model, API: api, IdleTimeout: idleTimeout(f.IdleTimeout)}
 	salt := f.Salt
 	if salt == "" {
 		salt = prompts.NewSalt()
