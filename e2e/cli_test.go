@@ -43,3 +43,39 @@ func TestUnknownCommandAndFlagFail(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeCommands keeps the README's promise: its first two commands are
+// the demo matrix and the test command, and .ci/run runs exactly the latter.
+func TestReadmeCommands(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```sh\n")
+	if !ok {
+		t.Fatal("README.md has no sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var cmds []string
+	for _, line := range strings.Split(block, "\n") {
+		if cmd, _, _ := strings.Cut(line, "#"); strings.TrimSpace(cmd) != "" {
+			cmds = append(cmds, strings.TrimSpace(cmd))
+		}
+	}
+	if len(cmds) != 2 || cmds[0] != "go run ./cmd/tokentap matrix" || cmds[1] != "make test" {
+		t.Fatalf("README's first commands are %q; want the demo matrix and make test", cmds)
+	}
+	ci, err := os.ReadFile("../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run []string
+	for _, line := range strings.Split(string(ci), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "set ") && !strings.HasPrefix(l, "cd ") {
+			run = append(run, l)
+		}
+	}
+	if len(run) != 1 || run[0] != cmds[1] {
+		t.Fatalf(".ci/run runs %q, want exactly %q", run, cmds[1])
+	}
+}
