@@ -776,3 +776,50 @@ func TestBigEventsPassWhole(t *testing.T) {
 		t.Fatalf("record %q, %d events, %d tokens from %q (%s)", r.Outcome, r.Events(), r.CompletionTokens, r.CompletionSource, r.Error)
 	}
 }
+
+// TestFragmentedUpstreamStream has a raw engine send a chunked stream in
+// fragments split inside chunk-size lines, data and CRLFs, pausing between
+// them: the proxy, which waits for readiness edges between reads, must
+// pass every byte on, each fragment as it comes.
+func TestFragmentedUpstreamStream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	events := []string{"data: one\n\n", "data: two, longer\n\n", "data: [DONE]\n\n"}
+	var wire []byte
+	for _, e := range events {
+		wire = fmt.Appendf(wire, "%x\r\n%s\r\n", len(e), e)
+	}
+	wire = append(wire, "0\r\n\r\n"...)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for { // the request's headers
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for i := 0; i < len(wire); i += 3 { // 3 bytes at a time: every boundary gets split
+			time.Sleep(2 * time.Millisecond)
+			if _, err := c.Write(wire[i:min(i+3, len(wire))]); err != nil {
+				return
+			}
+		}
+	}()
+	h := startProxy(t, "http://"+ln.Addr().String(), nil)
+	resp, body, err := do(t, "GET", h.url+"/events", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(events, ""); resp.StatusCode != 200 || string(body) != want {
+		t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, body, want)
+	}
+}
