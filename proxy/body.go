@@ -217,14 +217,25 @@ func (b *bodyReader) line(delivered bool) (line []byte, ok bool, err error) {
 	if delivered {
 		return nil, false, nil
 	}
-	line, err = b.br.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
+	// Peek rather than ReadSlice: a read that fails (errWouldBlock above
+	// all) must leave a partial line in the buffer for the next call.
+	for {
+		n := b.br.Buffered()
+		if _, err := b.br.Peek(n + 1); err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, false, errChunkLine
+			}
+			return nil, false, unexpected(err)
+		}
+		buf, _ := b.br.Peek(b.br.Buffered())
+		if bytes.IndexByte(buf[n:], '\n') >= 0 {
+			line, _ = b.br.ReadSlice('\n')
+			return line, true, nil
+		}
+		if len(buf) >= maxChunkLine {
 			return nil, false, errChunkLine
 		}
-		return nil, false, unexpected(err)
 	}
-	return line, true, nil
 }
 
 // parseChunkSize reads the hex size of a chunk-size line, ignoring chunk

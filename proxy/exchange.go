@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -96,7 +97,12 @@ func (x *exchange) send() error {
 	if err := conn.SetReadDeadline(x.readDL); err != nil {
 		return err
 	}
-	x.br = hc.AcquireReader(conn)
+	x.src.conn, x.src.fd = conn, -1
+	if x.br == nil {
+		x.br = bufio.NewReaderSize(&x.src, upstreamBufferSize)
+	} else {
+		x.br.Reset(&x.src)
+	}
 	for {
 		x.hdr.Reset()
 		if err := x.hdr.Read(x.br); err != nil {
@@ -126,10 +132,7 @@ func (x *exchange) releaseConn(discard bool) {
 	rel := x.release
 	x.release, x.conn = nil, nil
 	x.mu.Unlock()
-	if x.br != nil {
-		x.p.hc.ReleaseReader(x.br)
-		x.br = nil
-	}
+	x.src.conn = nil
 	if rel != nil {
 		rel(discard || x.gone.Load())
 	}
@@ -215,42 +218,71 @@ func (x *exchange) SupportsBodyWriteTo() bool { return true }
 // WriteTo streams the engine's body to the client: one write (one chunk,
 // flushed) per upstream read, each piece measured by the tap on the way.
 func (x *exchange) WriteTo(w io.Writer) (int64, error) {
+	if rc := x.rawConn(); rc != nil {
+		return x.writeToEdge(w, rc)
+	}
 	var total int64
 	for {
-		x.touchRead()
-		x.out = x.out[:0]
-		err := x.body.read(x.pieceFn)
-		if err != nil && x.strip && x.measure && !x.gone.Load() {
-			x.flushHeld() // the body ended: the client gets the tail the engine sent
-		}
-		if len(x.out) > 0 {
-			x.touchWrite()
-			n, werr := w.Write(x.out)
-			total += int64(n)
-			if werr != nil {
-				x.end(fmt.Errorf("writing to the client: %w", werr), record.BlameClient)
-				x.shrinkOut()
-				return total, werr
-			}
-		}
-		x.shrinkOut()
-		switch {
-		case err == io.EOF:
-			x.end(nil, record.BlameNone)
-			return total, nil
-		case err == nil:
-		case x.gone.Load():
-			x.end(errClientGone, record.BlameClient)
-			return total, errClientGone
-		case isTimeout(err):
-			err = fmt.Errorf("no byte from the engine for %v (idle timeout): %w", x.p.cfg.IdleTimeout, err)
-			x.end(err, record.BlameEngine)
-			return total, err
-		default:
-			err = fmt.Errorf("reading from the engine: %w", err)
-			x.end(err, record.BlameEngine)
+		n, done, err := x.pass(w)
+		total += n
+		if done {
 			return total, err
 		}
+	}
+}
+
+// pass moves what one upstream read brings to the client. done says the
+// body is over, err then saying how (nil: it ended cleanly). In edge mode
+// it returns errWouldBlock, having done nothing, when nothing could be read.
+func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
+	if x.src.fd < 0 {
+		x.touchRead() // in edge mode writeToEdge keeps the read deadline
+	}
+	x.out = x.out[:0]
+	err = x.body.read(x.pieceFn)
+	if err == errWouldBlock {
+		return 0, false, err
+	}
+	if err != nil && x.strip && x.measure && !x.gone.Load() {
+		x.flushHeld() // the body ended: the client gets the tail the engine sent
+	}
+	if len(x.out) > 0 {
+		x.touchWrite()
+		wn, werr := w.Write(x.out)
+		n = int64(wn)
+		if werr != nil {
+			x.end(fmt.Errorf("writing to the client: %w", werr), record.BlameClient)
+			x.shrinkOut()
+			return n, true, werr
+		}
+	}
+	x.shrinkOut()
+	switch {
+	case err == io.EOF:
+		x.end(nil, record.BlameNone)
+		return n, true, nil
+	case err == nil:
+		return n, false, nil
+	default:
+		return n, true, x.readFailed(err)
+	}
+}
+
+// readFailed ends the measurement of a body the engine's side broke off
+// and returns the error to hand fasthttp.
+func (x *exchange) readFailed(err error) error {
+	switch {
+	case x.gone.Load():
+		x.end(errClientGone, record.BlameClient)
+		return errClientGone
+	case isTimeout(err):
+		err = fmt.Errorf("no byte from the engine for %v (idle timeout): %w", x.p.cfg.IdleTimeout, err)
+		x.end(err, record.BlameEngine)
+		return err
+	default:
+		err = fmt.Errorf("reading from the engine: %w", err)
+		x.end(err, record.BlameEngine)
+		return err
 	}
 }
 

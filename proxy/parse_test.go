@@ -270,3 +270,72 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	}
 	return k, nil
 }
+
+// blockingReader hands out n bytes at a time and errWouldBlock between
+// them, as upstreamSource does in edge mode when the socket is drained.
+type blockingReader struct {
+	b       []byte
+	n       int
+	blocked bool
+}
+
+func (r *blockingReader) Read(p []byte) (int, error) {
+	if !r.blocked {
+		r.blocked = true
+		return 0, errWouldBlock
+	}
+	r.blocked = false
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.n)], r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// TestBodyReaderResumesAfterWouldBlock checks that a read that would block
+// loses nothing: a partial chunk-size line, chunk data or CRLF stays
+// buffered, and the next read call carries on where it stopped.
+func TestBodyReaderResumesAfterWouldBlock(t *testing.T) {
+	data := []byte("data: {\"x\":1}\n\ndata: [DONE]\n\n")
+	tests := []struct {
+		name   string
+		wire   []byte
+		frame  int
+		length int64
+	}{
+		{"chunked", chunk(data, []int{7, 3}, ""), frameChunked, 0},
+		{"chunked with extensions", chunk(data, []int{5}, ";ext=1"), frameChunked, 0},
+		{"length", data, frameLength, int64(len(data))},
+		{"until close", data, frameClose, 0},
+	}
+	for _, tt := range tests {
+		for _, n := range []int{1, 2, 3, 7} {
+			t.Run(fmt.Sprintf("%s/%d-byte-reads", tt.name, n), func(t *testing.T) {
+				var b bodyReader
+				b.reset(bufio.NewReaderSize(&blockingReader{b: tt.wire, n: n}, 64), tt.frame, tt.length)
+				var got []byte
+				blocks := 0
+				for {
+					err := b.read(func(p []byte) { got = append(got, p...) })
+					if err == errWouldBlock {
+						blocks++
+						continue
+					}
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatalf("after %q: %v", got, err)
+					}
+				}
+				if !bytes.Equal(got, data) {
+					t.Fatalf("got %q, want %q", got, data)
+				}
+				if blocks == 0 {
+					t.Fatal("the reader never said it would block: the test tests nothing")
+				}
+			})
+		}
+	}
+}

@@ -42,6 +42,9 @@ const (
 	// uvicorn's (vLLM, SGLang) 5 s keep-alive, so the proxy rarely sends on a
 	// connection the engine is closing.
 	keepAliveIdle = 4 * time.Second
+	// upstreamBufferSize is the upstream read buffer (fasthttp's default):
+	// the response headers must fit in it.
+	upstreamBufferSize = 4096
 )
 
 // Config configures a Proxy. Zero values take the documented defaults.
@@ -289,7 +292,8 @@ type exchange struct {
 	mu      sync.Mutex // guards conn and release against the watcher
 	conn    net.Conn
 	release func(discard bool)
-	br      *bufio.Reader
+	br      *bufio.Reader // reads src; kept with the pooled exchange
+	src     upstreamSource
 	gone    atomic.Bool
 	watch   watcher
 	goneFn  func()

@@ -776,3 +776,95 @@ func TestBigEventsPassWhole(t *testing.T) {
 		t.Fatalf("record %q, %d events, %d tokens from %q (%s)", r.Outcome, r.Events(), r.CompletionTokens, r.CompletionSource, r.Error)
 	}
 }
+
+// TestFragmentedUpstreamStream has a raw engine send a chunked stream in
+// fragments split inside chunk-size lines, data and CRLFs, pausing between
+// them: the proxy, which waits for readiness edges between reads, must
+// pass every byte on, each fragment as it comes.
+func TestFragmentedUpstreamStream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	events := []string{"data: one\n\n", "data: two, longer\n\n", "data: [DONE]\n\n"}
+	var wire []byte
+	for _, e := range events {
+		wire = fmt.Appendf(wire, "%x\r\n%s\r\n", len(e), e)
+	}
+	wire = append(wire, "0\r\n\r\n"...)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for { // the request's headers
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for i := 0; i < len(wire); i += 3 { // 3 bytes at a time: every boundary gets split
+			time.Sleep(2 * time.Millisecond)
+			if _, err := c.Write(wire[i:min(i+3, len(wire))]); err != nil {
+				return
+			}
+		}
+	}()
+	h := startProxy(t, "http://"+ln.Addr().String(), nil)
+	resp, body, err := do(t, "GET", h.url+"/events", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(events, ""); resp.StatusCode != 200 || string(body) != want {
+		t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, body, want)
+	}
+}
+
+// TestEngineClosesRightAfterData has a raw engine send a piece of a
+// chunked body and close the connection at once, many times: the FIN
+// comes in on the heels of the data, where its readiness edge can merge
+// with the data's. Every stream must still end (cut, for the client) long
+// before the idle timeout.
+func TestEngineClosesRightAfterData(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+				time.Sleep(time.Millisecond)
+				_, _ = io.WriteString(c, "b\r\ndata: one\n\n\r\n") // then the deferred Close: FIN right behind
+			}()
+		}
+	}()
+	h := startProxy(t, "http://"+ln.Addr().String(), func(c *Config) { c.IdleTimeout = time.Minute })
+	for i := 0; i < 40; i++ {
+		start := time.Now()
+		_, body, err := do(t, "GET", h.url+"/events", "")
+		if err == nil {
+			t.Fatalf("stream %d: a cut stream ended cleanly for the client: %q", i, body)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("stream %d: the engine's close was noticed after %v, not within the idle timeout's fraction", i, d)
+		}
+	}
+}
