@@ -37,12 +37,11 @@ import (
 	"github.com/tokentap/tokentap/tap"
 )
 
-// ReadBuffer is the size of each stream's read buffer (one per Conn: the
-// response head is parsed and the body decoded in place in it). One read
-// may return many events and an event may span many reads: the tap's
-// scanner joins them, so the buffer size is no limit on an event's size
-// (the 64 KiB trap is a line limit, which tokentap has not). 64 KiB keeps
-// a thousand streams at a few hundred MiB.
+// ReadBuffer is the size of each stream's read buffers (the connection's
+// and the body's). One read may return many events and an event may span
+// many reads: the tap's scanner joins them, so the buffer size is no limit
+// on an event's size (the 64 KiB trap is a line limit, which tokentap has
+// not). 64 KiB keeps a thousand streams at a few hundred MiB.
 const ReadBuffer = 64 << 10
 
 // Target is the engine requests go to.
