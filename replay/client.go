@@ -19,15 +19,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,6 +162,10 @@ func (b Body) Bytes() []byte {
 	return append(append(append(out, b.Head...), b.Prompt...), b.Tail...)
 }
 
+func (b Body) reader() io.Reader {
+	return io.MultiReader(bytes.NewReader(b.Head), bytes.NewReader(b.Prompt), bytes.NewReader(b.Tail))
+}
+
 // Body encodes r as the JSON body of a request to t.
 func (t Target) Body(r Request) (Body, error) {
 	p, err := encodeJSON(r.Prompt)
@@ -225,32 +229,18 @@ func encodeJSON(v any) ([]byte, error) {
 // Conn is one connection to the engine, carrying one request at a time
 // through its own tap.Stream. It is not safe for concurrent use: give every
 // stream of a closed loop its own Conn.
-//
-// It speaks HTTP/1.1 itself on the raw connection rather than through
-// net/http: the response is read in the caller's goroutine straight from the
-// socket into one buffer (no per-connection read goroutine to hand every
-// event over from), and every read is timestamped as it returns.
 type Conn struct {
 	target   Target
 	endpoint string
 	clock    record.Clock
+	tr       *http.Transport
+	hc       *http.Client
 	stream   *tap.Stream
-	buf      []byte // read buffer, ReadBuffer bytes (grown only for a huge head)
-	wbuf     []byte // request head (and small bodies) as written
+	buf      []byte
 	dialer   *net.Dialer
 
-	u       *url.URL // endpoint, parsed; nil when it does not parse
-	uErr    error
-	addr    string // host:port to dial
-	prefix  []byte // request line and fixed headers
-	tlsConf *tls.Config
-
-	nc   net.Conn // the kept-alive connection, nil when none
-	used bool     // nc has carried a request (a close by the server may be a keep-alive race)
-	at   time.Duration
-
 	mu  sync.Mutex
-	pre net.Conn // dialled ahead by Dial, taken by the first request
+	pre net.Conn // dialled ahead by Dial, handed to the transport's first dial
 	// Tokens, when set, is increased by the tokens of every event as it
 	// arrives (a live counter for progress displays).
 	Tokens *atomic.Int64
@@ -267,68 +257,52 @@ func NewConn(t Target, clock record.Clock) *Conn {
 		buf:      make([]byte, ReadBuffer),
 		dialer:   &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second},
 	}
-	c.u, c.uErr = url.Parse(c.endpoint)
-	if c.uErr == nil && c.u.Scheme != "http" && c.u.Scheme != "https" {
-		c.uErr = fmt.Errorf("scheme %q is not http or https", c.u.Scheme)
+	c.tr = &http.Transport{
+		Proxy:                 nil, // measure the engine, never an environment proxy
+		DialContext:           c.dial,
+		MaxIdleConns:          1,
+		MaxIdleConnsPerHost:   1,
+		MaxConnsPerHost:       1,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       &tls.Config{NextProtos: []string{"http/1.1"}},
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+		ReadBufferSize:        ReadBuffer,
+		WriteBufferSize:       ReadBuffer,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: 0,
 	}
-	if c.uErr == nil && c.u.Host == "" {
-		c.uErr = errors.New("no host")
-	}
-	if c.uErr != nil {
-		return c
-	}
-	c.addr = c.u.Host
-	if c.u.Port() == "" {
-		port := "80"
-		if c.u.Scheme == "https" {
-			port = "443"
-		}
-		c.addr = net.JoinHostPort(c.u.Hostname(), port)
-	}
-	if c.u.Scheme == "https" {
-		c.tlsConf = &tls.Config{ServerName: c.u.Hostname(), NextProtos: []string{"http/1.1"}}
-	}
-	h := []byte("POST " + c.u.RequestURI() + " HTTP/1.1\r\nHost: " + c.u.Host +
-		"\r\nUser-Agent: tokentap\r\nContent-Type: application/json\r\n")
-	switch {
-	case t.APIKey != "":
-		h = append(h, "Authorization: Bearer "+t.APIKey+"\r\n"...)
-	case c.u.User != nil:
-		pw, _ := c.u.User.Password()
-		h = append(h, "Authorization: Basic "+base64.StdEncoding.EncodeToString([]byte(c.u.User.Username()+":"+pw))+"\r\n"...)
-	}
-	c.prefix = h
+	c.hc = &http.Client{Transport: c.tr}
 	return c
 }
 
-// connect dials the target (TCP, then TLS for https).
-func (c *Conn) connect(ctx context.Context) (net.Conn, error) {
-	nc, err := c.dialer.DialContext(ctx, "tcp", c.addr)
-	if err != nil {
-		return nil, err
+func (c *Conn) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	p := c.pre
+	c.pre = nil
+	c.mu.Unlock()
+	if p != nil {
+		return p, nil
 	}
-	if c.tlsConf == nil {
-		return nc, nil
-	}
-	tc := tls.Client(nc, c.tlsConf)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
-		tc.Close()
-		return nil, fmt.Errorf("the engine chose protocol %q over TLS; tokentap speaks http/1.1", p)
-	}
-	return tc, nil
+	return c.dialer.DialContext(ctx, network, addr)
 }
 
-// Dial opens the connection now, so the first request does not spend its
-// time (or a window's) on it. A failure is left for the request to meet.
+// Dial opens the TCP connection now, so the first request does not spend
+// its time (or a window's) on it. A failure is left for the request to meet.
 func (c *Conn) Dial(ctx context.Context) error {
-	if c.uErr != nil {
-		return c.uErr
+	u, err := url.Parse(c.endpoint)
+	if err != nil {
+		return err
 	}
-	nc, err := c.connect(ctx)
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	nc, err := c.dialer.DialContext(ctx, "tcp", host)
 	if err != nil {
 		return err
 	}
@@ -343,7 +317,7 @@ func (c *Conn) Dial(ctx context.Context) error {
 
 // Close closes the connection.
 func (c *Conn) Close() {
-	c.drop()
+	c.tr.CloseIdleConnections()
 	c.mu.Lock()
 	if c.pre != nil {
 		c.pre.Close()
@@ -352,35 +326,11 @@ func (c *Conn) Close() {
 	c.mu.Unlock()
 }
 
-// drop closes the kept connection (its state is unknown or it is done).
-func (c *Conn) drop() {
-	if c.nc != nil {
-		c.nc.Close()
-		c.nc = nil
-	}
-}
-
-// read reads from the connection and stamps the time its read returned.
-func (c *Conn) read(p []byte) (int, error) {
-	n, err := c.nc.Read(p)
-	c.at = c.clock.Now()
-	return n, err
-}
-
-// longAgo is a deadline in the past: setting it wakes a blocked read or
-// write at once.
-var longAgo = time.Unix(1, 0)
-
 // Do sends body and measures the response into rec. The caller sets rec.ID,
 // rec.Tag, rec.MaxTokens and rec.Stream (what the body asks for); Do sets
 // Sent, Wall, API and Model and the tap fills the rest. Do never returns an
 // error: a failure is a record with its Outcome, Blame and Error set. When ctx
 // is cancelled mid-stream the record's outcome is record.Cancelled.
-//
-// Sent is stamped when the write of the request's last byte returned. A
-// request the server never answered on a kept-alive connection (it closed
-// the connection first) is sent again once on a fresh one; once any byte of
-// a response arrived a request is never sent again.
 func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	rec.API = c.target.API
 	if rec.API == "" {
@@ -394,20 +344,40 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		// One allocation instead of a dozen while the stream grows.
 		rec.Arrivals = make([]time.Duration, 0, min(rec.MaxTokens, 16384))
 	}
-	if c.uErr != nil {
-		c.fail(rec, c.clock.Now(), record.Connect, record.BlameTokentap, fmt.Sprintf("bad target URL %q: %v", c.endpoint, c.uErr))
-		return
-	}
 
+	var sent atomic.Int64
+	sent.Store(-1)
+	trace := &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(int64(c.clock.Now())) },
+	}
 	// reqCtx ends with ctx (the caller's cancellation: a window closing) or
 	// with the idle watch, whose cause says the engine went silent.
 	reqCtx, cancelReq := context.WithCancelCause(ctx)
 	defer cancelReq(nil)
-	start := c.clock.Now()
-	idle := startIdle(c.target.idle(), start, cancelReq)
+	idle := startIdle(c.target.idle(), c.clock.Now(), cancelReq)
 	defer idle.stop()
-	// failed ends a request that got no usable response head.
-	failed := func(at time.Duration, err error) {
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(reqCtx, trace), http.MethodPost, c.endpoint, body.reader())
+	if err != nil {
+		c.fail(rec, c.clock.Now(), record.Connect, record.BlameTokentap, fmt.Sprintf("bad target URL %q: %v", c.endpoint, err))
+		return
+	}
+	req.ContentLength = int64(body.Len())
+	req.Header.Set("Content-Type", "application/json")
+	if rec.Stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if c.target.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.target.APIKey)
+	}
+	start := c.clock.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		at := time.Duration(sent.Load())
+		if at < 0 {
+			at = start
+		}
 		if ctx.Err() != nil {
 			c.cancelled(rec, at, c.clock.Now())
 			return
@@ -417,69 +387,35 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 			return
 		}
 		c.fail(rec, at, record.Connect, record.BlameEngine, scrubURLError(err))
-	}
-
-	var (
-		h    respHead
-		hn   int // head length in c.buf
-		have int // bytes read into c.buf
-		sent = start
-		stop func() bool
-	)
-	for attempt := 0; ; attempt++ {
-		retryable := false
-		if c.nc == nil {
-			c.mu.Lock()
-			c.nc, c.pre = c.pre, nil
-			c.mu.Unlock()
-			// A connection dialled ahead may have been closed by the
-			// server while it waited: as retryable as a kept-alive one.
-			retryable = c.nc != nil
-			c.used = false
-		} else {
-			retryable = c.used
-		}
-		if c.nc == nil {
-			nc, err := c.connect(reqCtx)
-			if err != nil {
-				failed(c.clock.Now(), err)
-				return
-			}
-			c.nc = nc
-		}
-		retryable = retryable && attempt == 0
-		nc := c.nc
-		stop = context.AfterFunc(reqCtx, func() { nc.SetDeadline(longAgo) })
-		c.used = true
-		err := c.writeRequest(body, rec.Stream)
-		sent = c.clock.Now()
-		if err == nil {
-			h, hn, have, err = c.readHead()
-		}
-		if err == nil {
-			break
-		}
-		stopped := stop()
-		c.drop()
-		if retryable && have == 0 && stopped && reqCtx.Err() == nil {
-			continue // the server closed a kept-alive connection: never answered
-		}
-		switch {
-		case have == 0 && errors.Is(err, io.EOF):
-			err = errors.New("the engine closed the connection without a response")
-		case errors.Is(err, io.EOF):
-			err = errors.New("the engine closed the connection in the middle of the response head")
-		}
-		failed(sent, err)
 		return
 	}
-	rec.Sent = sent
-	rec.Wall = c.clock.Wall(sent)
+	defer resp.Body.Close()
+	at := time.Duration(sent.Load())
+	if at < 0 {
+		at = start
+	}
+	rec.Sent = at
+	rec.Wall = c.clock.Wall(at)
 	c.stream.Begin(rec)
-	c.stream.Status(h.code)
-	endErr := c.readBody(h, hn, have, rec, idle)
-	if !stop() || endErr != nil || h.close {
-		c.drop() // cancelled, broken or closing: the connection's state is unknown
+	c.stream.Status(resp.StatusCode)
+	var endErr error
+	for {
+		n, rerr := resp.Body.Read(c.buf)
+		now := c.clock.Now()
+		idle.touch(now)
+		if n > 0 {
+			before := len(rec.Arrivals)
+			c.stream.WriteAt(c.buf[:n], now)
+			if c.Tokens != nil && len(rec.Arrivals) > before {
+				c.Tokens.Add(int64(tokensSince(rec, before)))
+			}
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				endErr = rerr
+			}
+			break
+		}
 	}
 	switch {
 	case endErr != nil && ctx.Err() != nil:
@@ -491,147 +427,6 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		c.stream.End(endErr, record.BlameEngine)
 	default:
 		c.stream.End(nil, record.BlameNone)
-	}
-}
-
-// writeRequest writes the request head and body: in one write when they
-// fit the buffer, else the head and then the body's parts (a long prompt is
-// written from where it lies, never copied).
-func (c *Conn) writeRequest(body Body, stream bool) error {
-	w := append(c.wbuf[:0], c.prefix...)
-	if stream {
-		w = append(w, "Accept: text/event-stream\r\nContent-Length: "...)
-	} else {
-		w = append(w, "Accept: application/json\r\nContent-Length: "...)
-	}
-	w = strconv.AppendInt(w, int64(body.Len()), 10)
-	w = append(w, "\r\n\r\n"...)
-	if len(w)+body.Len() <= ReadBuffer {
-		w = append(append(append(w, body.Head...), body.Prompt...), body.Tail...)
-		c.wbuf = w
-		_, err := c.nc.Write(w)
-		return err
-	}
-	c.wbuf = w
-	bufs := net.Buffers{w, body.Head, body.Prompt, body.Tail}
-	_, err := bufs.WriteTo(c.nc)
-	return err
-}
-
-// readHead reads until c.buf holds a whole response head (skipping 1xx
-// interim responses) and parses it. have is how many bytes were read.
-func (c *Conn) readHead() (h respHead, hn, have int, err error) {
-	for {
-		if have > 0 {
-			h, hn, err = parseHead(c.buf[:have])
-			if err != nil {
-				return h, 0, have, err
-			}
-			if hn > 0 && h.code >= 100 && h.code < 200 && h.code != 101 {
-				have = copy(c.buf, c.buf[hn:have]) // an interim response: the real one follows
-				continue
-			}
-			if hn > 0 {
-				if h.code == 101 {
-					return h, 0, have, errors.New("the engine switched protocols (HTTP 101) on a plain POST")
-				}
-				return h, hn, have, nil
-			}
-		}
-		if have == len(c.buf) {
-			if len(c.buf) >= maxHead {
-				return h, 0, have, errHeadTooBig
-			}
-			c.buf = append(c.buf, make([]byte, len(c.buf))...)
-		}
-		n, rerr := c.read(c.buf[have:])
-		have += n
-		if rerr != nil && n == 0 {
-			return h, 0, have, rerr
-		}
-	}
-}
-
-// readBody reads the body that follows the head in c.buf[hn:have] (and the
-// connection after it) into the tap, every piece stamped with the return of
-// the read that brought it. It returns nil when the body ended as framed.
-func (c *Conn) readBody(h respHead, hn, have int, rec *record.Record, idle *idleWatch) error {
-	if len(c.buf) > ReadBuffer {
-		// A huge head grew the buffer: keep the body's bytes, shrink it back.
-		rest := c.buf[hn:have]
-		if len(rest) <= ReadBuffer {
-			b := make([]byte, ReadBuffer)
-			have = copy(b, rest)
-			c.buf, hn = b, 0
-		}
-	}
-	var (
-		ck   chunked
-		left = h.length // Content-Length bytes to go, -1 chunked or until close
-		p    = c.buf[hn:have]
-	)
-	idle.touch(c.at)
-	for {
-		if len(p) > 0 {
-			var data []byte
-			done := false
-			switch {
-			case h.chunked:
-				n, used, end, err := ck.decode(p)
-				data, done = p[:n], end
-				if err != nil {
-					c.deliver(data, rec)
-					return err
-				}
-				if used < len(p) {
-					h.close = true // bytes after the body: the connection is in an unknown state
-				}
-			case left >= 0:
-				k := min(int64(len(p)), left)
-				data = p[:k]
-				left -= k
-				done = left == 0
-				if int64(len(p)) > k {
-					h.close = true
-				}
-			default:
-				data = p
-			}
-			c.deliver(data, rec)
-			if done {
-				return nil
-			}
-		} else if left == 0 && !h.chunked {
-			return nil
-		}
-		n, err := c.read(c.buf[:ReadBuffer])
-		idle.touch(c.at)
-		p = c.buf[:n]
-		if err != nil {
-			if n > 0 {
-				continue // hand the last bytes over first; the next read repeats the error
-			}
-			if errors.Is(err, io.EOF) {
-				if !h.chunked && left < 0 {
-					return nil // the body ends with the connection
-				}
-				return errEarlyEOF
-			}
-			return err
-		}
-	}
-}
-
-// deliver hands body bytes to the tap at the time of the read that brought
-// them, and updates the live token counter.
-func (c *Conn) deliver(p []byte, rec *record.Record) {
-	if len(p) == 0 {
-		return
-	}
-	before := len(rec.Arrivals)
-	c.stream.WriteAt(p, c.at)
-	if c.Tokens != nil && len(rec.Arrivals) > before {
-		c.Tokens.Add(int64(tokensSince(rec, before)))
 	}
 }
 
