@@ -61,20 +61,54 @@ type jreader struct {
 	depth int
 	bad   bool
 	kbuf  [24]byte // a key with escapes, decoded
+	idOff int      // where c.id starts in b
+
+	// A checkpoint: events of one stream start with the same bytes (id,
+	// object, created, model), so the reader keeps the head of the last
+	// event up to its top-level "choices" key and its state there. An
+	// event whose first head bytes are the same resumes from that state:
+	// reading those bytes again would give the same result.
+	headLen   int // 0: no checkpoint
+	headChunk chunk
+	headIDOff int // where headChunk.id started
+	headIDSet bool
+	head      [maxHead]byte
 }
+
+// maxHead is the longest event head a checkpoint keeps; minHead the
+// shortest worth keeping.
+const (
+	maxHead = 256
+	minHead = 16
+)
 
 // parseChunk reads b into c and reports whether b is one valid JSON object.
 // r is scratch space the caller keeps so the hot path does not allocate.
 func parseChunk(r *jreader, b []byte, c *chunk) bool {
-	*c = chunk{choices: -1}
 	r.b, r.i, r.depth, r.bad = b, 0, 0, false
-	r.ws()
-	if r.peek() != '{' {
-		return false
+	var more, resumed bool
+	if n := r.headLen; n > 0 && n <= len(b) && string(b[:n]) == string(r.head[:n]) {
+		*c = r.headChunk
+		if r.headIDSet {
+			r.idOff = r.headIDOff
+			c.id = b[r.idOff : r.idOff+len(c.id)]
+		}
+		r.i, r.depth, more, resumed = n, 1, true, true
+	} else {
+		*c = chunk{choices: -1}
+		r.ws()
+		if r.peek() != '{' {
+			return false
+		}
+		more = r.objStart()
 	}
-	for more := r.objStart(); more; more = r.objNext() {
+	for ; more; more = r.objNext() {
+		at := r.i
 		switch string(r.key()) {
 		case "choices":
+			if !(resumed && at == r.headLen) && at >= minHead && at <= maxHead {
+				r.checkpoint(at, c)
+			}
 			c.choices, c.tok = -1, false
 			if r.peek() == '[' {
 				c.choices, c.tok = r.choices()
@@ -99,6 +133,7 @@ func parseChunk(r *jreader, b []byte, c *chunk) bool {
 		case "id":
 			c.id = nil
 			if r.peek() == '"' {
+				r.idOff = r.i + 1
 				c.id, c.idEscaped = r.str()
 				continue
 			}
@@ -127,6 +162,19 @@ func parseChunk(r *jreader, b []byte, c *chunk) bool {
 	}
 	r.ws()
 	return !r.bad && r.i == len(r.b)
+}
+
+// checkpoint keeps b[:at] and the state c of the reader there, at a
+// top-level member's key.
+func (r *jreader) checkpoint(at int, c *chunk) {
+	r.headLen = copy(r.head[:], r.b[:at])
+	r.headChunk = *c
+	r.headIDSet = c.id != nil
+	r.headIDOff = r.idOff
+	r.headChunk.id = nil
+	if r.headIDSet {
+		r.headChunk.id = r.head[r.idOff : r.idOff+len(c.id)] // only its length is used
+	}
 }
 
 // choices reads a "choices" array: its length and whether any choice
@@ -439,6 +487,10 @@ func (r *jreader) str() (raw []byte, esc bool) {
 			x := binary.LittleEndian.Uint64(b[i:])
 			if m := (x-lo*0x20)&^x&hi | hasZero(x^(lo*'"')) | hasZero(x^(lo*'\\')); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
+				if b[i] == '"' { // the common case: the end of the string
+					r.i = i + 1
+					return b[start:i], esc
+				}
 				break
 			}
 			i += 8

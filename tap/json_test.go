@@ -125,6 +125,41 @@ func compareChunk(t *testing.T, b []byte) {
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) || gotID != wantID {
 		t.Fatalf("%q:\n got %+v id %q\nwant %+v id %q", b, got, gotID, want, wantID)
 	}
+	compareResumed(t, b)
+}
+
+// compareResumed checks the reader's checkpoint is invisible: a reader that
+// read b before (and kept b's head) reads b again, b cut short, and b with
+// one byte changed around and after its head exactly as a fresh reader does.
+func compareResumed(t *testing.T, b []byte) {
+	t.Helper()
+	var primed jreader
+	var c chunk
+	parseChunk(&primed, b, &c)
+	h := primed.headLen
+	variants := [][]byte{b}
+	for _, k := range []int{0, h / 2, h - 1, h, h + 1, h + 7, len(b) - 1} {
+		if k < 0 || k >= len(b) {
+			continue
+		}
+		variants = append(variants, b[:k])
+		for _, x := range []byte{'}', ' ', '"', '0'} {
+			if b[k] != x {
+				v := bytes.Clone(b)
+				v[k] = x
+				variants = append(variants, v)
+			}
+		}
+	}
+	for _, v := range variants {
+		r := primed // the checkpoint of b, every time
+		var fresh jreader
+		var got, want chunk
+		ok, wantOK := parseChunk(&r, v, &got), parseChunk(&fresh, v, &want)
+		if ok != wantOK || fmt.Sprintf("%+v %q", got, got.id) != fmt.Sprintf("%+v %q", want, want.id) {
+			t.Fatalf("after %q, %q:\n got %v %+v id %q\nwant %v %+v id %q", b, v, ok, got, got.id, wantOK, want, want.id)
+		}
+	}
 }
 
 var chunkCases = []string{
@@ -139,6 +174,9 @@ var chunkCases = []string{
 	`{"usage":{"completion_tokens":12345678901234567890}}`,
 	`{"error":null}`, `{"error":{"message":"x"}}`, `{"timings":{"cache_n":14}}`,
 	`{"text":"cumulative","meta_info":{"completion_tokens":4,"cached_tokens":2}}`,
+	`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"a"}}]}`,
+	` {"id" : "a\"\u00e9b", "object":"text_completion","usage":{"completion_tokens":2},"choices":[{"text":"x"}],"id":"c"}`,
+	`{"object":"error","id":"x","error":{"message":"m"},"choices":[]}`,
 	`{}`, `[]`, `"x"`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, `{"a":"` + "\x01" + `"}`, `{"a" 1}`, `{"a":1,}`,
 	`{"a":[1,]}`, `{"a":tru}`, `{"a":1}x`, `{`, `{"a":"\u12"}`, `{"a":-}`, `{"a":1e}`, `{"a":[{"b":[null,true,false]}]}`,
 }
@@ -149,6 +187,27 @@ var deepCases = []string{
 	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
 	`{"a":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`,
 	`{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`,
+}
+
+// TestParseChunkResumes: the second event of a stream resumes from the
+// first one's head, and reads as a fresh reader would.
+func TestParseChunkResumes(t *testing.T) {
+	evs := vllmStream(2, true)
+	var r jreader
+	var c chunk
+	for i, ev := range evs[:3] {
+		data := bytes.TrimSuffix(bytes.TrimPrefix(ev, []byte("data: ")), []byte("\n\n"))
+		if !parseChunk(&r, data, &c) {
+			t.Fatalf("event %d: not valid", i)
+		}
+		if want := bytes.Index(data, []byte(`"choices"`)); r.headLen != want {
+			t.Fatalf("event %d: head of %d bytes kept, want %d", i, r.headLen, want)
+		}
+		if string(c.id) != "chatcmpl-8f3a2c1e9b7d4f6a8c0e2b4d6f8a0c2e" || !c.usage.set || c.usage.completion != i {
+			t.Fatalf("event %d: read %+v id %q", i, c, c.id)
+		}
+		compareChunk(t, data)
+	}
 }
 
 func TestParseChunk(t *testing.T) {
