@@ -421,14 +421,10 @@ func (in *Info) Load(ctx context.Context) (running, waiting int, ok bool, err er
 	if !has || !in.Gauges || in.c == nil {
 		return 0, 0, false, nil
 	}
-	r, err := in.c.get(ctx, "/metrics")
+	m, err := in.scrape(ctx)
 	if err != nil {
 		return 0, 0, false, err
 	}
-	if !r.ok() {
-		return 0, 0, false, fmt.Errorf("GET %s/metrics: HTTP %d: %s", in.BaseURL, r.status, r.excerpt())
-	}
-	m, _ := ParseMetrics(r.body)
 	w, okW := m.Sum(g.waiting)
 	run, okR := m.Sum(g.running)
 	if !okW {
@@ -438,6 +434,20 @@ func (in *Info) Load(ctx context.Context) (running, waiting int, ok bool, err er
 		run = 0
 	}
 	return int(run + 0.5), int(w + 0.5), true, nil
+}
+
+// scrape reads the engine's /metrics. Lines that do not parse are skipped
+// (ParseMetrics keeps the rest): one odd metric must not hide the gauges.
+func (in *Info) scrape(ctx context.Context) (Metrics, error) {
+	r, err := in.c.get(ctx, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if !r.ok() {
+		return nil, fmt.Errorf("GET %s/metrics: HTTP %d: %s", in.BaseURL, r.status, r.excerpt())
+	}
+	m, _ := ParseMetrics(r.body)
+	return m, nil
 }
 
 // PrefixCache reads the engine's prefix-cache counters: prompt tokens
@@ -450,14 +460,10 @@ func (in *Info) PrefixCache(ctx context.Context) (hits, queries int64, ok bool, 
 	if in.Kind != KindVLLM || in.c == nil {
 		return 0, 0, false, nil
 	}
-	r, err := in.c.get(ctx, "/metrics")
+	m, err := in.scrape(ctx)
 	if err != nil {
 		return 0, 0, false, err
 	}
-	if !r.ok() {
-		return 0, 0, false, fmt.Errorf("GET %s/metrics: HTTP %d: %s", in.BaseURL, r.status, r.excerpt())
-	}
-	m, _ := ParseMetrics(r.body)
 	h, okH := sumEither(m, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
 	q, okQ := sumEither(m, "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
 	if !okH || !okQ {
