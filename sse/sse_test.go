@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokentap/tokentap/internal/benchcpu"
 )
 
 // got is an event copied out of the scanner, for comparison.
@@ -347,13 +349,13 @@ func BenchmarkScanner(b *testing.B) {
 		var s Scanner
 		b.SetBytes(int64(len(p)))
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := benchcpu.Now()
 		for b.Loop() {
 			s.Feed(p)
 			for _, ok := s.Next(); ok; _, ok = s.Next() {
 			}
 		}
-		reportCPU(b, cpu)
+		benchcpu.Report(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 	b.Run("16KiB-reads", func(b *testing.B) {
@@ -363,7 +365,7 @@ func BenchmarkScanner(b *testing.B) {
 		b.SetBytes(int64(len(vllmChunk)))
 		b.ReportAllocs()
 		off := 0
-		cpu := cpuTime()
+		cpu := benchcpu.Now()
 		for b.Loop() {
 			// One op is one event: feed reads until an event comes out.
 			for {
@@ -378,7 +380,7 @@ func BenchmarkScanner(b *testing.B) {
 				off += read
 			}
 		}
-		reportCPU(b, cpu)
+		benchcpu.Report(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokentap/tokentap/internal/benchcpu"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/sse"
 	"github.com/valyala/fastjson"
@@ -667,7 +668,7 @@ func BenchmarkStream(b *testing.B) {
 			b.SetBytes(int64(size / len(evs)))
 			b.ReportAllocs()
 			i := 0
-			cpu := cpuTime()
+			cpu := benchcpu.Now()
 			for b.Loop() {
 				s.Write(evs[i])
 				i++
@@ -682,7 +683,7 @@ func BenchmarkStream(b *testing.B) {
 					i = 0
 				}
 			}
-			reportCPU(b, cpu)
+			benchcpu.Report(b, cpu)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
@@ -697,19 +698,19 @@ func BenchmarkClassify(b *testing.B) {
 		var c chunk
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := benchcpu.Now()
 		for b.Loop() {
 			if !parseChunk(&r, data, &c) || !c.tok || !c.usage.set {
 				b.Fatal("not classified")
 			}
 		}
-		reportCPU(b, cpu)
+		benchcpu.Report(b, cpu)
 	})
 	b.Run("fastjson", func(b *testing.B) {
 		var p fastjson.Parser
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := benchcpu.Now()
 		for b.Loop() {
 			v, err := p.ParseBytes(data)
 			if err != nil {
@@ -728,7 +729,7 @@ func BenchmarkClassify(b *testing.B) {
 				b.Fatal("not classified")
 			}
 		}
-		reportCPU(b, cpu)
+		benchcpu.Report(b, cpu)
 	})
 }
 
