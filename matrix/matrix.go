@@ -283,6 +283,9 @@ func (r *runner) execute(ctx context.Context) error {
 // bodies of a slot share its prompt's bytes, and the prompt text itself is
 // dropped once encoded.
 func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []replay.Body, err error) {
+	if err := r.primeEstimate(ctx, c); err != nil {
+		return nil, nil, err
+	}
 	ps, err := r.build.Prompts(ctx, c, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build the %s-token prompts of %d slots: %w", TokenLabel(c), n, err)
@@ -299,9 +302,39 @@ func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []repla
 	return decode, warm, nil
 }
 
-// bodies encodes one prompt as its decode and warm-up bodies.
+// Slots no decode row uses: the cold prefill prompt, and the throwaway
+// prompt primeEstimate counts.
+const (
+	coldSlot  = 1 << 20
+	primeSlot = 1<<20 + 1
+)
+
+// primeEstimate: where the engine has no /tokenize, every count is a real
+// max_tokens:1 request, so a counted prompt is in the engine's prefix cache
+// afterwards. Counting a throwaway prompt of context c first lets every
+// prompt that is measured reuse its count (Builder.Estimate) and reach the
+// engine for the first time when it is measured: a prefill measurement
+// shares no prefix with anything sent before (METHOD §3).
+func (r *runner) primeEstimate(ctx context.Context, c int) error {
+	if !r.build.Estimate {
+		return nil
+	}
+	if _, err := r.build.Prompt(ctx, c, primeSlot); err != nil {
+		return fmt.Errorf("count a %s-token prompt: %w", TokenLabel(c), err)
+	}
+	return nil
+}
+
+// bodies encodes one prompt as its decode and warm-up bodies. The decode
+// max_tokens is capped so prompt + max_tokens fits the model length: a
+// prompt a few tokens over its target (within METHOD §4's tolerance) at a
+// context right at the limit would otherwise be refused by the engine.
 func (r *runner) bodies(p prompts.Prompt) (decode, warm replay.Body, err error) {
-	d, err := r.tgt.Body(r.request(p.Text, r.sc.MaxOutput))
+	maxOut := r.sc.MaxOutput
+	if ml := r.res.Settings.MaxModelLen; ml > 0 && p.Tokens > 0 && p.Tokens+maxOut > ml {
+		maxOut = max(1, ml-p.Tokens)
+	}
+	d, err := r.tgt.Body(r.request(p.Text, maxOut))
 	if err != nil {
 		return d, d, err
 	}
@@ -331,8 +364,11 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 // coldPrefill measures prefill context pc with one request of its own.
 func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	r.prog.begin("prefill " + TokenLabel(pc) + " (cold)")
+	if err := r.primeEstimate(ctx, pc); err != nil {
+		return err
+	}
 	// A slot number no decode row uses keeps this prompt distinct from all.
-	p, err := r.build.Prompt(ctx, pc, 1<<20)
+	p, err := r.build.Prompt(ctx, pc, coldSlot)
 	if err != nil {
 		return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
 	}
@@ -341,6 +377,7 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 		return err
 	}
 	warm := []replay.Body{w}
+	r.drain(ctx) // the measurement must not share the engine with streams still winding down
 	recs := replay.RunClosed(ctx, replay.Closed{
 		Target: r.tgt, Clock: r.clock, Bodies: warm, MaxTokens: 1, Stream: true,
 		Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids, Once: true,
@@ -434,6 +471,9 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 	// measurement, then the other slots a few at a time.
 	r.prog.begin(fmt.Sprintf("warm-up C=%s ×%d", TokenLabel(c), maxN))
 	tag := "warmup C=" + TokenLabel(c)
+	// The first warm-up request is the row's prefill measurement: let the
+	// previous row's cancelled streams leave the engine first.
+	r.drain(ctx)
 	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -521,11 +561,11 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error
 	})
 	cancel()
 	<-scrapeDone
+	recs := run.Records
+	r.emit(recs) // --records keeps them even when the run was interrupted mid-cell
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted mid-cell: the cell stays Not run
 	}
-	recs := run.Records
-	r.emit(recs)
 	w := cell.Window{Start: run.Start, End: run.End}
 	figs := cell.Decode(recs, w)
 	waitMu.Lock()
