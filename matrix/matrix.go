@@ -357,7 +357,10 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 		Stream:    true,
 		IgnoreEOS: true,
 		MinTokens: maxTokens > 1 && (r.info.Kind == "vllm" || r.info.Kind == "sglang"),
-		Extra:     extra,
+		// vLLM says per event how many tokens it carried; SGLang does so
+		// in meta_info without being asked.
+		ContinuousUsage: r.info.Kind == "vllm",
+		Extra:           extra,
 	}
 }
 

@@ -134,6 +134,9 @@ type Request struct {
 	// model (METHOD.md §1); MinTokens also sends "min_tokens" = MaxTokens.
 	IgnoreEOS bool
 	MinTokens bool
+	// ContinuousUsage adds stream_options.continuous_usage_stats (vLLM):
+	// usage on every event, so the tap counts each event's tokens.
+	ContinuousUsage bool
 	// Extra fields are merged into the body (sampling parameters, the
 	// scenario's extra request fields). They cannot override the prompt,
 	// model, max_tokens or stream settings.
@@ -192,7 +195,21 @@ func (t Target) Reshape(b Body, r Request) (Body, error) {
 	}
 	m["stream"] = r.Stream
 	if r.Stream {
-		m["stream_options"] = map[string]any{"include_usage": true}
+		// Usage is always asked for; other stream options the caller gave
+		// (Extra) are kept. ContinuousUsage asks vLLM for usage on every
+		// event, so a multi-token event (speculative decoding, stream
+		// intervals) counts all its tokens (METHOD §2).
+		so := map[string]any{}
+		if given, ok := r.Extra["stream_options"].(map[string]any); ok {
+			for k, v := range given {
+				so[k] = v
+			}
+		}
+		so["include_usage"] = true
+		if r.ContinuousUsage {
+			so["continuous_usage_stats"] = true
+		}
+		m["stream_options"] = so
 	}
 	if r.IgnoreEOS {
 		m["ignore_eos"] = true

@@ -471,3 +471,41 @@ func BenchmarkBody248K(b *testing.B) {
 		}
 	}
 }
+
+// TestStreamOptions: usage is always asked for, continuous usage when
+// wanted, and stream options the scenario gave are kept, not overwritten.
+func TestStreamOptions(t *testing.T) {
+	tg := Target{BaseURL: "http://127.0.0.1:1", Model: "m"}
+	tests := []struct {
+		name string
+		r    Request
+		want map[string]any
+	}{
+		{"usage only", Request{Prompt: "p", MaxTokens: 5, Stream: true}, map[string]any{"include_usage": true}},
+		{"continuous", Request{Prompt: "p", MaxTokens: 5, Stream: true, ContinuousUsage: true},
+			map[string]any{"include_usage": true, "continuous_usage_stats": true}},
+		{"scenario's own option kept", Request{Prompt: "p", MaxTokens: 5, Stream: true, ContinuousUsage: true,
+			Extra: map[string]any{"stream_options": map[string]any{"include_usage": false, "x": "y"}}},
+			map[string]any{"include_usage": true, "continuous_usage_stats": true, "x": "y"}},
+	}
+	for _, tt := range tests {
+		b, err := tg.Body(tt.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			StreamOptions map[string]any `json:"stream_options"`
+		}
+		if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+			t.Fatalf("%s: body is not JSON: %v", tt.name, err)
+		}
+		if len(got.StreamOptions) != len(tt.want) {
+			t.Errorf("%s: stream_options %v, want %v", tt.name, got.StreamOptions, tt.want)
+		}
+		for k, v := range tt.want {
+			if got.StreamOptions[k] != v {
+				t.Errorf("%s: stream_options[%q] = %v, want %v", tt.name, k, got.StreamOptions[k], v)
+			}
+		}
+	}
+}
