@@ -74,20 +74,7 @@ func TestAgainstFakeEngine(t *testing.T) {
 			}
 			s.Begin(rec)
 			s.Status(resp.StatusCode)
-			buf := make([]byte, 512)
-			var rerr error
-			for {
-				n, err := resp.Body.Read(buf)
-				s.Write(buf[:n])
-				if err != nil {
-					if err != io.EOF {
-						rerr = err
-					}
-					break
-				}
-			}
-			resp.Body.Close()
-			s.End(rerr, "")
+			s.End(drain(s, resp.Body, 512), "")
 
 			if rec.Outcome != tt.outcome || rec.Status != tt.wantStatus {
 				t.Fatalf("outcome %s/%s status %d (%q), want %s %d", rec.Outcome, rec.Blame, rec.Status, rec.Error, tt.outcome, tt.wantStatus)
@@ -135,5 +122,22 @@ func TestAgainstFakeEngine(t *testing.T) {
 				t.Fatalf("arrived %d tokens, the fake sent %d", rec.ArrivedTokens(), le.Tokens())
 			}
 		})
+	}
+}
+
+// drain feeds body into s read by read, in buf-sized reads, closes it and
+// returns the read error that ended it (nil at a clean EOF).
+func drain(s *Stream, body io.ReadCloser, bufSize int) error {
+	defer body.Close()
+	buf := make([]byte, bufSize)
+	for {
+		n, err := body.Read(buf)
+		s.Write(buf[:n])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 }

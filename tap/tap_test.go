@@ -617,20 +617,7 @@ func TestOverHTTP(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Status(resp.StatusCode)
-		buf := make([]byte, 4096)
-		var rerr error
-		for {
-			n, err := resp.Body.Read(buf)
-			s.Write(buf[:n])
-			if err != nil {
-				if err != io.EOF {
-					rerr = err
-				}
-				break
-			}
-		}
-		resp.Body.Close()
-		s.End(rerr, "")
+		s.End(drain(s, resp.Body, 4096), "")
 		if !slices.IsSorted(rec.Arrivals) || rec.First < rec.Sent || rec.End < rec.Arrivals[len(rec.Arrivals)-1] {
 			t.Fatalf("%s: timestamps out of order: sent %v arrivals %v end %v", path, rec.Sent, rec.Arrivals, rec.End)
 		}

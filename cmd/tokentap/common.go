@@ -100,6 +100,22 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	return 0, false
 }
 
+// parseArgs parses args like parseFlags but lets flags and positional
+// arguments come in any order ("report run.json --format md" as well as
+// "report --format md run.json"); it returns the positional ones in order.
+func parseArgs(fs *flag.FlagSet, args []string) (positional []string, code int, done bool) {
+	for {
+		if code, done := parseFlags(fs, args); done {
+			return nil, code, true
+		}
+		if fs.NArg() == 0 {
+			return positional, 0, false
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 func (l *LogFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.Level, "log-level", l.Level, "log level: debug, info, warn, error [TOKENTAP_LOG_LEVEL]")
 	fs.BoolVar(&l.JSON, "log-json", l.JSON, "log JSON lines even on a terminal [TOKENTAP_LOG_JSON]")

@@ -118,3 +118,26 @@ func TestIdleTimeoutFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestParseArgsInterspersed(t *testing.T) {
+	tests := []struct {
+		args  []string
+		files []string
+		fmt   string
+		done  bool
+	}{
+		{[]string{"a.json", "--format", "md", "b.json"}, []string{"a.json", "b.json"}, "md", false},
+		{[]string{"--format", "csv", "a.json"}, []string{"a.json"}, "csv", false},
+		{[]string{"a.json"}, []string{"a.json"}, "text", false},
+		{[]string{"a.json", "--bogus"}, nil, "text", true},
+	}
+	for _, tt := range tests {
+		var errb bytes.Buffer
+		fs := newFlagSet("x", "test", &errb)
+		format := fs.String("format", "text", "")
+		files, _, done := parseArgs(fs, tt.args)
+		if done != tt.done || strings.Join(files, ",") != strings.Join(tt.files, ",") || *format != tt.fmt {
+			t.Errorf("%q: files %q format %q done %v; want %q %q %v", tt.args, files, *format, done, tt.files, tt.fmt, tt.done)
+		}
+	}
+}

@@ -58,17 +58,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run) [TOKENTAP_SALT]")
 	f.LogFlags.register(fs)
 	// Accept the capture file before or after the flags.
-	var files []string
-	rest := args
-	for {
-		if code, done := parseFlags(fs, rest); done {
-			return code
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, code, done := parseArgs(fs, args)
+	if done {
+		return code
 	}
 	if *apiKey != "" {
 		f.APIKey = *apiKey
@@ -174,7 +166,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	sum.LateMaxMs = float64(late.Max.Microseconds()) / 1000
 	sum.LateMedianMs = float64(late.Median.Microseconds()) / 1000
 
-	code := 0
+	code = 0
 	if runErr != nil {
 		fmt.Fprintf(stderr, "tokentap replay: stopped early (%v); the summary covers the %d requests sent\n", runErr, len(recs))
 		code = 130

@@ -39,16 +39,9 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&cfg.Format, "format", cfg.Format, "text, md, csv, json or html [TOKENTAP_REPORT_FORMAT]")
 	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout [TOKENTAP_REPORT_OUTPUT]")
 	// Flags may come before or after the file names.
-	var files []string
-	for {
-		if code, done := parseFlags(fset, args); done {
-			return code
-		}
-		if fset.NArg() == 0 {
-			break
-		}
-		files = append(files, fset.Arg(0))
-		args = fset.Args()[1:]
+	files, code, done := parseArgs(fset, args)
+	if done {
+		return code
 	}
 	if len(files) == 0 || len(files) > 2 {
 		fmt.Fprintf(stderr, "tokentap report: give one result file to render or two to compare (got %d); see tokentap report --help\n", len(files))
