@@ -209,7 +209,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 	p.srv = srv
 	p.mu.Unlock()
-	return srv.Serve(ln)
+	return srv.Serve(clientListener{ln})
 }
 
 // Close stops serving (giving open streams up to the context's deadline to

@@ -7,6 +7,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/tokentap/tokentap/internal/rawio"
 )
 
 // errWouldBlock is what upstreamSource returns in edge mode when the socket
@@ -34,21 +36,17 @@ func (s *upstreamSource) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for {
-		n, err := syscall.Read(s.fd, p)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-			return 0, errWouldBlock
-		case err != nil:
-			return 0, os.NewSyscallError("read", err)
-		case n == 0:
-			return 0, io.EOF
-		}
-		s.short = n < len(p)
-		return n, nil
+	n, err := rawio.Read(s.fd, p)
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		return 0, errWouldBlock
+	case err != nil:
+		return 0, os.NewSyscallError("read", err)
+	case n == 0:
+		return 0, io.EOF
 	}
+	s.short = n < len(p)
+	return n, nil
 }
 
 // rawConn returns the upstream connection's syscall.RawConn when edge mode
@@ -58,7 +56,7 @@ func (x *exchange) rawConn() syscall.RawConn {
 	conn := x.conn
 	x.mu.Unlock()
 	sc, ok := conn.(syscall.Conn)
-	if !ok || !peekSupported {
+	if !ok || !peekSupported || !rawio.Supported {
 		return nil
 	}
 	rc, err := sc.SyscallConn()

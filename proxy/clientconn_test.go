@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// acceptPair returns a clientConn accepted through clientListener and the
+// client's end of it.
+func acceptPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cl := clientListener{ln}
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := cl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	if _, ok := server.(*clientConn); !ok {
+		t.Fatalf("accepted %T, want *clientConn", server)
+	}
+	return server, client
+}
+
+func TestClientConnWrite(t *testing.T) {
+	t.Run("large write waits for a slow reader", func(t *testing.T) {
+		server, client := acceptPair(t)
+		want := bytes.Repeat([]byte("data: {\"choices\":[]}\n\n"), 100_000) // ~2 MiB, many socket buffers
+		got := make(chan []byte)
+		go func() {
+			var b bytes.Buffer
+			buf := make([]byte, 4096)
+			for {
+				time.Sleep(50 * time.Microsecond)
+				n, err := client.Read(buf)
+				b.Write(buf[:n])
+				if err != nil {
+					break
+				}
+			}
+			got <- b.Bytes()
+		}()
+		n, err := server.Write(want)
+		if err != nil || n != len(want) {
+			t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(want))
+		}
+		server.Close()
+		if b := <-got; !bytes.Equal(b, want) {
+			t.Fatalf("client read %d bytes, differing from the %d written", len(b), len(want))
+		}
+	})
+	t.Run("write deadline", func(t *testing.T) {
+		server, _ := acceptPair(t) // the client never reads
+		if err := server.SetWriteDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		big := make([]byte, 64<<20)
+		n, err := server.Write(big)
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("Write to a client that does not read = %d, %v; want a timeout", n, err)
+		}
+		if n <= 0 || n >= len(big) {
+			t.Fatalf("wrote %d of %d bytes before the deadline", n, len(big))
+		}
+	})
+	t.Run("client gone", func(t *testing.T) {
+		server, client := acceptPair(t)
+		client.(*net.TCPConn).SetLinger(0) // close with a reset
+		client.Close()
+		time.Sleep(20 * time.Millisecond)
+		var err error
+		for i := 0; i < 10 && err == nil; i++ {
+			_, err = server.Write([]byte("data: x\n\n"))
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "write" {
+			t.Fatalf("Write to a reset client: %v; want a *net.OpError from write", err)
+		}
+	})
+}
