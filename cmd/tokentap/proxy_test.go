@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -40,6 +42,8 @@ func TestProxyFlagErrors(t *testing.T) {
 		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, "not an http(s)://host:port URL"},
 		{"bad size flag", []string{"--upstream", "http://127.0.0.1:1", "--max-body-size", "huge"}, nil, "size \"huge\""},
 		{"bad size env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_MAX_BODY_SIZE": "huge"}, "TOKENTAP_MAX_BODY_SIZE"},
+		{"negative procs", []string{"--upstream", "http://127.0.0.1:1", "--procs", "-1"}, nil, "--procs -1"},
+		{"bad procs env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_PROCS": "many"}, "TOKENTAP_PROCS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +56,37 @@ func TestProxyFlagErrors(t *testing.T) {
 			}
 			if !strings.Contains(errb.String(), tt.want) {
 				t.Fatalf("stderr %q lacks %q", errb.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestSetProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	tests := []struct {
+		name string
+		n    int
+		env  string // GOMAXPROCS, "" for unset
+		want int
+	}{
+		{"default is one", 0, "", 1},
+		{"flag wins", 3, "", 3},
+		{"flag wins over env", 2, "5", 2},
+		{"env kept when no flag", 0, "4", 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.env != "" {
+				t.Setenv("GOMAXPROCS", tt.env)
+				runtime.GOMAXPROCS(4) // what the runtime took from the env at start
+			} else {
+				t.Setenv("GOMAXPROCS", "")
+				os.Unsetenv("GOMAXPROCS")
+				runtime.GOMAXPROCS(4)
+			}
+			setProcs(tt.n)
+			if got := runtime.GOMAXPROCS(0); got != tt.want {
+				t.Fatalf("GOMAXPROCS = %d, want %d", got, tt.want)
 			}
 		})
 	}
