@@ -31,11 +31,18 @@ import (
 // tokens a request, and N streams run closed loop for a few seconds. Then
 // every record is matched with the fake's ledger entry by response id:
 //
-//	ttft_err_%   median over requests of (measured TTFT / ledger TTFT − 1);
-//	             the ledger's TTFT starts when the fake's handler starts, so
-//	             this includes send_delay_ms below
+//	ttft_err_%   median over requests of (measured TTFT / true TTFT − 1),
+//	             the true TTFT being the ledger's first token write minus the
+//	             kernel's receive time of the request's last bytes at the
+//	             fake's socket (ledger Arrived, SO_TIMESTAMPNS): the engine's
+//	             TTFT as it happened at its door, intake delay included
+//	ttft_err_vs_handler_% the same against the ledger's handler start
+//	             (Received): off by the fake's own intake delay, intake_ms
+//	intake_ms    median of Received − Arrived: how long the fake took to run
+//	             its handler for a request already in its socket (high when
+//	             its one core is saturated)
 //	ttft_read_err_% median of (our first-token read − the fake's write of it)
-//	             / ledger TTFT: the load generator's own share of the error
+//	             / true TTFT: the load generator's read lag alone
 //	tbt_err_%    (median measured gap / median gap the fake wrote − 1)
 //	tput_err_%   (tokens counted in the middle of the run / tokens the fake
 //	             wrote in the same interval − 1)
@@ -47,7 +54,7 @@ import (
 //	             truth the load generator is compared with)
 //	send_delay_ms median from our Sent to the fake's handler starting (the
 //	             kernel, and the fake accepting and parsing a burst of N
-//	             requests: part of TTFT the fake's ledger cannot see)
+//	             requests)
 //	read_delay_ms median from the fake's write returning to our read of the
 //	             same event (the load generator's own lag; can be slightly
 //	             negative, the reader may wake before the writer)
@@ -263,7 +270,10 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	off := func(t time.Time) time.Duration { return t.Sub(clock.Start().Round(0)) }
 	var (
 		sendDelay, readDelay []time.Duration
+		intake               []time.Duration
 		ttftErr, ttftRead    []float64
+		ttftErrH             []float64
+		noArrival            int
 		gapsM, gapsL         []time.Duration
 		late                 []time.Duration
 		tokM, tokL           int
@@ -278,8 +288,15 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		matched++
 		tokensA += r.ArrivedTokens()
 		if ttft, ok := r.TTFT(); ok && !le.FirstToken.IsZero() {
-			truth := le.FirstToken.Sub(le.Received)
+			arrived := le.Arrived
+			if arrived.IsZero() {
+				arrived = le.Received // the fake's first milliseconds: no kernel stamp yet
+				noArrival++
+			}
+			truth := le.FirstToken.Sub(arrived)
 			ttftErr = append(ttftErr, float64(ttft)/float64(truth)-1)
+			ttftErrH = append(ttftErrH, float64(ttft)/float64(le.FirstToken.Sub(le.Received))-1)
+			intake = append(intake, le.Received.Sub(arrived))
 			ttftRead = append(ttftRead, float64(r.First-off(le.FirstToken))/float64(truth))
 			sendDelay = append(sendDelay, off(le.Received)-r.Sent)
 		}
@@ -311,6 +328,8 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		b.Fatalf("nothing to compare: %d records, %d matched the ledger", len(recs), matched)
 	}
 	slices.Sort(ttftErr)
+	slices.Sort(ttftErrH)
+	slices.Sort(intake)
 	slices.Sort(ttftRead)
 	slices.Sort(gapsM)
 	slices.Sort(gapsL)
@@ -319,6 +338,11 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 	slices.Sort(readDelay)
 	medGapM, medGapL := gapsM[len(gapsM)/2], gapsL[len(gapsL)/2]
 	b.ReportMetric(100*ttftErr[len(ttftErr)/2], "ttft_err_%")
+	b.ReportMetric(100*ttftErrH[len(ttftErrH)/2], "ttft_err_vs_handler_%")
+	b.ReportMetric(float64(intake[len(intake)/2])/float64(time.Millisecond), "intake_ms")
+	if noArrival > len(ttftErr)/10 {
+		b.Errorf("%d of %d requests have no kernel arrival time in the ledger: is SO_TIMESTAMPNS unsupported here?", noArrival, len(ttftErr))
+	}
 	b.ReportMetric(100*ttftRead[len(ttftRead)/2], "ttft_read_err_%")
 	b.ReportMetric(100*(float64(medGapM)/float64(medGapL)-1), "tbt_err_%")
 	b.ReportMetric(100*(float64(tokM)/float64(tokL)-1), "tput_err_%")
