@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/tokentap/tokentap/internal/httpchunk"
 )
 
 // How an upstream response body is framed (RFC 9112 §6).
@@ -241,26 +243,9 @@ func (b *bodyReader) line(delivered bool) (line []byte, ok bool, err error) {
 // parseChunkSize reads the hex size of a chunk-size line, ignoring chunk
 // extensions.
 func parseChunkSize(line []byte) (int64, error) {
-	line = bytes.TrimRight(line, "\r\n")
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
-	}
-	line = bytes.TrimRight(line, " \t")
-	if len(line) == 0 || len(line) > 15 {
+	n, ok := httpchunk.ParseSize(line)
+	if !ok {
 		return 0, errChunkLine
-	}
-	var n int64
-	for _, c := range line {
-		switch {
-		case c >= '0' && c <= '9':
-			n = n<<4 | int64(c-'0')
-		case c >= 'a' && c <= 'f':
-			n = n<<4 | int64(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			n = n<<4 | int64(c-'A'+10)
-		default:
-			return 0, errChunkLine
-		}
 	}
 	return n, nil
 }

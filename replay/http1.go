@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/tokentap/tokentap/internal/httpchunk"
 )
 
 // maxHead bounds a response's status line and headers (net/http's default
@@ -116,27 +118,11 @@ func (d *chunked) decode(p []byte) (n, used int, done bool, err error) {
 // chunkSize parses a chunk-size line: hex digits, then optional
 // whitespace and ;extensions.
 func chunkSize(line []byte) (int64, error) {
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
-	}
-	line = bytes.TrimRight(line, " \t")
-	if len(line) == 0 || len(line) > 15 {
+	n, ok := httpchunk.ParseSize(line)
+	if !ok {
 		return 0, errChunkLine
 	}
-	var v int64
-	for _, c := range line {
-		switch {
-		case c >= '0' && c <= '9':
-			v = v<<4 | int64(c-'0')
-		case c >= 'a' && c <= 'f':
-			v = v<<4 | int64(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			v = v<<4 | int64(c-'A'+10)
-		default:
-			return 0, errChunkLine
-		}
-	}
-	return v, nil
+	return n, nil
 }
 
 // errEarlyEOF is what a body cut short by the connection closing reads as.
