@@ -41,12 +41,16 @@ import (
 	"github.com/tokentap/tokentap/tap"
 )
 
-// ReadBuffer is the size of each stream's read buffers (the connection's
-// and the body's). One read may return many events and an event may span
-// many reads: the tap's scanner joins them, so the buffer size is no limit
-// on an event's size (the 64 KiB trap is a line limit, which tokentap has
-// not). 64 KiB keeps a thousand streams at a few hundred MiB.
+// ReadBuffer is the size of a read from the engine. One read may return
+// many events and an event may span many reads: the tap's scanner joins
+// them, so the buffer size is no limit on an event's size (the 64 KiB trap
+// is a line limit, which tokentap has not). Plain-TCP streams share a few
+// such buffers (readBufs); a TLS stream has its own.
 const ReadBuffer = 64 << 10
+
+// headBuffer is the bufio.Reader size for response heads, and so the most
+// body bytes that can arrive with a head.
+const headBuffer = 4 << 10
 
 // Target is the engine requests go to.
 type Target struct {
@@ -260,7 +264,7 @@ type Conn struct {
 	endpoint string
 	clock    record.Clock
 	stream   *tap.Stream
-	buf      []byte // read buffer, ReadBuffer bytes
+	buf      []byte // body bytes read with the head; grown to ReadBuffer for TLS reads
 	br       *bufio.Reader
 	hr       headReader
 	wbuf     []byte // request head (and small bodies) as written
@@ -298,7 +302,7 @@ func NewConn(t Target, clock record.Clock) *Conn {
 		endpoint: t.Endpoint(),
 		clock:    clock,
 		stream:   tap.NewStream(clock),
-		buf:      make([]byte, ReadBuffer),
+		buf:      make([]byte, headBuffer),
 		dialer:   &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second},
 	}
 	c.u, c.uErr = url.Parse(c.endpoint)
@@ -636,7 +640,7 @@ func (c *Conn) readHead() (h respHead, have int, err error) {
 	hr := &c.hr
 	*hr = headReader{c: c}
 	if c.br == nil {
-		c.br = bufio.NewReaderSize(hr, 4096)
+		c.br = bufio.NewReaderSize(hr, headBuffer)
 	} else {
 		c.br.Reset(hr)
 	}
@@ -678,7 +682,7 @@ func (c *Conn) readHead() (h respHead, have int, err error) {
 		}
 		n := c.br.Buffered()
 		p, _ := c.br.Peek(n)
-		have = copy(c.buf, p) // at most the bufio.Reader's 4 KiB
+		have = copy(c.buf, p) // at most headBuffer
 		_, _ = c.br.Discard(n)
 		return h, have, nil
 	}
@@ -743,6 +747,9 @@ func (c *Conn) readBody(h *respHead, have int, rec *record.Record, idle *idleWat
 	if c.rc != nil {
 		return c.readEdge(&b, rec, idle)
 	}
+	if len(c.buf) < ReadBuffer {
+		c.buf = make([]byte, ReadBuffer)
+	}
 	for {
 		n, err := c.read(c.buf[:ReadBuffer])
 		idle.touch(c.at)
@@ -790,26 +797,33 @@ func (c *Conn) readEdge(b *bodyFrame, rec *record.Record, idle *idleWatch) error
 				wait = false
 				return false // drained: wait for the next edge
 			}
-			n, err := rawio.Read(int(fd), c.buf[:ReadBuffer])
+			bp := readBufs.Get().(*[]byte)
+			buf := *bp
+			n, err := rawio.Read(int(fd), buf)
 			if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+				readBufs.Put(bp)
 				return false
 			}
 			now := c.clock.Now()
 			switch {
 			case err != nil:
+				readBufs.Put(bp)
 				finished, res = true, os.NewSyscallError("read", err)
 				return true
 			case n == 0:
+				readBufs.Put(bp)
 				finished, res = true, b.eof()
 				return true
 			}
 			c.at = now
 			idle.touch(now)
-			if done, ferr := c.feed(b, c.buf[:n], rec); done {
+			done, ferr := c.feed(b, buf[:n], rec)
+			readBufs.Put(bp)
+			if done {
 				finished, res = true, ferr
 				return true
 			}
-			if n < ReadBuffer {
+			if n < len(buf) {
 				wait = true
 				c.armProbe(now, false)
 			}
@@ -834,6 +848,13 @@ func (c *Conn) readEdge(b *bodyFrame, rec *record.Record, idle *idleWatch) error
 		return err
 	}
 }
+
+// readBufs are the buffers edge-mode reads land in. A read's bytes are
+// consumed (fed to the tap) before the callback returns, so a buffer is
+// needed only for that moment: taken from a sync.Pool, the same one or two
+// per P serve every stream and stay hot in cache, where a buffer per
+// connection (64 KiB × streams) would be cold at each read.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBuffer); return &b }}
 
 func (c *Conn) isKilled() bool {
 	c.dl.Lock()
