@@ -283,7 +283,10 @@ type Conn struct {
 
 	// dl guards nc's read deadline, which the edge reader's probe moves
 	// and a cancellation sets in the past: once killed, the probe leaves it.
+	// gen numbers the attempts on nc, so a cancellation that fires late (its
+	// request was over) cannot kill the next request.
 	dl      sync.Mutex
+	gen     uint64
 	killed  bool
 	probeAt time.Duration // when the probe deadline passes, on clock
 
@@ -412,12 +415,55 @@ func (c *Conn) use(nc net.Conn) {
 	}
 }
 
-// kill wakes whatever waits on nc at once (a cancelled request).
-func (c *Conn) kill(nc net.Conn) {
+// attempt starts a new attempt on the kept connection: the deadline is
+// its own again, and it returns the attempt's number for kill.
+func (c *Conn) attempt() uint64 {
 	c.dl.Lock()
-	c.killed = true
-	_ = nc.SetDeadline(longAgo)
+	defer c.dl.Unlock()
+	c.gen++
+	c.killed = false
+	return c.gen
+}
+
+// kill wakes whatever waits on nc at once (a cancelled request), unless
+// attempt gen is over.
+func (c *Conn) kill(nc net.Conn, gen uint64) {
+	c.dl.Lock()
+	if c.gen == gen {
+		c.killed = true
+		_ = nc.SetDeadline(longAgo)
+	}
 	c.dl.Unlock()
+}
+
+// setReadDeadline sets nc's read deadline unless the attempt was killed;
+// it reports whether it did.
+func (c *Conn) setReadDeadline(t time.Time) bool {
+	c.dl.Lock()
+	defer c.dl.Unlock()
+	if c.killed {
+		return false
+	}
+	_ = c.nc.SetReadDeadline(t)
+	return true
+}
+
+// alive checks a kept-alive connection before a request is written on it:
+// a close (or reset, or stray bytes) the engine sent while it sat idle is
+// there to read at once. Only plain TCP is checked; a TLS connection is
+// taken as alive.
+func (c *Conn) alive() bool {
+	if c.rc == nil {
+		return true
+	}
+	ok := false
+	var b [1]byte
+	err := c.rc.Read(func(fd uintptr) bool {
+		_, rerr := rawio.Read(int(fd), b[:])
+		ok = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
+		return true // never wait
+	})
+	return err == nil && ok
 }
 
 // armProbe keeps the read deadline between edgeProbe/2 and edgeProbe ahead
@@ -428,22 +474,12 @@ func (c *Conn) armProbe(now time.Duration, force bool) {
 		return
 	}
 	c.probeAt = now + edgeProbe
-	c.dl.Lock()
-	if !c.killed {
-		_ = c.nc.SetReadDeadline(time.Now().Add(edgeProbe))
-	}
-	c.dl.Unlock()
+	c.setReadDeadline(time.Now().Add(edgeProbe))
 }
 
 // disarm clears the probe's deadline once the body is read, so the next
 // request's head is not cut short by it.
-func (c *Conn) disarm() {
-	c.dl.Lock()
-	if !c.killed {
-		_ = c.nc.SetReadDeadline(time.Time{})
-	}
-	c.dl.Unlock()
-}
+func (c *Conn) disarm() { c.setReadDeadline(time.Time{}) }
 
 // read reads from the connection and stamps the time its read returned.
 func (c *Conn) read(p []byte) (int, error) {
@@ -531,6 +567,9 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		} else {
 			retryable = c.used
 		}
+		if c.nc != nil && !c.alive() {
+			c.drop() // closed by the engine while idle: dial afresh, nothing was sent
+		}
 		if c.nc == nil {
 			nc, err := c.connect(reqCtx)
 			if err != nil {
@@ -541,14 +580,24 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		}
 		retryable = retryable && attempt == 0
 		nc := c.nc
-		c.dl.Lock()
-		c.killed = false
-		c.dl.Unlock()
-		stop = context.AfterFunc(reqCtx, func() { c.kill(nc) })
+		gen := c.attempt()
+		stop = context.AfterFunc(reqCtx, func() { c.kill(nc, gen) })
 		c.used = true
-		err := c.writeRequest(body, rec.Stream)
-		sent = c.clock.Now()
-		if err == nil {
+		var err error
+		if werr := c.writeRequest(body, rec.Stream); werr != nil {
+			sent = c.clock.Now()
+			// An engine, or a proxy in front of it, may answer and close
+			// before it took a long body (413, 400): its answer says more
+			// than the broken pipe.
+			err = werr
+			if c.setReadDeadline(time.Now().Add(time.Second)) {
+				if eh, ehave, herr := c.readHead(); herr == nil && c.setReadDeadline(time.Time{}) {
+					h, have, err = eh, ehave, nil
+					h.close = true
+				}
+			}
+		} else {
+			sent = c.clock.Now()
 			h, have, err = c.readHead()
 		}
 		if err == nil {
@@ -556,8 +605,8 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		}
 		stopped := stop()
 		c.drop()
-		if retryable && have == 0 && stopped && reqCtx.Err() == nil {
-			continue // the server closed a kept-alive connection: never answered
+		if retryable && have == 0 && stopped && reqCtx.Err() == nil && keepAliveRace(err) && c.clock.Now()-sent < time.Second {
+			continue // the engine closed a kept-alive connection as the request went out: never answered
 		}
 		switch {
 		case have == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
@@ -587,6 +636,14 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	default:
 		c.stream.End(nil, record.BlameNone)
 	}
+}
+
+// keepAliveRace says whether err is how a connection the engine closed
+// while the request went out fails: the close or reset itself. A timeout,
+// or anything else, is no reason to send a request twice.
+func keepAliveRace(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // writeRequest writes the request head and body: in one write when they
@@ -823,7 +880,10 @@ func (c *Conn) readEdge(b *bodyFrame, rec *record.Record, idle *idleWatch) error
 				finished, res = true, ferr
 				return true
 			}
-			if n < len(buf) {
+			if n < len(buf) && (b.h.chunked || b.left >= 0) {
+				// Drained, and the framing will say where the body ends;
+				// a body that ends with the close is read until EAGAIN,
+				// so its end is seen when it comes, not at the probe.
 				wait = true
 				c.armProbe(now, false)
 			}

@@ -488,3 +488,81 @@ func TestConnRefusesHeaderInjection(t *testing.T) {
 		t.Fatalf("the server got %d requests", srv.requests.Load())
 	}
 }
+
+// TestConnKeepAliveAfterProbe checks the probe's read deadline does not
+// outlive its body: a stream slow enough for the probe to fire, then a
+// second request on the kept-alive connection whose head takes longer than
+// edgeProbe (a prefill). A deadline left armed would time the head out
+// (and the request would be sent again).
+func TestConnKeepAliveAfterProbe(t *testing.T) {
+	srv := startRaw(t, func(w io.Writer, _, req int) bool {
+		bw := w.(*bufio.Writer)
+		if req == 2 {
+			time.Sleep(edgeProbe + 200*time.Millisecond)
+		}
+		io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		bw.Flush()
+		cw := httputil.NewChunkedWriter(bw)
+		for i := 0; i < 3; i++ {
+			if req == 1 {
+				time.Sleep(edgeProbe + 50*time.Millisecond) // the probe fires and is re-armed
+			}
+			fmt.Fprintf(cw, "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+			bw.Flush()
+		}
+		io.WriteString(cw, "data: [DONE]\n\n")
+		cw.Close()
+		io.WriteString(bw, "\r\n")
+		return false
+	})
+	tg := Target{BaseURL: srv.URL(), Model: "test"}
+	c := NewConn(tg, record.NewClock())
+	defer c.Close()
+	for i := 0; i < 2; i++ {
+		rec := record.Record{ID: "x", MaxTokens: 3, Stream: true}
+		c.Do(context.Background(), body(t, tg, "hi", 3), &rec)
+		if rec.Outcome != record.OK || len(rec.Arrivals) != 3 {
+			t.Fatalf("request %d: outcome %q (%s), %d events", i+1, rec.Outcome, rec.Error, len(rec.Arrivals))
+		}
+	}
+	c.Close()
+	srv.ln.Close()
+	srv.wg.Wait()
+	if srv.conns.Load() != 1 || srv.requests.Load() != 2 {
+		t.Fatalf("server saw %d connections and %d requests, want 1 and 2", srv.conns.Load(), srv.requests.Load())
+	}
+}
+
+// TestConnCancelMidBody checks a cancellation in the middle of a body read
+// in edge mode ends Do at once, as cancelled, and drops the connection.
+func TestConnCancelMidBody(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	srv := startRaw(t, func(w io.Writer, _, _ int) bool {
+		bw := w.(*bufio.Writer)
+		io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		cw := httputil.NewChunkedWriter(bw)
+		fmt.Fprintf(cw, "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t\"}}]}\n\n")
+		bw.Flush()
+		<-release
+		return true
+	})
+	tg := Target{BaseURL: srv.URL(), Model: "test"}
+	c := NewConn(tg, record.NewClock())
+	defer c.Close()
+	const after = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), after)
+	defer cancel()
+	rec := record.Record{ID: "x", MaxTokens: 5, Stream: true}
+	start := time.Now()
+	c.Do(ctx, body(t, tg, "hi", 5), &rec)
+	if took := time.Since(start); took > after+100*time.Millisecond {
+		t.Errorf("Do returned %v after its start, the cancellation came at %v", took, after)
+	}
+	if rec.Outcome != record.Cancelled || len(rec.Arrivals) != 1 {
+		t.Fatalf("outcome %q (%s), %d events; want cancelled with 1", rec.Outcome, rec.Error, len(rec.Arrivals))
+	}
+	if c.nc != nil {
+		t.Fatal("the cancelled connection was kept")
+	}
+}
