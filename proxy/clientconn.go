@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -56,6 +57,9 @@ func (c *clientConn) Write(p []byte) (int, error) {
 				return false // the socket buffer is full: wait until writable
 			case e != nil:
 				werr = os.NewSyscallError("write", e)
+				return true
+			case k == 0:
+				werr = io.ErrUnexpectedEOF // as net does for a write of nothing
 				return true
 			}
 		}

@@ -8,7 +8,8 @@ import "bytes"
 // ending, trailing whitespace and chunk extensions (";name=value"). ok is
 // false for a line that is no chunk size, or one too big for an int64.
 func ParseSize(line []byte) (size int64, ok bool) {
-	line = bytes.TrimRight(line, "\r\n")
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
 		line = line[:i]
 	}

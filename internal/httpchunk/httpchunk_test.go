@@ -17,6 +17,8 @@ func TestParseSize(t *testing.T) {
 		{"fffffffffffffff", 1<<60 - 1, true},
 		{"", 0, false},
 		{"\r\n", 0, false},
+		{"5\r\r\n", 0, false}, // one line ending, not several
+		{"5\n\n", 0, false},
 		{";ext", 0, false},
 		{"-1", 0, false},
 		{"0x10", 0, false},
