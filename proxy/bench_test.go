@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/benchcpu"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/tap"
 )
@@ -158,6 +160,7 @@ func benchModel(gap time.Duration) fixtures.Model {
 }
 
 type benchEnv struct {
+	pinned    bool // this process on CPU 0, the proxies on CPU 1
 	engine    *swappableEngine
 	fake      string
 	proxy     string
@@ -198,7 +201,18 @@ func (s *swappableEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	env := &benchEnv{engine: &swappableEngine{}}
+	env := &benchEnv{engine: &swappableEngine{}, pinned: benchcpu.Pinnable()}
+	if env.pinned {
+		// The fake engine and the clients (this process) on CPU 0, the
+		// proxy under test on CPU 1: what a proxy adds is then its own
+		// work and wake-ups, not its fight for a core with the load.
+		unpin, err := benchcpu.Pin(0)
+		if err != nil {
+			b.Fatalf("pin the benchmark to CPU 0: %v", err)
+		}
+		procs := runtime.GOMAXPROCS(1) // one CPU: two Ps would spin for each other
+		b.Cleanup(func() { runtime.GOMAXPROCS(procs); unpin() })
+	}
 	env.engine.SetModel(benchModel(10 * time.Millisecond))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -210,7 +224,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	env.fake = "http://" + ln.Addr().String()
 
 	bin := buildTokentap(b)
-	cmd := exec.Command(bin, "proxy", "--upstream", env.fake, "--listen", "127.0.0.1:0", "--admin", "", "--log-level", "error")
+	cmd := env.command(bin, "proxy", "--upstream", env.fake, "--listen", "127.0.0.1:0", "--admin", "", "--log-level", "error")
 	cmd.Stderr = os.Stderr
 	if v := os.Getenv("TOKENTAP_BENCH_PROXY_GOMAXPROCS"); v != "" {
 		cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
@@ -229,8 +243,16 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}
 	env.proxy, env.proxyPID = strings.TrimSpace(line), cmd.Process.Pid
 
-	env.nginx, env.nginxPIDs = startNginx(b, ln.Addr().String())
+	env.nginx, env.nginxPIDs = env.startNginx(b, ln.Addr().String())
 	return env
+}
+
+// command starts a proxy under test: on CPU 1 when the benchmark pins.
+func (env *benchEnv) command(name string, args ...string) *exec.Cmd {
+	if env.pinned {
+		return benchcpu.Command(1, name, args...)
+	}
+	return exec.Command(name, args...)
 }
 
 // buildTokentap builds the binary the user runs (TOKENTAP_BIN wins).
@@ -250,7 +272,7 @@ func buildTokentap(b *testing.B) string {
 // off, upstream keep-alive) on a free port; it is stopped when the
 // benchmark ends. Without nginx installed (make deps installs it) the
 // comparison is left out and said so.
-func startNginx(b *testing.B, upstream string) (string, []int) {
+func (env *benchEnv) startNginx(b *testing.B, upstream string) (string, []int) {
 	bin := "/usr/sbin/nginx"
 	if _, err := os.Stat(bin); err != nil {
 		if bin, err = exec.LookPath("nginx"); err != nil {
@@ -269,8 +291,12 @@ func startNginx(b *testing.B, upstream string) (string, []int) {
 	if os.Geteuid() == 0 {
 		user = "user root;"
 	}
+	workers := "auto"
+	if env.pinned {
+		workers = "1" // one CPU, as tokentap's proxy has
+	}
 	conf := fmt.Sprintf(`%s
-worker_processes auto;
+worker_processes %[5]s;
 worker_rlimit_nofile 16384;
 daemon off;
 pid %[2]s/nginx.pid;
@@ -297,11 +323,11 @@ http {
     }
   }
 }
-`, user, dir, upstream, addr)
+`, user, dir, upstream, addr, workers)
 	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
+	cmd := env.command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start nginx: %v", err)

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/benchcpu"
 	"github.com/tokentap/tokentap/record"
 )
 
@@ -106,40 +107,6 @@ func tokentapBin(b *testing.B) string {
 	return benchBin
 }
 
-// pinSelf pins every thread of this process to cpu (threads created later
-// inherit it from their creator).
-func pinSelf(cpu int) error {
-	var set unix.CPUSet
-	set.Set(cpu)
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := unix.SchedSetaffinity(tid, &set); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func unpinSelf() {
-	var set unix.CPUSet
-	for i := 0; i < runtime.NumCPU(); i++ {
-		set.Set(i)
-	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, t := range tasks {
-		if tid, err := strconv.Atoi(t.Name()); err == nil {
-			_ = unix.SchedSetaffinity(tid, &set)
-		}
-	}
-}
-
 // readCalls is how many read system calls this process made (/proc/self/io
 // syscr); 0 where unknown.
 func readCalls() int64 {
@@ -172,13 +139,10 @@ func startFake(b *testing.B) (string, bool) {
 		"--prefill-tok-per-sec", "1e9", "--prefill-slowdown", "0",
 		"--max-running", "100000", "--kv-capacity", strconv.Itoa(1 << 30), "--max-model-len", "1000000"}
 	bin := tokentapBin(b)
-	pinned := false
-	var cmd *exec.Cmd
-	if ts, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
-		cmd = exec.Command(ts, append([]string{"-c", "0", bin}, args...)...)
-		pinned = true
-	} else {
-		cmd = exec.Command(bin, args...)
+	pinned := benchcpu.Pinnable()
+	cmd := exec.Command(bin, args...)
+	if pinned {
+		cmd = benchcpu.Command(0, bin, args...)
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -232,10 +196,11 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		bodies[i] = body
 	}
 	if pinned {
-		if err := pinSelf(1); err != nil {
+		unpin, err := benchcpu.Pin(1)
+		if err != nil {
 			b.Fatalf("pin the load generator to CPU 1: %v", err)
 		}
-		defer unpinSelf()
+		defer unpin()
 		// As if started with `taskset -c 1`: Go then sizes GOMAXPROCS to the
 		// one CPU it may use (two Ps on one CPU would spin for each other).
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
