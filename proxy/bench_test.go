@@ -43,6 +43,9 @@ import (
 // the growth of the proxy's VmRSS from idle to 1,024 open streams, divided
 // by 1,024.
 //
+// Where taskset and two CPUs exist, this process (fake and clients) runs
+// on CPU 0 and each proxy on CPU 1 (nginx with one worker).
+//
 // Run alone: go test -run '^$' -bench PassThrough -benchtime 1x ./proxy/
 // (TOKENTAP_BIN picks the binary, else it is built; set
 // TOKENTAP_BENCH_PROXY_GOMAXPROCS to run the proxy with that GOMAXPROCS).
