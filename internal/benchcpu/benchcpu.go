@@ -4,19 +4,9 @@
 package benchcpu
 
 import (
-	"syscall"
 	"testing"
 	"time"
 )
-
-// Now is the CPU time (user + system) this process has used so far.
-func Now() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // Report adds cpu-ns/op and cpu-events/s (one op = one event) to b, from
 // the CPU time used since start (a value of Now taken before the loop).
