@@ -1,4 +1,5 @@
-// Package benchcpu reports CPU time per operation in benchmarks. The
+// Package benchcpu reports CPU time per operation in benchmarks and pins
+// benchmark processes to CPUs. The
 // machines tokentap is built and measured on are often shared: wall time per
 // op then measures the neighbours, CPU time per op still measures the code.
 package benchcpu
