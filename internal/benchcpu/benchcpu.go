@@ -1,7 +1,7 @@
 // Package benchcpu reports CPU time per operation in benchmarks and pins
-// benchmark processes to CPUs. The
-// machines tokentap is built and measured on are often shared: wall time per
-// op then measures the neighbours, CPU time per op still measures the code.
+// benchmark processes to CPUs. The machines tokentap is built and measured
+// on are often shared: wall time per op then measures the neighbours, CPU
+// time per op still measures the code.
 package benchcpu
 
 import (
