@@ -24,50 +24,28 @@ import (
 // just before the close.
 func corkServer(t *testing.T, answer func(req int) (parts [][]byte, gap time.Duration, closeAfter bool), closed func()) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
+	srv := startRaw(t, func(w io.Writer, _, req int) bool {
+		rw := w.(*rawWriter)
+		parts, gap, closeAfter := answer(req)
+		for i, p := range parts {
+			if i > 0 {
+				time.Sleep(gap)
 			}
-			go func() {
-				defer nc.Close()
-				br := bufio.NewReader(nc)
-				for req := 1; ; req++ {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, r.Body)
-					parts, gap, closeAfter := answer(req)
-					for i, p := range parts {
-						if i > 0 {
-							time.Sleep(gap)
-						}
-						if i == len(parts)-1 && closeAfter {
-							rc, _ := nc.(*net.TCPConn).SyscallConn()
-							rc.Control(func(fd uintptr) {
-								syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, 1)
-							})
-						}
-						nc.Write(p)
-					}
-					if closeAfter {
-						if closed != nil {
-							closed()
-						}
-						return // the deferred close sends the FIN with the corked part
-					}
-				}
-			}()
+			if i == len(parts)-1 && closeAfter {
+				rc, _ := rw.nc.(*net.TCPConn).SyscallConn()
+				rc.Control(func(fd uintptr) {
+					syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, 1)
+				})
+			}
+			rw.Write(p)
+			rw.Flush()
 		}
-	}()
-	return "http://" + ln.Addr().String()
+		if closeAfter && closed != nil {
+			closed()
+		}
+		return closeAfter // startRaw closes the connection: the FIN goes with the corked part
+	})
+	return srv.URL()
 }
 
 func sseChunk(i int) []byte {

@@ -206,7 +206,7 @@ func startRaw(t *testing.T, answer func(w io.Writer, conn, req int) (closeAfter 
 					}
 					io.Copy(io.Discard, r.Body)
 					s.requests.Add(1)
-					bw := bufio.NewWriter(nc)
+					bw := &rawWriter{Writer: bufio.NewWriter(nc), nc: nc}
 					closeAfter := answer(bw, cn, req)
 					bw.Flush()
 					if closeAfter {
@@ -218,6 +218,13 @@ func startRaw(t *testing.T, answer func(w io.Writer, conn, req int) (closeAfter 
 	}()
 	t.Cleanup(func() { ln.Close(); s.wg.Wait() })
 	return s
+}
+
+// rawWriter is what a rawServer's answer writes to: buffered (Flush sends),
+// with the connection at hand for socket options.
+type rawWriter struct {
+	*bufio.Writer
+	nc net.Conn
 }
 
 func (s *rawServer) URL() string { return "http://" + s.ln.Addr().String() }
@@ -436,7 +443,7 @@ func TestConnTLS(t *testing.T) {
 func TestConnEdgeReads(t *testing.T) {
 	const gap = 15 * time.Millisecond
 	srv := startRaw(t, func(w io.Writer, _, req int) bool {
-		bw := w.(*bufio.Writer)
+		bw := w.(*rawWriter)
 		io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
 		bw.Flush()
 		cw := httputil.NewChunkedWriter(bw)
@@ -496,7 +503,7 @@ func TestConnRefusesHeaderInjection(t *testing.T) {
 // (and the request would be sent again).
 func TestConnKeepAliveAfterProbe(t *testing.T) {
 	srv := startRaw(t, func(w io.Writer, _, req int) bool {
-		bw := w.(*bufio.Writer)
+		bw := w.(*rawWriter)
 		if req == 2 {
 			time.Sleep(edgeProbe + 200*time.Millisecond)
 		}
@@ -539,7 +546,7 @@ func TestConnCancelMidBody(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	srv := startRaw(t, func(w io.Writer, _, _ int) bool {
-		bw := w.(*bufio.Writer)
+		bw := w.(*rawWriter)
 		io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
 		cw := httputil.NewChunkedWriter(bw)
 		fmt.Fprintf(cw, "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t\"}}]}\n\n")
