@@ -855,37 +855,33 @@ func (c *Conn) readEdge(b *bodyFrame, rec *record.Record, idle *idleWatch) error
 				return false // drained: wait for the next edge
 			}
 			bp := readBufs.Get().(*[]byte)
-			buf := *bp
-			n, err := rawio.Read(int(fd), buf)
-			if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
-				readBufs.Put(bp)
-				return false
+			n, err := rawio.Read(int(fd), *bp)
+			done, ferr := false, error(nil)
+			if err == nil && n > 0 {
+				c.at = c.clock.Now()
+				idle.touch(c.at)
+				done, ferr = c.feed(b, (*bp)[:n], rec)
 			}
-			now := c.clock.Now()
+			readBufs.Put(bp) // the tap has taken what it needs of it
 			switch {
+			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+				return false
 			case err != nil:
-				readBufs.Put(bp)
 				finished, res = true, os.NewSyscallError("read", err)
 				return true
 			case n == 0:
-				readBufs.Put(bp)
 				finished, res = true, b.eof()
 				return true
-			}
-			c.at = now
-			idle.touch(now)
-			done, ferr := c.feed(b, buf[:n], rec)
-			readBufs.Put(bp)
-			if done {
+			case done:
 				finished, res = true, ferr
 				return true
 			}
-			if n < len(buf) && (b.h.chunked || b.left >= 0) {
+			if n < ReadBuffer && (b.h.chunked || b.left >= 0) {
 				// Drained, and the framing will say where the body ends;
 				// a body that ends with the close is read until EAGAIN,
 				// so its end is seen when it comes, not at the probe.
 				wait = true
-				c.armProbe(now, false)
+				c.armProbe(c.at, false)
 			}
 		}
 	}
