@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tokentap/tokentap/internal/evloop"
 	"github.com/tokentap/tokentap/internal/rawio"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/tap"
@@ -251,14 +252,15 @@ func encodeJSON(v any) ([]byte, error) {
 // through its own tap.Stream. It is not safe for concurrent use: give every
 // stream of a closed loop its own Conn.
 //
-// It writes HTTP/1.1 requests itself and reads responses in the caller's
-// goroutine: the head with net/http's parser (http.ReadResponse), the body
-// straight from the socket into one buffer, one read system call per
-// arrival (readEdge), each read timestamped as it returns. net/http's
-// client would hand every event from a per-connection read goroutine to
-// the caller through its chunked reader, and read twice per event (the
-// second read only to learn the socket is empty); at 512 streams that cost
-// 15% more CPU (BenchmarkLoadGenAccuracy).
+// It writes HTTP/1.1 requests itself and reads the response head in the
+// caller's goroutine with net/http's parser (http.ReadResponse). The body
+// of a plain TCP connection is read by an event loop (evloop, Linux): one
+// read system call per arrival and no goroutine woken for it, each read
+// timestamped as it returns; elsewhere, and over TLS, the caller reads it.
+// net/http's client would hand every event from a per-connection read
+// goroutine to the caller through its chunked reader and read twice per
+// event; at 512 streams it used 0.70 of a core where the event loop uses
+// about 0.45 (BenchmarkLoadGenAccuracy).
 type Conn struct {
 	target   Target
 	endpoint string
@@ -276,19 +278,19 @@ type Conn struct {
 	prefix  []byte // request line and fixed headers
 	tlsConf *tls.Config
 
-	nc   net.Conn        // the kept-alive connection, nil when none
-	rc   syscall.RawConn // nc's socket for edge-mode body reads; nil for TLS
-	used bool            // nc has carried a request (a close by the server may be a keep-alive race)
-	at   time.Duration
+	nc   net.Conn      // the kept-alive connection, nil when none
+	ev   *evloop.Conn  // nc when an event loop reads its bodies (plain TCP on Linux)
+	used bool          // nc has carried a request (a close by the server may be a keep-alive race)
+	at   time.Duration // when the read that brought the bytes being fed returned
+	sink drainSink     // the body being drained by the event loop
 
-	// dl guards nc's read deadline, which the edge reader's probe moves
-	// and a cancellation sets in the past: once killed, the probe leaves it.
-	// gen numbers the attempts on nc, so a cancellation that fires late (its
-	// request was over) cannot kill the next request.
-	dl      sync.Mutex
-	gen     uint64
-	killed  bool
-	probeAt time.Duration // when the probe deadline passes, on clock
+	// dl guards nc's read deadline, which a cancellation sets in the past
+	// and the early-answer read sets ahead. gen numbers the attempts on nc,
+	// so a cancellation that fires late (its request was over) cannot kill
+	// the next request.
+	dl     sync.Mutex
+	gen    uint64
+	killed bool
 
 	mu  sync.Mutex
 	pre net.Conn // dialled ahead by Dial, taken by the first request
@@ -345,13 +347,19 @@ func NewConn(t Target, clock record.Clock) *Conn {
 	return c
 }
 
-// connect dials the target (TCP, then TLS for https).
+// connect dials the target (TCP, then TLS for https). A plain TCP
+// connection moves to an event loop where there is one (evloop).
 func (c *Conn) connect(ctx context.Context) (net.Conn, error) {
 	nc, err := c.dialer.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, err
 	}
 	if c.tlsConf == nil {
+		if tc, ok := nc.(*net.TCPConn); ok && evloop.Supported {
+			if ec, err := evloop.Wrap(tc); err == nil {
+				return ec, nil
+			}
+		}
 		return nc, nil
 	}
 	tc := tls.Client(nc, c.tlsConf)
@@ -400,18 +408,15 @@ func (c *Conn) Close() {
 func (c *Conn) drop() {
 	if c.nc != nil {
 		c.nc.Close()
-		c.nc, c.rc = nil, nil
+		c.nc, c.ev = nil, nil
 	}
 }
 
-// use makes nc the kept connection; its socket is read in edge mode when
-// it is a plain TCP connection.
+// use makes nc the kept connection.
 func (c *Conn) use(nc net.Conn) {
-	c.nc, c.rc = nc, nil
-	if tc, ok := nc.(*net.TCPConn); ok && rawio.Supported {
-		if rc, err := tc.SyscallConn(); err == nil {
-			c.rc = rc
-		}
+	c.nc, c.ev = nc, nil
+	if ec, ok := nc.(*evloop.Conn); ok {
+		c.ev = ec
 	}
 }
 
@@ -453,33 +458,26 @@ func (c *Conn) setReadDeadline(t time.Time) bool {
 // there to read at once. Only plain TCP is checked; a TLS connection is
 // taken as alive.
 func (c *Conn) alive() bool {
-	if c.rc == nil {
+	if c.ev != nil {
+		return c.ev.Alive()
+	}
+	tc, ok := c.nc.(*net.TCPConn)
+	if !ok || !rawio.Supported {
 		return true
 	}
-	ok := false
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	ok = false
 	var b [1]byte
-	err := c.rc.Read(func(fd uintptr) bool {
+	err = rc.Read(func(fd uintptr) bool {
 		_, rerr := rawio.Read(int(fd), b[:])
 		ok = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
 		return true // never wait
 	})
 	return err == nil && ok
 }
-
-// armProbe keeps the read deadline between edgeProbe/2 and edgeProbe ahead
-// of now (moving it only when it is nearer, so a lively stream moves it
-// every few events, not every event); force moves it anyway.
-func (c *Conn) armProbe(now time.Duration, force bool) {
-	if !force && c.probeAt-now >= edgeProbe/2 {
-		return
-	}
-	c.probeAt = now + edgeProbe
-	c.setReadDeadline(time.Now().Add(edgeProbe))
-}
-
-// disarm clears the probe's deadline once the body is read, so the next
-// request's head is not cut short by it.
-func (c *Conn) disarm() { c.setReadDeadline(time.Time{}) }
 
 // read reads from the connection and stamps the time its read returned.
 func (c *Conn) read(p []byte) (int, error) {
@@ -801,8 +799,13 @@ func (c *Conn) readBody(h *respHead, have int, rec *record.Record, idle *idleWat
 	} else if b.left == 0 && !h.chunked {
 		return nil
 	}
-	if c.rc != nil {
-		return c.readEdge(&b, rec, idle)
+	if c.ev != nil {
+		// The event loop reads the rest: one read system call per
+		// arrival and no goroutine woken for it (see evloop).
+		c.sink = drainSink{c: c, b: &b, rec: rec, idle: idle}
+		err := c.ev.Drain(&c.sink)
+		c.sink = drainSink{}
+		return err
 	}
 	if len(c.buf) < ReadBuffer {
 		c.buf = make([]byte, ReadBuffer)
@@ -824,99 +827,23 @@ func (c *Conn) readBody(h *respHead, have int, rec *record.Record, idle *idleWat
 	}
 }
 
-// edgeProbe bounds a wait that skipped the read that would have said
-// EAGAIN. A short read means the socket was drained, but a FIN or reset
-// that came in with that data raised its readiness edge before the read,
-// and nothing would wake the wait that follows; so the read deadline is
-// kept at most edgeProbe ahead, and when it passes the socket is read once
-// more: one EAGAIN read per edgeProbe of silence instead of one per event,
-// and an engine that closed the connection is noticed within edgeProbe.
-// 200 ms keeps the deadline's re-arming (a timer change) to one in ~10
-// events at 10 ms between tokens (50 ms cost about 3% more CPU at 512
-// streams); the price is a broken stream's end seen up to 200 ms late.
-const edgeProbe = 200 * time.Millisecond
-
-// readEdge reads the rest of the body straight from the socket inside
-// syscall.RawConn.Read: its callback runs when the netpoller reports the
-// socket readable, reads it, and asks to wait again as soon as a read came
-// back short (the socket is empty; a byte arriving later raises an edge
-// the netpoller keeps for that wait). net.Conn.Read instead tries a read
-// first every time and parks on its EAGAIN: two read system calls per event
-// where one does. Cancellation and the idle timeout end the wait through
-// the deadline (kill), as they end a blocked net.Conn.Read.
-func (c *Conn) readEdge(b *bodyFrame, rec *record.Record, idle *idleWatch) error {
-	var res error
-	finished, wait := false, false
-	c.armProbe(c.at, true)
-	cb := func(fd uintptr) bool {
-		for {
-			if wait {
-				wait = false
-				return false // drained: wait for the next edge
-			}
-			bp := readBufs.Get().(*[]byte)
-			n, err := rawio.Read(int(fd), *bp)
-			done, ferr := false, error(nil)
-			if err == nil && n > 0 {
-				c.at = c.clock.Now()
-				idle.touch(c.at)
-				done, ferr = c.feed(b, (*bp)[:n], rec)
-			}
-			readBufs.Put(bp) // the tap has taken what it needs of it
-			switch {
-			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-				return false
-			case err != nil:
-				finished, res = true, os.NewSyscallError("read", err)
-				return true
-			case n == 0:
-				finished, res = true, b.eof()
-				return true
-			case done:
-				finished, res = true, ferr
-				return true
-			}
-			if n < ReadBuffer && (b.h.chunked || b.left >= 0) {
-				// Drained, and the framing will say where the body ends;
-				// a body that ends with the close is read until EAGAIN,
-				// so its end is seen when it comes, not at the probe.
-				wait = true
-				c.armProbe(c.at, false)
-			}
-		}
-	}
-	for {
-		err := c.rc.Read(cb)
-		if finished {
-			if res == nil {
-				c.disarm()
-			}
-			return res
-		}
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && !c.isKilled() {
-			wait = false // the probe: read once more
-			c.armProbe(c.clock.Now(), true)
-			continue
-		}
-		return err
-	}
+// drainSink is the body being read by the event loop: each read's bytes
+// are stamped and fed through the body's framing into the tap, on the
+// loop's goroutine while Do's waits in Drain.
+type drainSink struct {
+	c    *Conn
+	b    *bodyFrame
+	rec  *record.Record
+	idle *idleWatch
 }
 
-// readBufs are the buffers edge-mode reads land in. A read's bytes are
-// consumed (fed to the tap) before the callback returns, so a buffer is
-// needed only for that moment: taken from a sync.Pool, the same one or two
-// per P serve every stream and stay hot in cache, where a buffer per
-// connection (64 KiB × streams) would be cold at each read.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBuffer); return &b }}
-
-func (c *Conn) isKilled() bool {
-	c.dl.Lock()
-	defer c.dl.Unlock()
-	return c.killed
+func (s *drainSink) Data(p []byte) (bool, error) {
+	s.c.at = s.c.clock.Now()
+	s.idle.touch(s.c.at)
+	return s.c.feed(s.b, p, s.rec)
 }
+
+func (s *drainSink) EOF() error { return s.b.eof() }
 
 // deliver hands body bytes to the tap at the time of the read that brought
 // them, and updates the live token counter.

@@ -436,10 +436,14 @@ func TestConnTLS(t *testing.T) {
 	}
 }
 
-// TestConnEdgeReads checks the body's edge-mode reads: events written with
-// pauses between them are each read when they come (a lost readiness edge
-// would hold one until the edgeProbe deadline), and a close that arrives
-// with the last bytes is noticed within edgeProbe.
+// promptly bounds how late a test accepts an event or a close to be seen:
+// scheduling on a busy machine, not a design limit.
+const promptly = 50 * time.Millisecond
+
+// TestConnEdgeReads checks the body's edge-triggered reads: events written
+// with pauses between them are each read when they come (a lost readiness
+// edge would hold one until the idle timeout), and a close that arrives
+// right behind the last bytes is noticed at once.
 func TestConnEdgeReads(t *testing.T) {
 	const gap = 15 * time.Millisecond
 	srv := startRaw(t, func(w io.Writer, _, req int) bool {
@@ -460,7 +464,7 @@ func TestConnEdgeReads(t *testing.T) {
 		io.WriteString(bw, "\r\n")
 		return false
 	})
-	tg := Target{BaseURL: srv.URL(), Model: "test"}
+	tg := Target{BaseURL: srv.URL(), Model: "test", IdleTimeout: 2 * time.Second}
 	c := NewConn(tg, record.NewClock())
 	defer c.Close()
 	for i, want := range []record.Outcome{record.OK, record.Broken} {
@@ -470,11 +474,11 @@ func TestConnEdgeReads(t *testing.T) {
 			t.Fatalf("request %d: outcome %q (%s) with %d events, want %q with 8", i+1, rec.Outcome, rec.Error, len(rec.Arrivals), want)
 		}
 		for j := 1; j < len(rec.Arrivals); j++ {
-			if d := rec.Arrivals[j] - rec.Arrivals[j-1]; d > gap+edgeProbe/2 {
+			if d := rec.Arrivals[j] - rec.Arrivals[j-1]; d > gap+promptly {
 				t.Errorf("request %d: event %d came %v after the one before, written %v after it", i+1, j, d, gap)
 			}
 		}
-		if last := rec.Arrivals[len(rec.Arrivals)-1]; rec.End-last > edgeProbe+200*time.Millisecond {
+		if last := rec.Arrivals[len(rec.Arrivals)-1]; rec.End-last > promptly {
 			t.Errorf("request %d: the end was seen %v after the last event", i+1, rec.End-last)
 		}
 	}
@@ -496,23 +500,22 @@ func TestConnRefusesHeaderInjection(t *testing.T) {
 	}
 }
 
-// TestConnKeepAliveAfterProbe checks the probe's read deadline does not
-// outlive its body: a stream slow enough for the probe to fire, then a
-// second request on the kept-alive connection whose head takes longer than
-// edgeProbe (a prefill). A deadline left armed would time the head out
-// (and the request would be sent again).
-func TestConnKeepAliveAfterProbe(t *testing.T) {
+// TestConnKeepAliveSlowStream checks a kept-alive connection carries a
+// slow stream and then a request whose head is slow (a prefill): nothing
+// of the first request's reading (a wait, a deadline) cuts the second
+// short, and the second is not sent twice.
+func TestConnKeepAliveSlowStream(t *testing.T) {
 	srv := startRaw(t, func(w io.Writer, _, req int) bool {
 		bw := w.(*rawWriter)
 		if req == 2 {
-			time.Sleep(edgeProbe + 200*time.Millisecond)
+			time.Sleep(400 * time.Millisecond)
 		}
 		io.WriteString(bw, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
 		bw.Flush()
 		cw := httputil.NewChunkedWriter(bw)
 		for i := 0; i < 3; i++ {
 			if req == 1 {
-				time.Sleep(edgeProbe + 50*time.Millisecond) // the probe fires and is re-armed
+				time.Sleep(250 * time.Millisecond)
 			}
 			fmt.Fprintf(cw, "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
 			bw.Flush()

@@ -1,11 +1,12 @@
 // Package rawio reads and writes non-blocking sockets with the fewest
 // instructions between tokentap and the kernel, for the two hot paths that
 // move one small SSE event per system call: the proxy (upstream read,
-// client write) and the load generator (response read).
+// client write) and the load generator (response read, in evloop).
 //
-// Call these only inside syscall.RawConn.Read or Write callbacks, which
-// hold the file descriptor open for the call and wait in Go's netpoller when
-// the result is EAGAIN. On Linux they are raw system calls: a non-blocking
+// Call these only on a non-blocking socket that cannot be closed during
+// the call: inside syscall.RawConn.Read or Write callbacks (which hold the
+// descriptor open and wait in Go's netpoller on EAGAIN), or under the lock
+// an evloop.Conn closes with. On Linux they are raw system calls: a non-blocking
 // socket call never blocks, so the scheduler need not be told (syscall.Read
 // and Write enter a syscall state, and a call the kernel spends long on,
 // such as a loopback write that delivers the segment to the peer inline,

@@ -1,0 +1,57 @@
+// Package evloop drives many TCP connections from one epoll loop outside
+// Go's netpoller, for the load generator's hot path: reading thousands of
+// streams that each deliver one small SSE event every few milliseconds.
+//
+// Under Go's netpoller every event costs a goroutine's wake-up and park
+// (the netpoller's epoll_wait, ready, schedule, gopark), about a sixth of
+// the load generator's CPU at 512 streams. Here one goroutine per loop
+// waits in epoll_wait and reads every ready socket itself, handing the bytes
+// to the connection's Sink on its own thread: per event, one read system
+// call and the Sink, nothing else.
+//
+// A Conn is a net.Conn for the rest of a request's life (writing it,
+// reading the response head), where a goroutine blocks as usual and the
+// loop only wakes it. Drain switches a Conn to the loop's reading until the
+// Sink says the body ended.
+//
+// The loop waits in a raw epoll_wait that keeps its P (a blocking system
+// call would let sysmon hand the P to a freshly woken thread on every long
+// wait, the cost this package exists to avoid). Go's preemption signal
+// interrupts that wait, so garbage collection and the scheduler still stop
+// the loop when they need to. The rest of the program needs other Ps:
+// starting a loop raises GOMAXPROCS to the loops' count + 1 when it is
+// lower, and a loop that finds GOMAXPROCS lowered again waits in a
+// blocking system call instead, slower but never starving anything.
+//
+// Only Linux has the loop (Supported); elsewhere Wrap fails and callers
+// keep using the net.Conn they have.
+package evloop
+
+import (
+	"errors"
+	"net"
+)
+
+// Sink consumes the bytes a drain reads. Its methods run on the loop's
+// goroutine (or on the caller's, for reads made inside Drain), never two at
+// a time for one Conn.
+type Sink interface {
+	// Data receives one read's bytes; p is valid only during the call. It
+	// returns done when the stream being read has ended, and err says how
+	// (nil when it ended as framed).
+	Data(p []byte) (done bool, err error)
+	// EOF says what the peer closing the connection means for the
+	// stream: its end (nil) or a cut.
+	EOF() error
+}
+
+// ErrUnsupported is what Wrap returns where there is no loop.
+var ErrUnsupported = errors.New("evloop: not supported on this platform")
+
+// Supported says whether this platform has the loop.
+const Supported = supported
+
+// Wrap moves tc's socket to the event loop and returns a Conn for it; tc
+// itself is closed (its socket lives on in the Conn). On failure tc is left
+// as it was.
+func Wrap(tc *net.TCPConn) (*Conn, error) { return wrap(tc) }

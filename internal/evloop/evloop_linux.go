@@ -1,0 +1,636 @@
+//go:build linux
+
+package evloop
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/tokentap/tokentap/internal/rawio"
+)
+
+const supported = true
+
+// readBuffer is the size of one read. The loop reads into its own buffer
+// (hot in cache, shared by every connection it serves); a Sink copies what
+// it keeps.
+const readBuffer = 64 << 10
+
+// epollET is EPOLLET as the event mask's type (syscall's constant is a
+// negative int).
+const epollET = 1 << 31
+
+const (
+	evIn  = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR
+	evOut = syscall.EPOLLOUT | syscall.EPOLLHUP | syscall.EPOLLERR
+	evEnd = syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR
+)
+
+// waitSlice bounds one raw epoll_wait. A wait is endless in principle (Go's
+// preemption signal interrupts it), but with GODEBUG=asyncpreemptoff=1
+// there is no signal, and a garbage collection waiting for the loop's P
+// must not wait for the next event; ten wake-ups a second cost nothing.
+const waitSlice = 100 // milliseconds
+
+// postedSlot marks the loop's own eventfd in an event's Fd field.
+const postedSlot = -1
+
+// loop is one epoll instance and the goroutine that waits on it.
+//
+// Who may touch a Conn's socket: the goroutine using the Conn, except
+// while it drains, when only the loop does. The hand-overs go through
+// Conn.draining and requests posted to the loop (post), so the loop's
+// per-event path takes no lock.
+type loop struct {
+	epfd int
+	efd  int // eventfd: a request was posted
+
+	mu     sync.Mutex
+	conns  []*Conn // by slot, the event's Fd field
+	free   []int32
+	posted []request
+	woken  bool // efd was written since the loop took posted
+}
+
+// request is work for the loop: take over a drain (the caller's reads
+// before the hand-over may have missed bytes), end one, or close a Conn.
+type request struct {
+	c     *Conn
+	kind  int
+	drain uint64 // the drain it is for (Conn.drainGen)
+	err   error  // why a drain is ended
+	ack   chan error
+}
+
+const (
+	reqTake = iota
+	reqEnd
+	reqClose
+)
+
+var (
+	startOnce sync.Once
+	loops     []*loop
+	startErr  error
+	nextLoop  atomic.Uint32
+	gens      atomic.Uint32
+)
+
+// start creates the loops: one per four Ps, at most four (one loop reads
+// about 100K events/s on one core), and makes sure the rest of the program
+// keeps a P of its own.
+func start() {
+	n := min(max(runtime.GOMAXPROCS(0)/4, 1), 4)
+	for range n {
+		l, err := newLoop()
+		if err != nil {
+			for _, l := range loops {
+				syscall.Close(l.epfd)
+				syscall.Close(l.efd)
+			}
+			loops, startErr = nil, err
+			return
+		}
+		loops = append(loops, l)
+	}
+	if runtime.GOMAXPROCS(0) < n+1 {
+		runtime.GOMAXPROCS(n + 1)
+	}
+	for _, l := range loops {
+		go l.run(n)
+	}
+}
+
+func newLoop() (*loop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	r, _, e := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if e != 0 {
+		syscall.Close(epfd)
+		return nil, os.NewSyscallError("eventfd2", e)
+	}
+	efd := int(r)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: postedSlot}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, efd, &ev); err != nil {
+		syscall.Close(epfd)
+		syscall.Close(efd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return &loop{epfd: epfd, efd: efd}, nil
+}
+
+func (l *loop) add(c *Conn) int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k := len(l.free); k > 0 {
+		s := l.free[k-1]
+		l.free = l.free[:k-1]
+		l.conns[s] = c
+		return s
+	}
+	l.conns = append(l.conns, c)
+	return int32(len(l.conns) - 1)
+}
+
+func (l *loop) release(s int32) {
+	l.mu.Lock()
+	l.conns[s] = nil
+	l.free = append(l.free, s)
+	l.mu.Unlock()
+}
+
+// post hands r to the loop.
+func (l *loop) post(r request) {
+	l.mu.Lock()
+	l.posted = append(l.posted, r)
+	wake := !l.woken
+	l.woken = true
+	l.mu.Unlock()
+	if wake {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		for {
+			_, err := syscall.Write(l.efd, one[:])
+			if err != syscall.EINTR {
+				break // EAGAIN: the counter is full, so the loop is woken anyway
+			}
+		}
+	}
+}
+
+// run waits for events and handles each, forever.
+func (l *loop) run(nloops int) {
+	events := make([]syscall.EpollEvent, 256)
+	batch := make([]*Conn, len(events))
+	buf := make([]byte, readBuffer)
+	var todo []request
+	// alone says the loops hold every P (GOMAXPROCS was lowered after
+	// start). It is read again after every interrupted or empty wait:
+	// changing GOMAXPROCS stops the world, whose preemption signal
+	// interrupts the wait (runtime.GOMAXPROCS takes the scheduler's lock,
+	// too dear for every wait).
+	alone := runtime.GOMAXPROCS(0) <= nloops
+	for {
+		n, err := l.wait(events, alone)
+		if err == syscall.EINTR || (err == nil && n == 0) {
+			runtime.Gosched() // where a preemption the signal asked for happens
+			alone = runtime.GOMAXPROCS(0) <= nloops
+			continue
+		}
+		if err != nil {
+			panic(fmt.Sprintf("evloop: epoll_wait on %d: %v", l.epfd, err))
+		}
+		l.mu.Lock()
+		for i, e := range events[:n] {
+			if e.Fd != postedSlot {
+				batch[i] = l.conns[e.Fd]
+			}
+		}
+		l.mu.Unlock()
+		for i, c := range batch[:n] {
+			if events[i].Fd == postedSlot {
+				todo = l.take(todo[:0])
+				for j, r := range todo {
+					l.handle(r, buf)
+					todo[j] = request{}
+				}
+				continue
+			}
+			if c != nil {
+				c.event(events[i].Pad, events[i].Events, buf)
+				batch[i] = nil
+			}
+		}
+	}
+}
+
+// take empties the eventfd and returns the requests posted so far.
+func (l *loop) take(into []request) []request {
+	var b [8]byte
+	_, _ = syscall.Read(l.efd, b[:])
+	l.mu.Lock()
+	into = append(into, l.posted...)
+	clear(l.posted)
+	l.posted = l.posted[:0]
+	l.woken = false
+	l.mu.Unlock()
+	return into
+}
+
+func (l *loop) handle(r request, buf []byte) {
+	c := r.c
+	switch r.kind {
+	case reqTake:
+		if c.draining.Load() && c.drainGen.Load() == r.drain {
+			if end, err := c.readAll(buf, true); end {
+				c.finish(err)
+			}
+		}
+	case reqEnd:
+		if c.draining.Load() && c.drainGen.Load() == r.drain {
+			c.finish(r.err)
+		}
+	case reqClose:
+		if c.draining.Load() {
+			c.finish(c.opErr("read", net.ErrClosed))
+		}
+		var ev syscall.EpollEvent
+		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, &ev)
+		err := syscall.Close(c.fd)
+		l.release(c.slot)
+		if err != nil {
+			err = c.opErr("close", os.NewSyscallError("close", err))
+		}
+		r.ack <- err
+	}
+}
+
+// wait is epoll_wait. While the program has a P besides the loops' it is a
+// raw system call that keeps this goroutine's P: nothing else needs it.
+// Otherwise it is a blocking system call, which lets the scheduler run
+// other goroutines on the P (a raw one would leave them waiting for the
+// preemption signal, up to 10 ms).
+func (l *loop) wait(events []syscall.EpollEvent, alone bool) (int, error) {
+	p := uintptr(unsafe.Pointer(&events[0]))
+	var r uintptr
+	var e syscall.Errno
+	if !alone {
+		r, _, e = syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.epfd), p, uintptr(len(events)), waitSlice, 0, 0)
+	} else {
+		// The goroutines this loop's events woke wait in its P's run
+		// queue; let them run before the P is given up.
+		runtime.Gosched()
+		r, _, e = syscall.Syscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.epfd), p, uintptr(len(events)), waitSlice, 0, 0)
+	}
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// Conn is a TCP connection served by an event loop. It is a net.Conn (Read
+// and Write block the calling goroutine until the loop reports the socket
+// ready or a deadline passes) and can hand its reading to the loop (Drain).
+//
+// Unlike a net.TCPConn, Close must not be called while another goroutine
+// is in Read or Write: end those with a deadline in the past, as a
+// cancellation does, then Close. Close may end a Drain.
+type Conn struct {
+	l            *loop
+	fd           int
+	slot         int32
+	gen          int32 // the registration's number, in every event
+	laddr, raddr net.Addr
+
+	closed atomic.Bool
+	// draining is true while the loop owns the socket's reads: set by
+	// Drain's goroutine when it hands over, cleared by the loop (finish).
+	draining atomic.Bool
+	drainGen atomic.Uint64 // numbers drains, so a late request cannot end the next one
+	sink     Sink          // the drain's, used by whoever owns the reads
+	done     chan error    // a drain's result, sent by the loop
+
+	rd, wr side
+}
+
+// side is one direction's waiting: its deadline and the wake-ups of a
+// goroutine blocked on it.
+type side struct {
+	wake chan struct{} // capacity 1: readiness or a deadline change
+
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (s *side) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *side) get() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+func (s *side) set(t time.Time) {
+	s.mu.Lock()
+	s.deadline = t
+	s.mu.Unlock()
+	s.poke()
+}
+
+// expired says whether the deadline has passed.
+func (s *side) expired() bool {
+	d := s.get()
+	return !d.IsZero() && !time.Now().Before(d)
+}
+
+// wait blocks until the side is poked (nil: try again) or its deadline
+// passes.
+func (s *side) wait() error {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		d := s.get()
+		if d.IsZero() {
+			<-s.wake
+			return nil
+		}
+		left := time.Until(d)
+		if left <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		if t == nil {
+			t = time.NewTimer(left)
+		} else {
+			t.Reset(left)
+		}
+		select {
+		case <-s.wake:
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func wrap(tc *net.TCPConn) (*Conn, error) {
+	startOnce.Do(start)
+	if startErr != nil {
+		return nil, startErr
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = os.NewSyscallError("fcntl", e)
+			return
+		}
+		fd = int(r)
+	}); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	// The copy shares the socket and its file status flags; Go's sockets
+	// are non-blocking already, and this makes sure.
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	c := &Conn{
+		l:     loops[nextLoop.Add(1)%uint32(len(loops))],
+		fd:    fd,
+		gen:   int32(gens.Add(1)),
+		laddr: tc.LocalAddr(),
+		raddr: tc.RemoteAddr(),
+		done:  make(chan error, 1),
+		rd:    side{wake: make(chan struct{}, 1)},
+		wr:    side{wake: make(chan struct{}, 1)},
+	}
+	c.slot = c.l.add(c)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: c.slot, Pad: c.gen}
+	if err := syscall.EpollCtl(c.l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		c.l.release(c.slot)
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	// Go's netpoller forgets its descriptor; the socket lives on in fd.
+	tc.Close()
+	return c, nil
+}
+
+// event handles what the loop reported for c: a drain reads, anyone else
+// is woken. It runs on the loop's goroutine.
+func (c *Conn) event(gen int32, ev uint32, buf []byte) {
+	if c.gen != gen || c.closed.Load() {
+		return
+	}
+	if c.draining.Load() {
+		if ev&evIn != 0 {
+			if end, err := c.readAll(buf, ev&evEnd != 0); end {
+				c.finish(err)
+			}
+		}
+		return
+	}
+	if ev&evIn != 0 {
+		c.rd.poke()
+	}
+	if ev&evOut != 0 {
+		c.wr.poke()
+	}
+}
+
+// finish ends the drain the loop owns, handing the reads back.
+func (c *Conn) finish(err error) {
+	c.sink = nil
+	c.draining.Store(false)
+	c.done <- err
+}
+
+// readAll reads the socket into the sink until it is drained: until a
+// read comes back short (the socket held less than buf; anything arriving
+// later raises a new event) or, with all, until EAGAIN (a close or error
+// was reported, or no event says what arrived). It reports whether the
+// stream ended, and how.
+func (c *Conn) readAll(buf []byte, all bool) (bool, error) {
+	for {
+		n, err := rawio.Read(c.fd, buf)
+		switch {
+		case err == syscall.EAGAIN:
+			return false, nil
+		case err != nil:
+			return true, c.opErr("read", os.NewSyscallError("read", err))
+		case n == 0:
+			return true, c.sink.EOF()
+		}
+		if done, serr := c.sink.Data(buf[:n]); done {
+			return true, serr
+		}
+		if n < len(buf) && !all {
+			return false, nil
+		}
+	}
+}
+
+// drainBufs serve the reads Drain makes on the caller's goroutine.
+var drainBufs = sync.Pool{New: func() any { b := make([]byte, readBuffer); return &b }}
+
+// Drain reads the connection into s until s says its stream ended, the
+// peer closes it (s.EOF), a read fails, the read deadline passes or c is
+// closed. It reads what is there at once on the caller's goroutine; the
+// loop reads the rest as it arrives, while the caller waits.
+func (c *Conn) Drain(s Sink) error {
+	if c.closed.Load() {
+		return c.opErr("read", net.ErrClosed)
+	}
+	if c.rd.expired() {
+		return c.opErr("read", os.ErrDeadlineExceeded)
+	}
+	c.sink = s
+	bp := drainBufs.Get().(*[]byte)
+	end, err := c.readAll(*bp, true)
+	drainBufs.Put(bp)
+	if end {
+		c.sink = nil
+		return err
+	}
+	gen := c.drainGen.Add(1)
+	c.draining.Store(true)
+	// Bytes that came after the last read above raised their event before
+	// the loop owned the reads: the loop reads once more as it takes over.
+	c.l.post(request{c: c, kind: reqTake, drain: gen})
+
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		var tc <-chan time.Time
+		if d := c.rd.get(); !d.IsZero() {
+			left := time.Until(d)
+			if left <= 0 {
+				c.l.post(request{c: c, kind: reqEnd, drain: gen, err: c.opErr("read", os.ErrDeadlineExceeded)})
+				return <-c.done // the deadline's error, or the end that came first
+			}
+			if t == nil {
+				t = time.NewTimer(left)
+			} else {
+				t.Reset(left)
+			}
+			tc = t.C
+		}
+		select {
+		case err := <-c.done:
+			return err
+		case <-c.rd.wake: // a deadline change
+		case <-tc:
+		}
+	}
+}
+
+// Alive says whether an idle connection is still open: nothing, not even a
+// close, waits to be read on it.
+func (c *Conn) Alive() bool {
+	if c.closed.Load() {
+		return false
+	}
+	var b [1]byte
+	_, err := rawio.Read(c.fd, b[:])
+	return err == syscall.EAGAIN
+}
+
+// Read reads into p, waiting for data as a net.Conn does.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if c.closed.Load() {
+			return 0, c.opErr("read", net.ErrClosed)
+		}
+		if c.rd.expired() {
+			return 0, c.opErr("read", os.ErrDeadlineExceeded)
+		}
+		n, err := rawio.Read(c.fd, p)
+		switch {
+		case err == syscall.EAGAIN:
+			if werr := c.rd.wait(); werr != nil {
+				return 0, c.opErr("read", werr)
+			}
+			continue
+		case err != nil:
+			return 0, c.opErr("read", os.NewSyscallError("read", err))
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// Write writes all of p, waiting for room as a net.Conn does.
+func (c *Conn) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if c.closed.Load() {
+			return n, c.opErr("write", net.ErrClosed)
+		}
+		if c.wr.expired() {
+			return n, c.opErr("write", os.ErrDeadlineExceeded)
+		}
+		k, err := rawio.Write(c.fd, p[n:])
+		n += k
+		switch {
+		case err == syscall.EAGAIN:
+			if werr := c.wr.wait(); werr != nil {
+				return n, c.opErr("write", werr)
+			}
+		case err != nil:
+			return n, c.opErr("write", os.NewSyscallError("write", err))
+		}
+	}
+	return n, nil
+}
+
+// Close closes the connection; a drain in progress ends with net.ErrClosed.
+// The loop does the closing, so no read of its can meet a closed socket.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return c.opErr("close", net.ErrClosed)
+	}
+	ack := make(chan error, 1)
+	c.l.post(request{c: c, kind: reqClose, ack: ack})
+	err := <-ack
+	c.rd.poke()
+	c.wr.poke()
+	return err
+}
+
+func (c *Conn) opErr(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// LocalAddr is the connection's local address.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr is the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline sets both directions' deadlines; a time in the past wakes a
+// blocked Read, Write or Drain at once.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.rd.set(t)
+	c.wr.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline of Read and Drain.
+func (c *Conn) SetReadDeadline(t time.Time) error { c.rd.set(t); return nil }
+
+// SetWriteDeadline sets the deadline of Write.
+func (c *Conn) SetWriteDeadline(t time.Time) error { c.wr.set(t); return nil }

@@ -1,0 +1,27 @@
+//go:build !linux
+
+package evloop
+
+import (
+	"net"
+	"time"
+)
+
+const supported = false
+
+func wrap(*net.TCPConn) (*Conn, error) { return nil, ErrUnsupported }
+
+// Conn exists on every platform so callers compile; without a loop Wrap
+// never returns one, and each method reports ErrUnsupported.
+type Conn struct{}
+
+func (*Conn) Drain(Sink) error                 { return ErrUnsupported }
+func (*Conn) Alive() bool                      { return false }
+func (*Conn) Read([]byte) (int, error)         { return 0, ErrUnsupported }
+func (*Conn) Write([]byte) (int, error)        { return 0, ErrUnsupported }
+func (*Conn) Close() error                     { return ErrUnsupported }
+func (*Conn) LocalAddr() net.Addr              { return nil }
+func (*Conn) RemoteAddr() net.Addr             { return nil }
+func (*Conn) SetDeadline(time.Time) error      { return ErrUnsupported }
+func (*Conn) SetReadDeadline(time.Time) error  { return ErrUnsupported }
+func (*Conn) SetWriteDeadline(time.Time) error { return ErrUnsupported }

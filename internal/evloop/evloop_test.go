@@ -1,0 +1,354 @@
+//go:build linux
+
+package evloop
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// serve starts a loopback TCP server that runs handle on every accepted
+// connection, and returns its address.
+func serve(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer nc.Close()
+				handle(nc)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// dial connects to addr and moves the connection to the loop.
+func dial(t *testing.T, addr string) *Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Wrap(nc.(*net.TCPConn))
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// lines is a Sink that collects bytes until it has seen end, noting when
+// each read came.
+type lines struct {
+	end  string
+	got  bytes.Buffer
+	at   []time.Time
+	eof  error
+	eofs int
+}
+
+func (s *lines) Data(p []byte) (bool, error) {
+	s.got.Write(p)
+	s.at = append(s.at, time.Now())
+	return bytes.Contains(s.got.Bytes(), []byte(s.end)), nil
+}
+
+func (s *lines) EOF() error { s.eofs++; return s.eof }
+
+func TestReadWrite(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) { io.Copy(nc, nc) })
+	c := dial(t, addr)
+	for _, size := range []int{1, 1000, 64 << 10, 8 << 20} {
+		msg := bytes.Repeat([]byte("tokentap"), size/8+1)[:size]
+		errc := make(chan error, 1)
+		go func() { _, err := c.Write(msg); errc <- err }() // 8 MiB fills both socket buffers: Write waits for room
+		got := make([]byte, size)
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatalf("%d bytes: read: %v", size, err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("%d bytes: write: %v", size, err)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("%d bytes: echo differs", size)
+		}
+	}
+}
+
+func TestDrain(t *testing.T) {
+	const gap = 10 * time.Millisecond
+	tests := []struct {
+		name    string
+		parts   []string
+		close   bool
+		eof     error
+		want    string
+		wantErr error
+	}{
+		{name: "ends as framed", parts: []string{"a\n", "b\n", "END\n"}, want: "a\nb\nEND\n"},
+		{name: "one part", parts: []string{"a\nb\nEND\n"}, want: "a\nb\nEND\n"},
+		{name: "closed by the peer, a cut", parts: []string{"a\n", "b\n"}, close: true, eof: io.ErrUnexpectedEOF, want: "a\nb\n", wantErr: io.ErrUnexpectedEOF},
+		{name: "closed by the peer, the end", parts: []string{"a\n"}, close: true, want: "a\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := serve(t, func(nc net.Conn) {
+				io.ReadFull(nc, make([]byte, 1))
+				for i, p := range tt.parts {
+					if i > 0 {
+						time.Sleep(gap)
+					}
+					io.WriteString(nc, p)
+				}
+				if !tt.close {
+					io.Copy(io.Discard, nc) // hold the connection open
+				}
+			})
+			c := dial(t, addr)
+			if _, err := c.Write([]byte("?")); err != nil {
+				t.Fatal(err)
+			}
+			s := &lines{end: "END\n", eof: tt.eof}
+			err := c.Drain(s)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("Drain: %v, want %v", err, tt.wantErr)
+			}
+			if s.got.String() != tt.want {
+				t.Fatalf("drained %q, want %q", s.got.String(), tt.want)
+			}
+			if tt.close != (s.eofs == 1) {
+				t.Fatalf("EOF called %d times, peer closed: %v", s.eofs, tt.close)
+			}
+			for i := 1; i < len(s.at); i++ {
+				if d := s.at[i].Sub(s.at[i-1]); d > gap+50*time.Millisecond {
+					t.Errorf("read %d came %v after the one before, written %v after it", i, d, gap)
+				}
+			}
+		})
+	}
+}
+
+// TestDrainThenRead checks a connection goes back to plain reads after a
+// drain: the next response is read with Read, as a kept-alive connection's
+// next head is.
+func TestDrainThenRead(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(nc, b); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			io.WriteString(nc, "x\nEND\n")
+		}
+	})
+	c := dial(t, addr)
+	for i := 0; i < 3; i++ {
+		c.Write([]byte("?"))
+		if i%2 == 0 {
+			s := &lines{end: "END\n"}
+			if err := c.Drain(s); err != nil || s.got.String() != "x\nEND\n" {
+				t.Fatalf("round %d: Drain: %v, %q", i, err, s.got.String())
+			}
+			continue
+		}
+		got := make([]byte, 6)
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != "x\nEND\n" {
+			t.Fatalf("round %d: Read: %v, %q", i, err, got)
+		}
+	}
+	if !c.Alive() {
+		t.Fatal("an idle, open connection is not alive")
+	}
+}
+
+// TestDeadlines checks a deadline ends a blocked Read, Write or Drain: at
+// once when set in the past from another goroutine (a cancellation), or
+// when it comes.
+func TestDeadlines(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) { time.Sleep(3 * time.Second) }) // reads nothing, says nothing
+	ops := map[string]func(c *Conn) error{
+		"read":  func(c *Conn) error { _, err := c.Read(make([]byte, 10)); return err },
+		"write": func(c *Conn) error { _, err := c.Write(make([]byte, 64<<20)); return err },
+		"drain": func(c *Conn) error { return c.Drain(&lines{end: "END"}) },
+	}
+	for name, op := range ops {
+		for _, ahead := range []time.Duration{0, 100 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s/%v", name, ahead), func(t *testing.T) {
+				c := dial(t, addr)
+				start := time.Now()
+				if ahead > 0 {
+					c.SetDeadline(start.Add(ahead))
+				} else {
+					time.AfterFunc(50*time.Millisecond, func() { c.SetDeadline(time.Unix(1, 0)) })
+				}
+				err := op(c)
+				took := time.Since(start)
+				var ne net.Error
+				if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+					t.Fatalf("error %v, want a timeout", err)
+				}
+				want := max(ahead, 50*time.Millisecond)
+				if took < want || took > want+200*time.Millisecond {
+					t.Fatalf("ended after %v, want %v", took, want)
+				}
+				c.SetDeadline(time.Time{})
+				if !c.Alive() {
+					t.Fatal("a timed-out wait closed the connection")
+				}
+			})
+		}
+	}
+}
+
+// TestCloseEndsDrain checks Close from another goroutine ends a drain.
+func TestCloseEndsDrain(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) { io.Copy(io.Discard, nc) })
+	c := dial(t, addr)
+	time.AfterFunc(30*time.Millisecond, func() { c.Close() })
+	if err := c.Drain(&lines{end: "END"}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Drain: %v, want net.ErrClosed", err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close: %v", err)
+	}
+	if err := c.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestAliveAfterPeerClose checks Alive sees a close the peer sent while
+// the connection sat idle.
+func TestAliveAfterPeerClose(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) {})
+	c := dial(t, addr)
+	deadline := time.Now().Add(2 * time.Second)
+	for c.Alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("a connection the peer closed is still alive")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestManyConns drains hundreds of connections at once while others are
+// closed and opened, so slots are reused: every drain gets its own
+// server's bytes and nothing else.
+func TestManyConns(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) {
+		id := make([]byte, 8)
+		if _, err := io.ReadFull(nc, id); err != nil {
+			return
+		}
+		for i := 0; i < 5; i++ {
+			time.Sleep(5 * time.Millisecond)
+			fmt.Fprintf(nc, "%s:%d\n", id, i)
+		}
+		io.WriteString(nc, "END\n")
+		io.Copy(io.Discard, nc)
+	})
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			c, err := Wrap(nc.(*net.TCPConn))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			id := fmt.Sprintf("%08d", i)
+			if _, err := c.Write([]byte(id)); err != nil {
+				errs <- err
+				return
+			}
+			if i%3 == 0 {
+				return // closed before its answer: its slot is reused
+			}
+			s := &lines{end: "END\n"}
+			if err := c.Drain(s); err != nil {
+				errs <- err
+				return
+			}
+			var want strings.Builder
+			for k := 0; k < 5; k++ {
+				fmt.Fprintf(&want, "%s:%d\n", id, k)
+			}
+			want.WriteString("END\n")
+			if s.got.String() != want.String() {
+				errs <- fmt.Errorf("conn %d drained %q", i, s.got.String())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestOneP checks the loop does not hold up the program: with GOMAXPROCS
+// lowered to 1 after the loop started (its P is then the only one), the
+// goroutine an event wakes runs at once. A loop that kept the P in its
+// wait would leave it waiting for Go's preemption signal (up to 10 ms).
+func TestOneP(t *testing.T) {
+	const think = 5 * time.Millisecond
+	addr := serve(t, func(nc net.Conn) {
+		for {
+			if _, err := io.ReadFull(nc, make([]byte, 1)); err != nil {
+				return
+			}
+			time.Sleep(think)
+			io.WriteString(nc, "END\n")
+		}
+	})
+	dial(t, addr) // the loop runs
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	c := dial(t, addr)
+	var late []time.Duration
+	for i := 0; i < 21; i++ {
+		c.Write([]byte("?"))
+		s := &lines{end: "END\n"}
+		if err := c.Drain(s); err != nil {
+			t.Fatal(err)
+		}
+		late = append(late, time.Since(s.at[0]))
+	}
+	slices.Sort(late)
+	if late[len(late)/2] > 2*time.Millisecond {
+		t.Fatalf("the drain's goroutine ran a median %v after its last read (all: %v)", late[len(late)/2], late)
+	}
+}
