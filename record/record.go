@@ -29,6 +29,10 @@ func ClockAt(t time.Time) Clock { return Clock{start: t} }
 // Now is the monotonic offset of this instant from the clock's start.
 func (c Clock) Now() time.Duration { return time.Since(c.start) }
 
+// At is t as an offset on this clock (monotonic when t has a monotonic
+// reading, as time.Now's do).
+func (c Clock) At(t time.Time) time.Duration { return t.Sub(c.start) }
+
 // Start is the wall-clock instant the clock started at.
 func (c Clock) Start() time.Time { return c.start }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/evloop"
 	"github.com/tokentap/tokentap/record"
 )
 
@@ -42,8 +43,10 @@ import (
 //	intake_ms    median of Received − Arrived: how long the fake took to run
 //	             its handler for a request already in its socket (high when
 //	             its one core is saturated)
-//	ttft_read_err_% median of (our first-token read − the fake's write of it)
-//	             / true TTFT: the load generator's read lag alone
+//	ttft_read_err_% median of (our first token's stamp − the fake's write of
+//	             it) / true TTFT: the load generator's timing lag alone (its
+//	             stamps are the kernel's receive times where the event loop
+//	             reads, so this is no longer how late it reads)
 //	tbt_err_%    (median measured gap / median gap the fake wrote − 1)
 //	tput_err_%   (tokens counted in the middle of the run / tokens the fake
 //	             wrote in the same interval − 1)
@@ -59,9 +62,10 @@ import (
 //	send_delay_ms median from our Sent to the fake's handler starting (the
 //	             kernel, and the fake accepting and parsing a burst of N
 //	             requests)
-//	read_delay_ms median from the fake's write returning to our read of the
-//	             same event (the load generator's own lag; can be slightly
-//	             negative, the reader may wake before the writer)
+//	read_delay_ms median from the fake's write returning to our stamp of the
+//	             same event (the load generator's timing lag; can be slightly
+//	             negative: the kernel stamps a loopback segment inside the
+//	             fake's write, and the reader may wake before the writer)
 //
 // The binary comes from TOKENTAP_BIN, else bin/tokentap (make bench builds
 // it), else it is built into a temporary directory.
@@ -110,17 +114,19 @@ func tokentapBin(b *testing.B) string {
 	return benchBin
 }
 
-// readCalls is how many read system calls this process made (/proc/self/io
-// syscr); 0 where unknown.
+// readCalls is how many read system calls this process made: read and
+// its kind (/proc/self/io syscr) and the event loop's recvmsg calls, which
+// syscr leaves out; 0 where unknown.
 func readCalls() int64 {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		return 0
 	}
+	n := int64(evloop.Reads())
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+			r, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n + r
 		}
 	}
 	return 0

@@ -10,9 +10,11 @@
 //   - Open loop (Capture): the requests of a proxy capture sent at their
 //     original arrival times, scaled by a speed factor.
 //
-// Timestamps are monotonic offsets on a record.Clock taken at the return of
-// every read from the connection, with large read buffers so a long prompt's
-// echo or a big event never trips a line limit.
+// Timestamps are monotonic offsets on a record.Clock. Where the event loop
+// reads (plain TCP on Linux) they are the kernel's receive time of the bytes
+// read (METHOD.md's "arrival", exactly, whenever the loop got round to the
+// read); elsewhere the return of the read. Read buffers are large, so a
+// long prompt's echo or a big event never trips a line limit.
 package replay
 
 import (
@@ -260,7 +262,7 @@ func encodeJSON(v any) ([]byte, error) {
 // net/http's client would hand every event from a per-connection read
 // goroutine to the caller through its chunked reader and read twice per
 // event; at 512 streams it used 0.70 of a core where the event loop uses
-// about 0.45 (BenchmarkLoadGenAccuracy).
+// 0.32-0.40 (BenchmarkLoadGenAccuracy).
 type Conn struct {
 	target   Target
 	endpoint string
@@ -479,10 +481,16 @@ func (c *Conn) alive() bool {
 	return err == nil && ok
 }
 
-// read reads from the connection and stamps the time its read returned.
+// read reads from the connection and stamps the time its bytes arrived:
+// the kernel's receive time where the event loop has it, else the time the
+// read returned.
 func (c *Conn) read(p []byte) (int, error) {
 	n, err := c.nc.Read(p)
-	c.at = c.clock.Now()
+	if c.ev != nil && n > 0 {
+		c.at = c.clock.At(c.ev.Arrived())
+	} else {
+		c.at = c.clock.Now()
+	}
 	return n, err
 }
 
@@ -837,8 +845,8 @@ type drainSink struct {
 	idle *idleWatch
 }
 
-func (s *drainSink) Data(p []byte) (bool, error) {
-	s.c.at = s.c.clock.Now()
+func (s *drainSink) Data(p []byte, arrived time.Time) (bool, error) {
+	s.c.at = max(s.c.clock.At(arrived), s.c.at) // never before the bytes read earlier
 	s.idle.touch(s.c.at)
 	return s.c.feed(s.b, p, s.rec)
 }

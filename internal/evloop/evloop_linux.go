@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 package evloop
 
@@ -44,6 +44,14 @@ const waitSlice = 100 // milliseconds
 // postedSlot marks the loop's own eventfd in an event's Fd field.
 const postedSlot = -1
 
+// coalesce is the least time between the starts of two rounds of reads
+// while streams are busy: after a round that read data the loop sleeps out
+// the rest of it, so the events of many streams are read in one round
+// instead of one wake-up every event or two. Their timing does not suffer
+// (the kernel stamps each segment's arrival); what waits up to this long
+// is only the goroutines the loop wakes: a drain's end, a response head.
+const coalesce = 200 * time.Microsecond
+
 // loop is one epoll instance and the goroutine that waits on it.
 //
 // Who may touch a Conn's socket: the goroutine using the Conn, except
@@ -51,8 +59,9 @@ const postedSlot = -1
 // Conn.draining and requests posted to the loop (post), so the loop's
 // per-event path takes no lock.
 type loop struct {
-	epfd int
-	efd  int // eventfd: a request was posted
+	epfd  int
+	efd   int           // eventfd: a request was posted
+	reads atomic.Uint64 // recvmsg calls on its connections (Reads)
 
 	mu     sync.Mutex
 	conns  []*Conn // by slot, the event's Fd field
@@ -68,7 +77,6 @@ type request struct {
 	kind  int
 	drain uint64 // the drain it is for (Conn.drainGen)
 	err   error  // why a drain is ended
-	ack   chan error
 }
 
 const (
@@ -108,6 +116,15 @@ func start() {
 	for _, l := range loops {
 		go l.run(n)
 	}
+}
+
+func reads() uint64 {
+	startOnce.Do(start)
+	var n uint64
+	for _, l := range loops {
+		n += l.reads.Load()
+	}
+	return n
 }
 
 func newLoop() (*loop, error) {
@@ -181,7 +198,13 @@ func (l *loop) run(nloops int) {
 	// interrupts the wait (runtime.GOMAXPROCS takes the scheduler's lock,
 	// too dear for every wait).
 	alone := runtime.GOMAXPROCS(0) <= nloops
+	var round time.Time // when the last round that read data started
+	busy := false
 	for {
+		if busy && !alone {
+			sleepUntil(round.Add(coalesce))
+		}
+		busy = false
 		n, err := l.wait(events, alone)
 		if err == syscall.EINTR || (err == nil && n == 0) {
 			runtime.Gosched() // where a preemption the signal asked for happens
@@ -191,6 +214,7 @@ func (l *loop) run(nloops int) {
 		if err != nil {
 			panic(fmt.Sprintf("evloop: epoll_wait on %d: %v", l.epfd, err))
 		}
+		now := time.Now()
 		l.mu.Lock()
 		for i, e := range events[:n] {
 			if e.Fd != postedSlot {
@@ -208,11 +232,24 @@ func (l *loop) run(nloops int) {
 				continue
 			}
 			if c != nil {
-				c.event(events[i].Pad, events[i].Events, buf)
+				if c.event(events[i].Pad, events[i].Events, buf) && !busy {
+					busy, round = true, now
+				}
 				batch[i] = nil
 			}
 		}
 	}
+}
+
+// sleepUntil sleeps the loop's thread until t, keeping its P like the raw
+// epoll_wait does.
+func sleepUntil(t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // take empties the eventfd and returns the requests posted so far.
@@ -247,12 +284,8 @@ func (l *loop) handle(r request, buf []byte) {
 		}
 		var ev syscall.EpollEvent
 		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, &ev)
-		err := syscall.Close(c.fd)
+		_ = syscall.Close(c.fd) // a socket's close fails only for a bad descriptor
 		l.release(c.slot)
-		if err != nil {
-			err = c.opErr("close", os.NewSyscallError("close", err))
-		}
-		r.ack <- err
 	}
 }
 
@@ -300,6 +333,7 @@ type Conn struct {
 	drainGen atomic.Uint64 // numbers drains, so a late request cannot end the next one
 	sink     Sink          // the drain's, used by whoever owns the reads
 	done     chan error    // a drain's result, sent by the loop
+	arrived  time.Time     // of the last Read's bytes
 
 	rd, wr side
 }
@@ -400,6 +434,12 @@ func wrap(tc *net.TCPConn) (*Conn, error) {
 		syscall.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
+	// Receive times for every read (recv). Linux turns stamping on
+	// asynchronously, so the first segments may come without one.
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("setsockopt", err)
+	}
 	c := &Conn{
 		l:     loops[nextLoop.Add(1)%uint32(len(loops))],
 		fd:    fd,
@@ -423,18 +463,19 @@ func wrap(tc *net.TCPConn) (*Conn, error) {
 }
 
 // event handles what the loop reported for c: a drain reads, anyone else
-// is woken. It runs on the loop's goroutine.
-func (c *Conn) event(gen int32, ev uint32, buf []byte) {
+// is woken. It runs on the loop's goroutine, and reports whether it read.
+func (c *Conn) event(gen int32, ev uint32, buf []byte) bool {
 	if c.gen != gen || c.closed.Load() {
-		return
+		return false
 	}
 	if c.draining.Load() {
-		if ev&evIn != 0 {
-			if end, err := c.readAll(buf, ev&evEnd != 0); end {
-				c.finish(err)
-			}
+		if ev&evIn == 0 {
+			return false
 		}
-		return
+		if end, err := c.readAll(buf, ev&evEnd != 0); end {
+			c.finish(err)
+		}
+		return true
 	}
 	if ev&evIn != 0 {
 		c.rd.poke()
@@ -442,6 +483,7 @@ func (c *Conn) event(gen int32, ev uint32, buf []byte) {
 	if ev&evOut != 0 {
 		c.wr.poke()
 	}
+	return false
 }
 
 // finish ends the drain the loop owns, handing the reads back.
@@ -458,7 +500,7 @@ func (c *Conn) finish(err error) {
 // stream ended, and how.
 func (c *Conn) readAll(buf []byte, all bool) (bool, error) {
 	for {
-		n, err := rawio.Read(c.fd, buf)
+		n, arrived, err := c.recv(buf)
 		switch {
 		case err == syscall.EAGAIN:
 			return false, nil
@@ -467,7 +509,7 @@ func (c *Conn) readAll(buf []byte, all bool) (bool, error) {
 		case n == 0:
 			return true, c.sink.EOF()
 		}
-		if done, serr := c.sink.Data(buf[:n]); done {
+		if done, serr := c.sink.Data(buf[:n], arrived); done {
 			return true, serr
 		}
 		if n < len(buf) && !all {
@@ -557,7 +599,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if c.rd.expired() {
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		n, err := rawio.Read(c.fd, p)
+		n, arrived, err := c.recv(p)
 		switch {
 		case err == syscall.EAGAIN:
 			if werr := c.rd.wait(); werr != nil {
@@ -569,8 +611,71 @@ func (c *Conn) Read(p []byte) (int, error) {
 		case n == 0:
 			return 0, io.EOF
 		}
+		c.arrived = arrived
 		return n, nil
 	}
+}
+
+// Arrived is when the bytes the last Read returned arrived: the kernel's
+// receive time of their last segment, or the Read's return where the
+// kernel gave none.
+func (c *Conn) Arrived() time.Time { return c.arrived }
+
+// recv reads the socket once with recvmsg, for the receive time of the
+// last segment read (SO_TIMESTAMPNS). It returns the bytes' arrival as a
+// time with a monotonic reading: the kernel's stamp is wall-clock time, so
+// it is taken as an age (now − stamp) before now.
+func (c *Conn) recv(p []byte) (int, time.Time, error) {
+	var oob [64]byte
+	iov := syscall.Iovec{Base: &p[0]}
+	iov.SetLen(len(p))
+	msg := syscall.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+	msg.SetControllen(len(oob))
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&msg)), 0)
+		c.l.reads.Add(1)
+		if e == syscall.EINTR {
+			continue
+		}
+		now := time.Now()
+		if e != 0 {
+			return 0, now, e
+		}
+		return int(r), stamped(now, oob[:msg.Controllen]), nil
+	}
+}
+
+// cmsgTimespec is the size of a control message carrying a timespec.
+const cmsgTimespec = syscall.SizeofCmsghdr + int(unsafe.Sizeof(syscall.Timespec{}))
+
+// maxAge bounds a stamp's age: an older one is wrong (the wall clock was
+// set meanwhile) and the read's own time is used.
+const maxAge = 10 * time.Second
+
+// stamped returns the arrival the SCM_TIMESTAMPNS message in oob says, as
+// an age before now; now when there is none or it makes no sense.
+func stamped(now time.Time, oob []byte) time.Time {
+	for len(oob) >= syscall.SizeofCmsghdr {
+		h := (*syscall.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		n := uint64(h.Len) // its width differs by platform
+		if n < syscall.SizeofCmsghdr || n > uint64(len(oob)) {
+			break
+		}
+		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && n >= uint64(cmsgTimespec) {
+			ts := (*syscall.Timespec)(unsafe.Pointer(&oob[syscall.SizeofCmsghdr]))
+			age := time.Duration(now.UnixNano() - ts.Nano())
+			if age < 0 || age > maxAge {
+				return now
+			}
+			return now.Add(-age)
+		}
+		next := (int(n) + 7) &^ 7 // CMSG_ALIGN; n ≤ len(oob)
+		if next >= len(oob) {
+			break
+		}
+		oob = oob[next:]
+	}
+	return now
 }
 
 // Write writes all of p, waiting for room as a net.Conn does.
@@ -598,17 +703,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 }
 
 // Close closes the connection; a drain in progress ends with net.ErrClosed.
-// The loop does the closing, so no read of its can meet a closed socket.
+// The loop closes the socket, so no read of its can meet a closed one; Close
+// does not wait for that (the loop may be sleeping out a coalesce, and a
+// run closes hundreds of connections at its end), so the peer sees the
+// close a moment later.
 func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return c.opErr("close", net.ErrClosed)
 	}
-	ack := make(chan error, 1)
-	c.l.post(request{c: c, kind: reqClose, ack: ack})
-	err := <-ack
+	c.l.post(request{c: c, kind: reqClose})
 	c.rd.poke()
 	c.wr.poke()
-	return err
+	return nil
 }
 
 func (c *Conn) opErr(op string, err error) error {

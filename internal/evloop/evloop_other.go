@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !(linux && (amd64 || arm64))
 
 package evloop
 
@@ -11,12 +11,15 @@ const supported = false
 
 func wrap(*net.TCPConn) (*Conn, error) { return nil, ErrUnsupported }
 
+func reads() uint64 { return 0 }
+
 // Conn exists on every platform so callers compile; without a loop Wrap
 // never returns one, and each method reports ErrUnsupported.
 type Conn struct{}
 
 func (*Conn) Drain(Sink) error                 { return ErrUnsupported }
 func (*Conn) Alive() bool                      { return false }
+func (*Conn) Arrived() time.Time               { return time.Time{} }
 func (*Conn) Read([]byte) (int, error)         { return 0, ErrUnsupported }
 func (*Conn) Write([]byte) (int, error)        { return 0, ErrUnsupported }
 func (*Conn) Close() error                     { return ErrUnsupported }

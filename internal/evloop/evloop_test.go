@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 package evloop
 
@@ -13,8 +13,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // serve starts a loopback TCP server that runs handle on every accepted
@@ -72,9 +74,9 @@ type lines struct {
 	eofs int
 }
 
-func (s *lines) Data(p []byte) (bool, error) {
+func (s *lines) Data(p []byte, arrived time.Time) (bool, error) {
 	s.got.Write(p)
-	s.at = append(s.at, time.Now())
+	s.at = append(s.at, arrived)
 	return bytes.Contains(s.got.Bytes(), []byte(s.end)), nil
 }
 
@@ -226,9 +228,11 @@ func TestDeadlines(t *testing.T) {
 	}
 }
 
-// TestCloseEndsDrain checks Close from another goroutine ends a drain.
+// TestCloseEndsDrain checks Close from another goroutine ends a drain, and
+// the peer sees the close.
 func TestCloseEndsDrain(t *testing.T) {
-	addr := serve(t, func(nc net.Conn) { io.Copy(io.Discard, nc) })
+	peerSaw := make(chan struct{})
+	addr := serve(t, func(nc net.Conn) { io.Copy(io.Discard, nc); close(peerSaw) })
 	c := dial(t, addr)
 	time.AfterFunc(30*time.Millisecond, func() { c.Close() })
 	if err := c.Drain(&lines{end: "END"}); !errors.Is(err, net.ErrClosed) {
@@ -239,6 +243,11 @@ func TestCloseEndsDrain(t *testing.T) {
 	}
 	if err := c.Close(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("second Close: %v", err)
+	}
+	select {
+	case <-peerSaw:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the peer never saw the connection close")
 	}
 }
 
@@ -351,4 +360,98 @@ func TestOneP(t *testing.T) {
 	if late[len(late)/2] > 2*time.Millisecond {
 		t.Fatalf("the drain's goroutine ran a median %v after its last read (all: %v)", late[len(late)/2], late)
 	}
+}
+
+// TestArrived checks bytes are timed by their arrival, not by the read:
+// bytes left waiting 150 ms in the socket, read by Read and by Drain, are
+// stamped when they came.
+func TestArrived(t *testing.T) {
+	const wait = 150 * time.Millisecond
+	sentAt := make(chan time.Time, 4)
+	addr := serve(t, func(nc net.Conn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(nc, b); err != nil {
+				return
+			}
+			sentAt <- time.Now()
+			io.WriteString(nc, "x\nEND\n")
+		}
+	})
+	c := dial(t, addr)
+	for _, how := range []string{"read", "drain", "read"} {
+		c.Write([]byte("?"))
+		sent := <-sentAt
+		time.Sleep(wait)
+		var arrived time.Time
+		if how == "read" {
+			got := make([]byte, 6)
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatal(err)
+			}
+			arrived = c.Arrived()
+		} else {
+			s := &lines{end: "END\n"}
+			if err := c.Drain(s); err != nil {
+				t.Fatal(err)
+			}
+			arrived = s.at[0]
+		}
+		// The first segments after stamping is turned on may come
+		// without a stamp (Linux enables it asynchronously): then the
+		// read's own time, wait late, is all there is.
+		if d := arrived.Sub(sent); d < -time.Millisecond || d > wait/3 {
+			t.Errorf("%s: bytes written at %v stamped %v later", how, sent.Format("15:04:05.000000"), d)
+		}
+	}
+}
+
+func TestStamped(t *testing.T) {
+	now := time.Now()
+	msg := func(level, typ int32, sec, nsec int64) []byte {
+		b := make([]byte, cmsgTimespec)
+		h := (*syscall.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Len, h.Level, h.Type = uint64(cmsgTimespec), level, typ
+		ts := (*syscall.Timespec)(unsafe.Pointer(&b[syscall.SizeofCmsghdr]))
+		ts.Sec, ts.Nsec = sec, nsec
+		return b
+	}
+	at := func(d time.Duration) (int64, int64) {
+		n := now.Add(d).UnixNano()
+		return n / 1e9, n % 1e9
+	}
+	sec, nsec := at(-3 * time.Millisecond)
+	tests := []struct {
+		name string
+		oob  []byte
+		want time.Duration // before now
+	}{
+		{"stamped", msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, sec, nsec), 3 * time.Millisecond},
+		{"after another message", append(msg(syscall.SOL_SOCKET, syscall.SCM_RIGHTS, 0, 0), msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, sec, nsec)...), 3 * time.Millisecond},
+		{"none", nil, 0},
+		{"other level", msg(syscall.IPPROTO_IP, syscall.SCM_TIMESTAMPNS, sec, nsec), 0},
+		{"in the future", func() []byte { s, n := at(time.Second); return msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, s, n) }(), 0},
+		{"too old", func() []byte { s, n := at(-time.Hour); return msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, s, n) }(), 0},
+		{"truncated", msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, sec, nsec)[:cmsgTimespec-4], 0},
+	}
+	for _, tt := range tests {
+		got := now.Sub(stamped(now, tt.oob))
+		if d := got - tt.want; d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("%s: %v before now, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// FuzzStamped feeds stamped any control buffer: it never panics, and never
+// says bytes arrived after now or more than maxAge before it.
+func FuzzStamped(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(make([]byte, cmsgTimespec))
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		now := time.Now()
+		got := stamped(now, oob)
+		if got.After(now) || now.Sub(got) > maxAge {
+			t.Fatalf("stamped %v before now", now.Sub(got))
+		}
+	})
 }
