@@ -358,7 +358,7 @@ func (c *Conn) connect(ctx context.Context) (net.Conn, error) {
 	}
 	if c.tlsConf == nil {
 		if tc, ok := nc.(*net.TCPConn); ok && evloop.Supported {
-			if ec, err := evloop.Wrap(tc); err == nil {
+			if ec, err := evloop.Wrap(tc, evloop.Coalesced); err == nil {
 				return ec, nil
 			}
 		}

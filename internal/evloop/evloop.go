@@ -25,7 +25,7 @@
 //
 // Bytes are timed by their arrival, not by when the loop got round to
 // them: every read asks the kernel for the receive time of its last
-// segment (SO_TIMESTAMPNS). That frees the loop to wait a little (coalesce)
+// segment (SO_TIMESTAMPNS). That frees a Coalesced loop to wait a little
 // between a busy round of reads and the next, so one wake-up serves many
 // events instead of two or three; on this 2-core VM wake-ups were a fifth
 // of the loop's CPU. A read without a stamp is timed at its return.
@@ -60,10 +60,23 @@ var ErrUnsupported = errors.New("evloop: not supported on this platform")
 // Supported says whether this platform has the loop.
 const Supported = supported
 
-// Wrap moves tc's socket to the event loop and returns a Conn for it; tc
-// itself is closed (its socket lives on in the Conn). On failure tc is left
-// as it was.
-func Wrap(tc *net.TCPConn) (*Conn, error) { return wrap(tc) }
+// Mode chooses how a Conn's loop reads.
+type Mode int
+
+const (
+	// Prompt loops read every event as it comes: for the proxy, whose
+	// clients wait for each byte it passes on.
+	Prompt Mode = iota
+	// Coalesced loops wait up to 200 µs between busy rounds of reads so
+	// that one wake-up serves many events, for the load generator, which
+	// only measures them (timing comes from the kernel's stamps).
+	Coalesced
+)
+
+// Wrap moves tc's socket to an event loop of mode m and returns a Conn for
+// it; tc itself is closed (its socket lives on in the Conn). On failure tc
+// is left as it was.
+func Wrap(tc *net.TCPConn, m Mode) (*Conn, error) { return wrap(tc, m) }
 
 // Reads is how many read system calls the loops' connections made so far,
 // for benchmarks (reads per event); they are recvmsg calls, which

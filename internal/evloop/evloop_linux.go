@@ -44,12 +44,13 @@ const waitSlice = 100 // milliseconds
 // postedSlot marks the loop's own eventfd in an event's Fd field.
 const postedSlot = -1
 
-// coalesce is the least time between the starts of two rounds of reads
-// while streams are busy: after a round that read data the loop sleeps out
-// the rest of it, so the events of many streams are read in one round
-// instead of one wake-up every event or two. Their timing does not suffer
-// (the kernel stamps each segment's arrival); what waits up to this long
-// is only the goroutines the loop wakes: a drain's end, a response head.
+// coalesce is, for Coalesced loops, the least time between the starts of
+// two rounds of reads while streams are busy: after a round that read data
+// the loop sleeps out the rest of it, so the events of many streams are
+// read in one round instead of one wake-up every event or two. Their timing
+// does not suffer (the kernel stamps each segment's arrival); what waits up
+// to this long is only the goroutines the loop wakes: a drain's end, a
+// response head.
 const coalesce = 200 * time.Microsecond
 
 // loop is one epoll instance and the goroutine that waits on it.
@@ -59,9 +60,10 @@ const coalesce = 200 * time.Microsecond
 // Conn.draining and requests posted to the loop (post), so the loop's
 // per-event path takes no lock.
 type loop struct {
-	epfd  int
-	efd   int           // eventfd: a request was posted
-	reads atomic.Uint64 // recvmsg calls on its connections (Reads)
+	epfd     int
+	efd      int           // eventfd: a request was posted
+	coalesce time.Duration // see coalesce; 0 reads at once
+	reads    atomic.Uint64 // recvmsg calls on its connections (Reads)
 
 	mu     sync.Mutex
 	conns  []*Conn // by slot, the event's Fd field
@@ -85,44 +87,55 @@ const (
 	reqClose
 )
 
+// group is the loops of one Mode, started on first use.
+type group struct {
+	once  sync.Once
+	loops []*loop
+	err   error
+	next  atomic.Uint32
+}
+
 var (
-	startOnce sync.Once
-	loops     []*loop
-	startErr  error
-	nextLoop  atomic.Uint32
-	gens      atomic.Uint32
+	groups     [2]group // by Mode
+	totalLoops atomic.Int32
+	gens       atomic.Uint32
 )
 
-// start creates the loops: one per four Ps, at most four (one loop reads
-// about 100K events/s on one core), and makes sure the rest of the program
-// keeps a P of its own.
-func start() {
+// start creates the group's loops: one per four Ps, at most four (one loop
+// reads about 100K events/s on one core), and makes sure the rest of the
+// program keeps a P of its own.
+func (g *group) start(m Mode) {
 	n := min(max(runtime.GOMAXPROCS(0)/4, 1), 4)
 	for range n {
 		l, err := newLoop()
 		if err != nil {
-			for _, l := range loops {
+			for _, l := range g.loops {
 				syscall.Close(l.epfd)
 				syscall.Close(l.efd)
 			}
-			loops, startErr = nil, err
+			g.loops, g.err = nil, err
 			return
 		}
-		loops = append(loops, l)
+		if m == Coalesced {
+			l.coalesce = coalesce
+		}
+		g.loops = append(g.loops, l)
 	}
-	if runtime.GOMAXPROCS(0) < n+1 {
-		runtime.GOMAXPROCS(n + 1)
+	total := int(totalLoops.Add(int32(n)))
+	if runtime.GOMAXPROCS(0) < total+1 {
+		runtime.GOMAXPROCS(total + 1)
 	}
-	for _, l := range loops {
-		go l.run(n)
+	for _, l := range g.loops {
+		go l.run()
 	}
 }
 
 func reads() uint64 {
-	startOnce.Do(start)
 	var n uint64
-	for _, l := range loops {
-		n += l.reads.Load()
+	for i := range groups {
+		for _, l := range groups[i].loops {
+			n += l.reads.Load()
+		}
 	}
 	return n
 }
@@ -187,7 +200,7 @@ func (l *loop) post(r request) {
 }
 
 // run waits for events and handles each, forever.
-func (l *loop) run(nloops int) {
+func (l *loop) run() {
 	events := make([]syscall.EpollEvent, 256)
 	batch := make([]*Conn, len(events))
 	buf := make([]byte, readBuffer)
@@ -197,18 +210,18 @@ func (l *loop) run(nloops int) {
 	// changing GOMAXPROCS stops the world, whose preemption signal
 	// interrupts the wait (runtime.GOMAXPROCS takes the scheduler's lock,
 	// too dear for every wait).
-	alone := runtime.GOMAXPROCS(0) <= nloops
+	alone := runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
 	var round time.Time // when the last round that read data started
 	busy := false
 	for {
 		if busy && !alone {
-			sleepUntil(round.Add(coalesce))
+			sleepUntil(round.Add(l.coalesce))
 		}
 		busy = false
 		n, err := l.wait(events, alone)
 		if err == syscall.EINTR || (err == nil && n == 0) {
 			runtime.Gosched() // where a preemption the signal asked for happens
-			alone = runtime.GOMAXPROCS(0) <= nloops
+			alone = runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
 			continue
 		}
 		if err != nil {
@@ -232,7 +245,7 @@ func (l *loop) run(nloops int) {
 				continue
 			}
 			if c != nil {
-				if c.event(events[i].Pad, events[i].Events, buf) && !busy {
+				if c.event(events[i].Pad, events[i].Events, buf) && !busy && l.coalesce > 0 {
 					busy, round = true, now
 				}
 				batch[i] = nil
@@ -279,6 +292,10 @@ func (l *loop) handle(r request, buf []byte) {
 			c.finish(r.err)
 		}
 	case reqClose:
+		if c.ops.Load() != 0 {
+			l.post(r) // a Read or Write is in its system call: next round
+			return
+		}
 		if c.draining.Load() {
 			c.finish(c.opErr("read", net.ErrClosed))
 		}
@@ -316,9 +333,9 @@ func (l *loop) wait(events []syscall.EpollEvent, alone bool) (int, error) {
 // and Write block the calling goroutine until the loop reports the socket
 // ready or a deadline passes) and can hand its reading to the loop (Drain).
 //
-// Unlike a net.TCPConn, Close must not be called while another goroutine
-// is in Read or Write: end those with a deadline in the past, as a
-// cancellation does, then Close. Close may end a Drain.
+// Close may be called from any goroutine: a Read, Write or Drain waiting
+// then ends with net.ErrClosed, and the socket is closed once no system
+// call of theirs is in progress.
 type Conn struct {
 	l            *loop
 	fd           int
@@ -327,6 +344,10 @@ type Conn struct {
 	laddr, raddr net.Addr
 
 	closed atomic.Bool
+	// ops counts the caller's system calls on the socket in progress (Read,
+	// Write, Alive, Drain's first reads): the loop closes the socket only
+	// when there are none, so a Close from another goroutine is safe.
+	ops atomic.Int32
 	// draining is true while the loop owns the socket's reads: set by
 	// Drain's goroutine when it hands over, cleared by the loop (finish).
 	draining atomic.Bool
@@ -405,10 +426,14 @@ func (s *side) wait() error {
 	}
 }
 
-func wrap(tc *net.TCPConn) (*Conn, error) {
-	startOnce.Do(start)
-	if startErr != nil {
-		return nil, startErr
+func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
+	if m != Prompt && m != Coalesced {
+		return nil, fmt.Errorf("evloop: unknown mode %d", m)
+	}
+	g := &groups[m]
+	g.once.Do(func() { g.start(m) })
+	if g.err != nil {
+		return nil, g.err
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
@@ -441,7 +466,7 @@ func wrap(tc *net.TCPConn) (*Conn, error) {
 		return nil, os.NewSyscallError("setsockopt", err)
 	}
 	c := &Conn{
-		l:     loops[nextLoop.Add(1)%uint32(len(loops))],
+		l:     g.loops[g.next.Add(1)%uint32(len(g.loops))],
 		fd:    fd,
 		gen:   int32(gens.Add(1)),
 		laddr: tc.LocalAddr(),
@@ -526,11 +551,11 @@ var drainBufs = sync.Pool{New: func() any { b := make([]byte, readBuffer); retur
 // closed. It reads what is there at once on the caller's goroutine; the
 // loop reads the rest as it arrives, while the caller waits.
 func (c *Conn) Drain(s Sink) error {
-	if c.closed.Load() {
-		return c.opErr("read", net.ErrClosed)
-	}
 	if c.rd.expired() {
 		return c.opErr("read", os.ErrDeadlineExceeded)
+	}
+	if !c.enter() {
+		return c.opErr("read", net.ErrClosed)
 	}
 	c.sink = s
 	bp := drainBufs.Get().(*[]byte)
@@ -538,10 +563,12 @@ func (c *Conn) Drain(s Sink) error {
 	drainBufs.Put(bp)
 	if end {
 		c.sink = nil
+		c.exit()
 		return err
 	}
 	gen := c.drainGen.Add(1)
 	c.draining.Store(true)
+	c.exit() // the loop's now: a Close ends the drain
 	// Bytes that came after the last read above raised their event before
 	// the loop owned the reads: the loop reads once more as it takes over.
 	c.l.post(request{c: c, kind: reqTake, drain: gen})
@@ -579,13 +606,28 @@ func (c *Conn) Drain(s Sink) error {
 // Alive says whether an idle connection is still open: nothing, not even a
 // close, waits to be read on it.
 func (c *Conn) Alive() bool {
-	if c.closed.Load() {
+	if !c.enter() {
 		return false
 	}
+	defer c.exit()
 	var b [1]byte
 	_, err := rawio.Read(c.fd, b[:])
 	return err == syscall.EAGAIN
 }
+
+// enter counts a system call of the caller's on the socket, unless c is
+// closed (false); exit ends it. Between the two the loop will not close
+// the socket.
+func (c *Conn) enter() bool {
+	c.ops.Add(1)
+	if c.closed.Load() {
+		c.ops.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (c *Conn) exit() { c.ops.Add(-1) }
 
 // Read reads into p, waiting for data as a net.Conn does.
 func (c *Conn) Read(p []byte) (int, error) {
@@ -593,13 +635,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	for {
-		if c.closed.Load() {
-			return 0, c.opErr("read", net.ErrClosed)
-		}
 		if c.rd.expired() {
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
+		if !c.enter() {
+			return 0, c.opErr("read", net.ErrClosed)
+		}
 		n, arrived, err := c.recv(p)
+		c.exit()
 		switch {
 		case err == syscall.EAGAIN:
 			if werr := c.rd.wait(); werr != nil {
@@ -682,13 +725,14 @@ func stamped(now time.Time, oob []byte) time.Time {
 func (c *Conn) Write(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
-		if c.closed.Load() {
-			return n, c.opErr("write", net.ErrClosed)
-		}
 		if c.wr.expired() {
 			return n, c.opErr("write", os.ErrDeadlineExceeded)
 		}
+		if !c.enter() {
+			return n, c.opErr("write", net.ErrClosed)
+		}
 		k, err := rawio.Write(c.fd, p[n:])
+		c.exit()
 		n += k
 		switch {
 		case err == syscall.EAGAIN:

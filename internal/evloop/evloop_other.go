@@ -9,7 +9,7 @@ import (
 
 const supported = false
 
-func wrap(*net.TCPConn) (*Conn, error) { return nil, ErrUnsupported }
+func wrap(*net.TCPConn, Mode) (*Conn, error) { return nil, ErrUnsupported }
 
 func reads() uint64 { return 0 }
 

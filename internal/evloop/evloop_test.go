@@ -19,6 +19,20 @@ import (
 	"unsafe"
 )
 
+// mode is the loops' mode the tests run with: TestMain runs every test
+// once in each.
+var mode Mode
+
+func TestMain(m *testing.M) {
+	for _, mode = range []Mode{Prompt, Coalesced} {
+		if code := m.Run(); code != 0 {
+			fmt.Fprintf(os.Stderr, "evloop: tests failed in mode %d\n", mode)
+			os.Exit(code)
+		}
+	}
+	os.Exit(0)
+}
+
 // serve starts a loopback TCP server that runs handle on every accepted
 // connection, and returns its address.
 func serve(t *testing.T, handle func(net.Conn)) string {
@@ -55,7 +69,7 @@ func dial(t *testing.T, addr string) *Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Wrap(nc.(*net.TCPConn))
+	c, err := Wrap(nc.(*net.TCPConn), mode)
 	if err != nil {
 		nc.Close()
 		t.Fatal(err)
@@ -293,7 +307,7 @@ func TestManyConns(t *testing.T) {
 				errs <- err
 				return
 			}
-			c, err := Wrap(nc.(*net.TCPConn))
+			c, err := Wrap(nc.(*net.TCPConn), mode)
 			if err != nil {
 				errs <- err
 				return
@@ -454,4 +468,20 @@ func FuzzStamped(f *testing.F) {
 			t.Fatalf("stamped %v before now", now.Sub(got))
 		}
 	})
+}
+
+// TestCloseEndsReadWrite checks Close from another goroutine ends a Read
+// or a Write that waits, as a net.Conn's does.
+func TestCloseEndsReadWrite(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) { time.Sleep(300 * time.Millisecond) }) // reads nothing, says nothing
+	for name, op := range map[string]func(c *Conn) error{
+		"read":  func(c *Conn) error { _, err := c.Read(make([]byte, 10)); return err },
+		"write": func(c *Conn) error { _, err := c.Write(make([]byte, 64<<20)); return err },
+	} {
+		c := dial(t, addr)
+		time.AfterFunc(30*time.Millisecond, func() { c.Close() })
+		if err := op(c); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("%s: %v, want net.ErrClosed", name, err)
+		}
+	}
 }
