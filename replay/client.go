@@ -258,7 +258,8 @@ func encodeJSON(v any) ([]byte, error) {
 // caller's goroutine with net/http's parser (http.ReadResponse). The body
 // of a plain TCP connection is read by an event loop (evloop, Linux): one
 // read system call per arrival and no goroutine woken for it, each read
-// timestamped as it returns; elsewhere, and over TLS, the caller reads it.
+// timed by the kernel's receive stamp; elsewhere, and over TLS, the caller
+// reads it, timing each read as it returns.
 // net/http's client would hand every event from a per-connection read
 // goroutine to the caller through its chunked reader and read twice per
 // event; at 512 streams it used 0.70 of a core where the event loop uses
@@ -283,7 +284,7 @@ type Conn struct {
 	nc   net.Conn      // the kept-alive connection, nil when none
 	ev   *evloop.Conn  // nc when an event loop reads its bodies (plain TCP on Linux)
 	used bool          // nc has carried a request (a close by the server may be a keep-alive race)
-	at   time.Duration // when the read that brought the bytes being fed returned
+	at   time.Duration // when the bytes being fed arrived (see read)
 	sink drainSink     // the body being drained by the event loop
 
 	// dl guards nc's read deadline, which a cancellation sets in the past
@@ -640,7 +641,9 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	case endErr != nil:
 		c.stream.End(endErr, record.BlameEngine)
 	default:
-		c.stream.End(nil, record.BlameNone)
+		// Ended as framed: at the arrival of its last bytes, not when
+		// this goroutine got round to it.
+		c.stream.EndAt(nil, record.BlameNone, max(c.at, rec.Sent))
 	}
 }
 
@@ -795,8 +798,9 @@ func (b *bodyFrame) eof() error {
 }
 
 // readBody reads the body that follows the head in c.buf[:have] (and the
-// connection after it) into the tap, every piece stamped with the return of
-// the read that brought it. It returns nil when the body ended as framed.
+// connection after it) into the tap, every piece stamped with the arrival
+// of the read that brought it (see read). It returns nil when the body
+// ended as framed.
 func (c *Conn) readBody(h *respHead, have int, rec *record.Record, idle *idleWatch) error {
 	b := bodyFrame{h: h, left: h.length}
 	idle.touch(c.at)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,10 +36,9 @@ const (
 	evEnd = syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR
 )
 
-// waitSlice bounds one raw epoll_wait. A wait is endless in principle (Go's
-// preemption signal interrupts it), but with GODEBUG=asyncpreemptoff=1
-// there is no signal, and a garbage collection waiting for the loop's P
-// must not wait for the next event; ten wake-ups a second cost nothing.
+// waitSlice bounds one epoll_wait (Go's preemption signal interrupts a raw
+// one whenever the runtime needs the loop's P): an idle loop wakes ten
+// times a second to look at GOMAXPROCS again.
 const waitSlice = 100 // milliseconds
 
 // postedSlot marks the loop's own eventfd in an event's Fd field.
@@ -47,10 +47,15 @@ const postedSlot = -1
 // coalesce is, for Coalesced loops, the least time between the starts of
 // two rounds of reads while streams are busy: after a round that read data
 // the loop sleeps out the rest of it, so the events of many streams are
-// read in one round instead of one wake-up every event or two. Their timing
-// does not suffer (the kernel stamps each segment's arrival); what waits up
-// to this long is only the goroutines the loop wakes: a drain's end, a
-// response head.
+// read in one round instead of one wake-up every event or two.
+//
+// Events that arrive on different sockets keep their own times (the kernel
+// stamps each read's arrival). The price: two events of one stream less
+// than coalesce apart may come in one read, stamped with the later one's
+// arrival (a 0 gap, and the first up to coalesce late): a single stream
+// faster than 5,000 events/s is not timed event by event. Also waiting up
+// to this long: the goroutines the loop wakes (a drain's end, a response
+// head) and the requests posted to it.
 const coalesce = 200 * time.Microsecond
 
 // loop is one epoll instance and the goroutine that waits on it.
@@ -97,8 +102,13 @@ type group struct {
 
 var (
 	groups     [2]group // by Mode
+	procsMu    sync.Mutex
 	totalLoops atomic.Int32
 	gens       atomic.Uint32
+	// noSignal is GODEBUG=asyncpreemptoff=1: no signal would interrupt a
+	// raw wait when the runtime needs the loop's P (a garbage collection),
+	// so the loops always wait in blocking system calls.
+	noSignal = strings.Contains(","+os.Getenv("GODEBUG")+",", ",asyncpreemptoff=1,")
 )
 
 // start creates the group's loops: one per four Ps, at most four (one loop
@@ -121,10 +131,12 @@ func (g *group) start(m Mode) {
 		}
 		g.loops = append(g.loops, l)
 	}
+	procsMu.Lock()
 	total := int(totalLoops.Add(int32(n)))
 	if runtime.GOMAXPROCS(0) < total+1 {
 		runtime.GOMAXPROCS(total + 1)
 	}
+	procsMu.Unlock()
 	for _, l := range g.loops {
 		go l.run()
 	}
@@ -210,7 +222,7 @@ func (l *loop) run() {
 	// changing GOMAXPROCS stops the world, whose preemption signal
 	// interrupts the wait (runtime.GOMAXPROCS takes the scheduler's lock,
 	// too dear for every wait).
-	alone := runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
+	alone := noSignal || runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
 	var round time.Time // when the last round that read data started
 	busy := false
 	for {
@@ -221,7 +233,7 @@ func (l *loop) run() {
 		n, err := l.wait(events, alone)
 		if err == syscall.EINTR || (err == nil && n == 0) {
 			runtime.Gosched() // where a preemption the signal asked for happens
-			alone = runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
+			alone = noSignal || runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
 			continue
 		}
 		if err != nil {
@@ -235,21 +247,31 @@ func (l *loop) run() {
 			}
 		}
 		l.mu.Unlock()
+		woke := false
 		for i, c := range batch[:n] {
 			if events[i].Fd == postedSlot {
 				todo = l.take(todo[:0])
 				for j, r := range todo {
-					l.handle(r, buf)
+					woke = l.handle(r, buf) || woke
 					todo[j] = request{}
 				}
 				continue
 			}
 			if c != nil {
-				if c.event(events[i].Pad, events[i].Events, buf) && !busy && l.coalesce > 0 {
+				read, w := c.event(events[i].Pad, events[i].Events, buf)
+				woke = woke || w
+				if read && !busy && l.coalesce > 0 {
 					busy, round = true, now
 				}
 				batch[i] = nil
 			}
+		}
+		if woke {
+			// The goroutines woken wait in this P's run queue, where only
+			// an idle P would take them (a busy one may not look for 10
+			// ms): let them run now, and the loop after them or on
+			// another P.
+			runtime.Gosched()
 		}
 	}
 }
@@ -278,32 +300,39 @@ func (l *loop) take(into []request) []request {
 	return into
 }
 
-func (l *loop) handle(r request, buf []byte) {
+// handle does a posted request; it reports whether it woke a goroutine.
+func (l *loop) handle(r request, buf []byte) bool {
 	c := r.c
 	switch r.kind {
 	case reqTake:
 		if c.draining.Load() && c.drainGen.Load() == r.drain {
 			if end, err := c.readAll(buf, true); end {
 				c.finish(err)
+				return true
 			}
 		}
 	case reqEnd:
 		if c.draining.Load() && c.drainGen.Load() == r.drain {
 			c.finish(r.err)
+			return true
 		}
 	case reqClose:
-		if c.ops.Load() != 0 {
-			l.post(r) // a Read or Write is in its system call: next round
-			return
+		if c.fdClosed || c.ops.Load() != 0 {
+			return false // done already, or a caller's system call is in progress: its exit posts again
 		}
+		c.fdClosed = true
+		woke := false
 		if c.draining.Load() {
 			c.finish(c.opErr("read", net.ErrClosed))
+			woke = true
 		}
 		var ev syscall.EpollEvent
 		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, &ev)
 		_ = syscall.Close(c.fd) // a socket's close fails only for a bad descriptor
 		l.release(c.slot)
+		return woke
 	}
+	return false
 }
 
 // wait is epoll_wait. While the program has a P besides the loops' it is a
@@ -343,7 +372,8 @@ type Conn struct {
 	gen          int32 // the registration's number, in every event
 	laddr, raddr net.Addr
 
-	closed atomic.Bool
+	closed   atomic.Bool
+	fdClosed bool // the loop closed the socket (only the loop uses it)
 	// ops counts the caller's system calls on the socket in progress (Read,
 	// Write, Alive, Drain's first reads): the loop closes the socket only
 	// when there are none, so a Close from another goroutine is safe.
@@ -368,10 +398,14 @@ type side struct {
 	deadline time.Time
 }
 
-func (s *side) poke() {
+// poke wakes a goroutine waiting on s, or the next to wait; it reports
+// whether it sent a wake-up (one was not pending already).
+func (s *side) poke() bool {
 	select {
 	case s.wake <- struct{}{}:
+		return true
 	default:
+		return false
 	}
 }
 
@@ -488,27 +522,29 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 }
 
 // event handles what the loop reported for c: a drain reads, anyone else
-// is woken. It runs on the loop's goroutine, and reports whether it read.
-func (c *Conn) event(gen int32, ev uint32, buf []byte) bool {
+// is woken. It runs on the loop's goroutine, and reports whether it read
+// and whether it woke a goroutine.
+func (c *Conn) event(gen int32, ev uint32, buf []byte) (read, woke bool) {
 	if c.gen != gen || c.closed.Load() {
-		return false
+		return false, false
 	}
 	if c.draining.Load() {
 		if ev&evIn == 0 {
-			return false
+			return false, false
 		}
 		if end, err := c.readAll(buf, ev&evEnd != 0); end {
 			c.finish(err)
+			return true, true
 		}
-		return true
+		return true, false
 	}
 	if ev&evIn != 0 {
-		c.rd.poke()
+		woke = c.rd.poke()
 	}
 	if ev&evOut != 0 {
-		c.wr.poke()
+		woke = c.wr.poke() || woke
 	}
-	return false
+	return false, woke
 }
 
 // finish ends the drain the loop owns, handing the reads back.
@@ -621,13 +657,19 @@ func (c *Conn) Alive() bool {
 func (c *Conn) enter() bool {
 	c.ops.Add(1)
 	if c.closed.Load() {
-		c.ops.Add(-1)
+		c.exit()
 		return false
 	}
 	return true
 }
 
-func (c *Conn) exit() { c.ops.Add(-1) }
+// exit ends a system call counted by enter. The last one out of a closed
+// Conn has the loop close the socket (Close's request found it busy).
+func (c *Conn) exit() {
+	if c.ops.Add(-1) == 0 && c.closed.Load() {
+		c.l.post(request{c: c, kind: reqClose})
+	}
+}
 
 // Read reads into p, waiting for data as a net.Conn does.
 func (c *Conn) Read(p []byte) (int, error) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -483,5 +484,41 @@ func TestCloseEndsReadWrite(t *testing.T) {
 		if err := op(c); !errors.Is(err, net.ErrClosed) {
 			t.Errorf("%s: %v, want net.ErrClosed", name, err)
 		}
+	}
+}
+
+// TestWakeWithBusyP checks a goroutine the loop wakes runs at once even
+// while a CPU-bound goroutine holds the program's other P: it is queued on
+// the loop's P, which no busy P steals from, so the loop must yield to it.
+func TestWakeWithBusyP(t *testing.T) {
+	addr := serve(t, func(nc net.Conn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(nc, b); err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+			io.WriteString(nc, "END\n")
+		}
+	})
+	c := dial(t, addr)
+	var stop atomic.Bool
+	defer stop.Store(true)
+	go func() {
+		for n := 0; !stop.Load(); n++ {
+		}
+	}()
+	var late []time.Duration
+	for i := 0; i < 21; i++ {
+		c.Write([]byte("?"))
+		s := &lines{end: "END\n"}
+		if err := c.Drain(s); err != nil {
+			t.Fatal(err)
+		}
+		late = append(late, time.Since(s.at[0]))
+	}
+	slices.Sort(late)
+	if late[len(late)/2] > 3*time.Millisecond {
+		t.Fatalf("Drain returned a median %v after its last bytes arrived (all: %v)", late[len(late)/2], late)
 	}
 }

@@ -5,9 +5,10 @@
 //
 // Call these only on a non-blocking socket that cannot be closed during
 // the call: inside syscall.RawConn.Read or Write callbacks (which hold the
-// descriptor open and wait in Go's netpoller on EAGAIN), or under the lock
-// an evloop.Conn closes with. On Linux they are raw system calls: a non-blocking
-// socket call never blocks, so the scheduler need not be told (syscall.Read
+// descriptor open and wait in Go's netpoller on EAGAIN), or on an
+// evloop.Conn's socket, which its loop closes only when no call is in
+// progress. On Linux they are raw system calls: a non-blocking socket call
+// never blocks, so the scheduler need not be told (syscall.Read
 // and Write enter a syscall state, and a call the kernel spends long on,
 // such as a loopback write that delivers the segment to the peer inline,
 // lets sysmon hand the thread's P to another thread that is woken for it,
