@@ -26,7 +26,9 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, nil
 	}
-	return &clientConn{TCPConn: tc, rc: rc}, nil
+	cc := &clientConn{TCPConn: tc, rc: rc}
+	cc.wfn = cc.writeFD
+	return cc, nil
 }
 
 // clientConn is an accepted TCP connection whose Write is a raw write
@@ -38,35 +40,100 @@ func (l clientListener) Accept() (net.Conn, error) {
 // and waits in the netpoller, under the write deadline, when the socket
 // buffer is full, as net.Conn.Write does. Everything else is the
 // *net.TCPConn's (SyscallConn included, which the client watcher uses).
+//
+// While nonblock is set (the event loop is passing a body on), Write never
+// waits: what the socket does not take is kept in backlog, in order, and
+// reported written; the loop then hands the body back to the handler's
+// goroutine, which writes the backlog with flushBacklog.
 type clientConn struct {
 	*net.TCPConn
-	rc syscall.RawConn
+	rc       syscall.RawConn
+	nonblock bool
+	backlog  []byte
+
+	// The write in progress, for writeFD, which rc.Write calls: one
+	// callback made at accept, so a write allocates no closure.
+	wfn  func(fd uintptr) bool
+	wp   []byte
+	wn   int
+	wErr error
+	wait bool // wait for room (else keep the rest in backlog)
 }
 
+// maxBacklogKeep bounds the backlog buffer kept between streams.
+const maxBacklogKeep = 64 << 10
+
 func (c *clientConn) Write(p []byte) (int, error) {
-	var (
-		n    int
-		werr error
-	)
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			k, e := rawio.Write(int(fd), p[n:])
-			n += k
-			switch {
-			case e == syscall.EAGAIN || e == syscall.EWOULDBLOCK:
-				return false // the socket buffer is full: wait until writable
-			case e != nil:
-				werr = os.NewSyscallError("write", e)
-				return true
-			case k == 0:
-				werr = io.ErrUnexpectedEOF // as net does for a write of nothing
-				return true
-			}
-		}
-		return true
-	})
-	if werr != nil {
-		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: werr}
+	if c.nonblock {
+		return c.writeNow(p)
 	}
-	return n, err
+	return c.write(p)
+}
+
+// writeNow writes what the socket takes now and keeps the rest.
+func (c *clientConn) writeNow(p []byte) (int, error) {
+	if len(c.backlog) > 0 {
+		c.backlog = append(c.backlog, p...)
+		return len(p), nil
+	}
+	n, err := c.writeRaw(p, false)
+	if err != nil {
+		return n, err
+	}
+	if n < len(p) {
+		c.backlog = append(c.backlog, p[n:]...)
+	}
+	return len(p), nil
+}
+
+// flushBacklog writes what writeNow kept, waiting for the client as a
+// plain Write does (under the write deadline).
+func (c *clientConn) flushBacklog() error {
+	if len(c.backlog) == 0 {
+		return nil
+	}
+	_, err := c.write(c.backlog)
+	if cap(c.backlog) > maxBacklogKeep {
+		c.backlog = nil
+	} else {
+		c.backlog = c.backlog[:0]
+	}
+	return err
+}
+
+func (c *clientConn) write(p []byte) (int, error) { return c.writeRaw(p, true) }
+
+// writeRaw writes p by raw write system calls inside rc.Write; with wait it
+// waits for room in the netpoller (under the write deadline) until all is
+// written, else it stops where the socket is full.
+func (c *clientConn) writeRaw(p []byte, wait bool) (int, error) {
+	c.wp, c.wn, c.wErr, c.wait = p, 0, nil, wait
+	err := c.rc.Write(c.wfn)
+	n, werr := c.wn, c.wErr
+	c.wp, c.wErr = nil, nil
+	if werr != nil {
+		err = werr
+	}
+	if err != nil {
+		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	}
+	return n, nil
+}
+
+func (c *clientConn) writeFD(fd uintptr) bool {
+	for c.wn < len(c.wp) {
+		k, e := rawio.Write(int(fd), c.wp[c.wn:])
+		c.wn += k
+		switch {
+		case e == syscall.EAGAIN || e == syscall.EWOULDBLOCK:
+			return !c.wait // full: wait until writable, or stop here
+		case e != nil:
+			c.wErr = os.NewSyscallError("write", e)
+			return true
+		case k == 0:
+			c.wErr = io.ErrUnexpectedEOF // as net does for a write of nothing
+			return true
+		}
+	}
+	return true
 }

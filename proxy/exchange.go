@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/tokentap/tokentap/internal/evloop"
 	"github.com/tokentap/tokentap/record"
 )
 
@@ -218,6 +219,12 @@ func (x *exchange) SupportsBodyWriteTo() bool { return true }
 // WriteTo streams the engine's body to the client: one write (one chunk,
 // flushed) per upstream read, each piece measured by the tap on the way.
 func (x *exchange) WriteTo(w io.Writer) (int64, error) {
+	x.mu.Lock()
+	ec, _ := x.conn.(*evloop.Conn)
+	x.mu.Unlock()
+	if cc, ok := x.client.(*clientConn); ok && ec != nil {
+		return x.writeToLoop(w, ec, cc)
+	}
 	if rc := x.rawConn(); rc != nil {
 		return x.writeToEdge(w, rc)
 	}
@@ -235,8 +242,8 @@ func (x *exchange) WriteTo(w io.Writer) (int64, error) {
 // body is over, err then saying how (nil: it ended cleanly). In edge mode
 // it returns errWouldBlock, having done nothing, when nothing could be read.
 func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
-	if x.src.fd < 0 {
-		x.touchRead() // in edge mode writeToEdge keeps the read deadline
+	if x.src.fd < 0 && !x.src.feeding {
+		x.touchRead() // in edge and feed modes writeToEdge and writeToLoop keep the read deadline
 	}
 	x.out = x.out[:0]
 	err = x.body.read(x.pieceFn)
@@ -247,7 +254,9 @@ func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 		x.flushHeld() // the body ended: the client gets the tail the engine sent
 	}
 	if len(x.out) > 0 {
-		x.touchWrite()
+		if !x.src.feeding {
+			x.touchWrite() // writeToLoop keeps it for the writes that wait
+		}
 		wn, werr := w.Write(x.out)
 		n = int64(wn)
 		if werr != nil {
@@ -337,6 +346,10 @@ func (x *exchange) piece(p []byte) {
 	}()
 	if testForwardHook != nil {
 		testForwardHook()
+	}
+	if x.src.feeding {
+		x.out = x.tap.ForwardAt(p, x.out, x.at) // the arrival the loop's read reported
+		return
 	}
 	x.out = x.tap.Forward(p, x.out)
 }

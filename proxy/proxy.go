@@ -157,7 +157,11 @@ func New(cfg Config) (*Proxy, error) {
 			MaxConnWaitTimeout:       cfg.IdleTimeout,
 			MaxIdleConnDuration:      keepAliveIdle,
 			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-				return fasthttp.DialTimeout(addr, 5*time.Second)
+				c, err := fasthttp.DialTimeout(addr, 5*time.Second)
+				if err != nil || u.Scheme == "https" {
+					return c, err
+				}
+				return loopConn(c), nil
 			},
 		},
 		clock:    clock,
@@ -294,6 +298,7 @@ type exchange struct {
 	release func(discard bool)
 	br      *bufio.Reader // reads src; kept with the pooled exchange
 	src     upstreamSource
+	sink    loopSink // the body the event loop passes on (writeToLoop)
 	gone    atomic.Bool
 	watch   watcher
 	goneFn  func()
@@ -313,6 +318,7 @@ type exchange struct {
 	pending    []byte
 	readDL     time.Time
 	writeDL    time.Time
+	at         time.Duration // in feed mode, when the bytes being passed on arrived
 	wroteBytes int64
 }
 

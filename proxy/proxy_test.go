@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -866,5 +867,102 @@ func TestEngineClosesRightAfterData(t *testing.T) {
 		if d := time.Since(start); d > 20*time.Second {
 			t.Fatalf("stream %d: the engine's close was noticed after %v, not within the idle timeout's fraction", i, d)
 		}
+	}
+}
+
+// TestSlowClient has one client stop reading a fast engine's 16 MiB stream
+// for a second while another streams 20 events 10 ms apart through the same proxy: the
+// slow one gets every byte, in order, and the other's events are not held
+// up behind it (the event loop that passes both bodies on never waits for
+// a client; the handler's goroutine takes over the slow one's backlog).
+func TestSlowClient(t *testing.T) {
+	event := func(i int, pad string) string {
+		return fmt.Sprintf("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%d%s\"}}]}\n\n", i, pad)
+	}
+	var big strings.Builder
+	for i := 0; big.Len() < 16<<20; i++ {
+		big.WriteString(event(i, strings.Repeat("x", 4000)))
+	}
+	big.WriteString("data: [DONE]\n\n")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		if r.Header.Get("X-Kind") == "big" {
+			io.WriteString(w, big.String())
+			fl.Flush()
+			return
+		}
+		for i := 0; i < 20; i++ {
+			time.Sleep(10 * time.Millisecond)
+			io.WriteString(w, event(i, ""))
+			fl.Flush()
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := startProxy(t, up.URL, func(c *Config) { c.NoInject = true })
+
+	slow := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody("m", 10, true, "")))
+		req.Header.Set("X-Kind", "big")
+		// A small receive buffer, so the proxy's backlog builds at once.
+		d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) })
+		}}
+		slowClient := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+		resp, err := slowClient.Do(req)
+		if err != nil {
+			slow <- err
+			return
+		}
+		defer resp.Body.Close()
+		var got bytes.Buffer
+		buf := make([]byte, 256<<10)
+		for i := 0; ; i++ {
+			n, err := resp.Body.Read(buf)
+			got.Write(buf[:n])
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				slow <- err
+				return
+			}
+			if i == 0 {
+				time.Sleep(time.Second) // stalled, while the other stream runs
+			}
+		}
+		if got.String() != big.String() {
+			slow <- fmt.Errorf("the slow client got %d bytes, not the engine's %d as sent", got.Len(), big.Len())
+			return
+		}
+		slow <- nil
+	}()
+	time.Sleep(200 * time.Millisecond) // the slow client's backlog is building
+	start := time.Now()
+	resp, err := client.Post(h.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("m", 20, true, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	events := 0
+	var late time.Duration
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: {") {
+			events++
+			late = max(late, time.Since(start)-time.Duration(events)*10*time.Millisecond)
+		}
+	}
+	if events != 20 {
+		t.Fatalf("the other client got %d events, want 20", events)
+	}
+	if late > 300*time.Millisecond {
+		t.Errorf("the other client's events came up to %v later than sent: held up behind the slow client", late)
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,13 +2,16 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"syscall"
 	"time"
 
+	"github.com/tokentap/tokentap/internal/evloop"
 	"github.com/tokentap/tokentap/internal/rawio"
+	"github.com/tokentap/tokentap/record"
 )
 
 // errWouldBlock is what upstreamSource returns in edge mode when the socket
@@ -23,13 +26,34 @@ var errWouldBlock = errors.New("upstream socket has nothing to read yet")
 // socket and wait for the next readiness edge instead of spending a read
 // syscall to learn that nothing is there (net.Conn.Read always tries once
 // and gets EAGAIN before it parks: one wasted syscall per streamed event).
+//
+// In feed mode, used while the event loop passes a body on (writeToLoop),
+// it hands out the bytes the loop read (feed), then errWouldBlock, or
+// io.EOF once the loop saw the engine close.
 type upstreamSource struct {
 	conn  net.Conn
 	fd    int  // the socket while in edge mode, else -1
 	short bool // the last edge-mode read returned less than asked: the socket was drained
+
+	feeding bool
+	feed    []byte
+	eof     bool
 }
 
 func (s *upstreamSource) Read(p []byte) (int, error) {
+	if s.feeding {
+		switch {
+		case len(p) == 0:
+			return 0, nil
+		case len(s.feed) > 0:
+			n := copy(p, s.feed)
+			s.feed = s.feed[n:]
+			return n, nil
+		case s.eof:
+			return 0, io.EOF
+		}
+		return 0, errWouldBlock
+	}
 	if s.fd < 0 {
 		return s.conn.Read(p)
 	}
@@ -47,6 +71,122 @@ func (s *upstreamSource) Read(p []byte) (int, error) {
 	}
 	s.short = n < len(p)
 	return n, nil
+}
+
+// loopConn moves a plain TCP connection to the engine to an event loop
+// (evloop) where there is one: its bodies are then passed on by the loop's
+// goroutine (writeToLoop), with no goroutine woken per event.
+func loopConn(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok || !evloop.Supported {
+		return c
+	}
+	ec, err := evloop.Wrap(tc, evloop.Prompt)
+	if err != nil {
+		return c
+	}
+	return ec
+}
+
+// errBacklog ends a drain whose client took less than the engine sent: the
+// handler's goroutine writes the rest, waiting for the client as long as
+// it must, while the engine's bytes wait in the socket.
+var errBacklog = errors.New("the client is slower than the engine")
+
+// loopSink passes a body on from the event loop's goroutine: every read's
+// bytes go through the tap to the client (whose writes never wait there;
+// see clientConn.nonblock).
+type loopSink struct {
+	x        *exchange
+	w        io.Writer
+	cc       *clientConn
+	total    int64
+	lastByte time.Time
+	finished bool  // the body ended (res says how) or the client write failed
+	res      error // pass's result when finished
+}
+
+func (s *loopSink) Data(p []byte, arrived time.Time) (bool, error) {
+	s.lastByte = arrived
+	s.x.at = s.x.p.clock.At(arrived)
+	s.x.src.feed = p
+	if s.run() {
+		return true, s.res
+	}
+	if len(s.cc.backlog) > 0 {
+		return true, errBacklog
+	}
+	return false, nil
+}
+
+func (s *loopSink) EOF() error {
+	s.x.src.eof = true
+	if !s.run() {
+		// Cannot be: a source at EOF never would block.
+		s.finished, s.res = true, s.x.readFailed(io.ErrUnexpectedEOF)
+	}
+	return s.res
+}
+
+// run passes on what the source holds; it reports whether the body ended.
+func (s *loopSink) run() bool {
+	for {
+		n, done, err := s.x.pass(s.w)
+		s.total += n
+		if done {
+			s.finished, s.res = true, err
+			s.x.src.feed = nil
+			return true
+		}
+		if err == errWouldBlock {
+			return false
+		}
+	}
+}
+
+// writeToLoop is WriteTo over an upstream connection the event loop reads:
+// the loop's goroutine reads each event and passes it on (loopSink) while
+// this goroutine waits in Drain. It steps in only when the client lags
+// (errBacklog: it writes the rest itself) and for the idle timeout, kept
+// as the drain's read deadline from the last byte.
+func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (int64, error) {
+	idle := x.p.cfg.IdleTimeout
+	s := &x.sink
+	*s = loopSink{x: x, w: w, cc: cc, lastByte: time.Now()}
+	x.src.feeding = true
+	defer func() {
+		x.src.feeding, x.src.feed, x.src.eof = false, nil, false
+		*s = loopSink{}
+	}()
+	// What came with the response head is in br already: passed on from
+	// here, with waiting writes.
+	x.at = x.p.clock.At(ec.Arrived())
+	x.touchWrite()
+	if s.run() {
+		return s.total, s.res
+	}
+	for {
+		_ = ec.SetReadDeadline(s.lastByte.Add(idle))
+		cc.nonblock = true
+		err := ec.Drain(s)
+		cc.nonblock = false
+		if len(cc.backlog) > 0 {
+			x.touchWrite() // the deadline of the writes that wait for the client
+		}
+		if ferr := cc.flushBacklog(); ferr != nil {
+			x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)
+			return s.total, ferr
+		}
+		switch {
+		case s.finished:
+			return s.total, s.res
+		case err == errBacklog:
+			continue
+		case isTimeout(err) && !x.gone.Load() && time.Since(s.lastByte) < idle:
+			continue // the deadline was set before the last byte came
+		}
+		return s.total, x.readFailed(err)
+	}
 }
 
 // rawConn returns the upstream connection's syscall.RawConn when edge mode

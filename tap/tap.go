@@ -178,16 +178,19 @@ func (s *Stream) keep(p []byte) {
 // With it on, usage-only chunks are left out, and the bytes of an event not
 // yet complete are held back until it is (Flush hands over what is still
 // held when the body ends).
-func (s *Stream) Forward(p, dst []byte) []byte {
+func (s *Stream) Forward(p, dst []byte) []byte { return s.ForwardAt(p, dst, s.clock.Now()) }
+
+// ForwardAt is Forward of bytes that arrived at at (an offset on the
+// stream's clock).
+func (s *Stream) ForwardAt(p, dst []byte, at time.Duration) []byte {
 	if !s.strip || s.rec == nil || !s.rec.Stream || !s.statusOK() || s.sc.Err() != nil {
 		dst = s.Flush(dst)
-		s.WriteAt(p, s.clock.Now())
+		s.WriteAt(p, at)
 		return append(dst, p...)
 	}
 	if len(p) == 0 {
 		return dst
 	}
-	at := s.clock.Now()
 	base := s.fed
 	s.keep(p)
 	if s.dropLF {

@@ -55,7 +55,9 @@ func defaultProxyConfig() proxyConfig {
 // streams, but forwards a burst (an engine's decode step gives every
 // running stream its token at once) one event after another: at 256
 // streams it added a median 0.5-1.2 ms where two threads added 0.26-0.5.
-// --procs raises it.
+// --procs raises it. Streams from a plain-HTTP engine on Linux are passed
+// on by an event loop (package evloop), which keeps a P of its own beside
+// these: GOMAXPROCS is one more once the first stream runs.
 func setProcs(n int) {
 	switch {
 	case n > 0:
@@ -127,7 +129,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest wait for the next byte from the engine (prefill and non-streaming generation included) or for the client to read; there is no whole-response deadline [TOKENTAP_IDLE_TIMEOUT]")
 	fs.Var(&cfg.MaxBodySize, "max-body-size", "largest request body accepted, bytes with optional K/M/G (default 128M) [TOKENTAP_MAX_BODY_SIZE]")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
-	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS); 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
+	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS), besides the event loop that passes streams on; 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
 	cfg.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
