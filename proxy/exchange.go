@@ -453,6 +453,20 @@ func (x *exchange) touchWrite() {
 	}
 }
 
+// armWrite sets the client write deadline an idle timeout ahead now;
+// disarmWrite clears it.
+func (x *exchange) armWrite() {
+	x.writeDL = time.Time{}
+	x.touchWrite()
+}
+
+func (x *exchange) disarmWrite() {
+	if !x.writeDL.IsZero() && x.client != nil {
+		x.writeDL = time.Time{}
+		_ = x.client.SetWriteDeadline(time.Time{})
+	}
+}
+
 func (x *exchange) stripping() bool { return x.strip }
 
 // safely runs a tap call; a panic inside the tap is recovered, counted and

@@ -159,19 +159,21 @@ func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (in
 		*s = loopSink{}
 	}()
 	// What came with the response head is in br already: passed on from
-	// here, with waiting writes.
+	// here, with writes that wait (under the idle timeout).
 	x.at = x.p.clock.At(ec.Arrived())
-	x.touchWrite()
+	x.armWrite()
 	if s.run() {
 		return s.total, s.res
 	}
 	for {
 		_ = ec.SetReadDeadline(s.lastByte.Add(idle))
+		// The loop's writes never wait, so no deadline applies to them.
+		x.disarmWrite()
 		cc.nonblock = true
 		err := ec.Drain(s)
 		cc.nonblock = false
 		if len(cc.backlog) > 0 {
-			x.touchWrite() // the deadline of the writes that wait for the client
+			x.armWrite() // the writes that wait for the client
 		}
 		if ferr := cc.flushBacklog(); ferr != nil {
 			x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)

@@ -1,5 +1,5 @@
 // Package evloop drives many TCP connections from one epoll loop outside
-// Go's netpoller, for the load generator's hot path: reading thousands of
+// Go's netpoller, for the hot paths of the load generator and the proxy:
 // streams that each deliver one small SSE event every few milliseconds.
 //
 // Under Go's netpoller every event costs a goroutine's wake-up and park
@@ -14,14 +14,15 @@
 // loop only wakes it. Drain switches a Conn to the loop's reading until the
 // Sink says the body ended.
 //
-// The loop waits in a raw epoll_wait that keeps its P (a blocking system
-// call would let sysmon hand the P to a freshly woken thread on every long
-// wait, the cost this package exists to avoid). Go's preemption signal
-// interrupts that wait, so garbage collection and the scheduler still stop
-// the loop when they need to. The rest of the program needs other Ps:
-// starting a loop raises GOMAXPROCS to the loops' count + 1 when it is
-// lower, and a loop that finds GOMAXPROCS lowered again waits in a
-// blocking system call instead, slower but never starving anything.
+// While busy, the loop waits in a raw epoll_wait that keeps its P (a
+// blocking system call would let sysmon hand the P to a freshly woken
+// thread on every long wait, the cost this package exists to avoid). Go's
+// preemption signal interrupts that wait, so garbage collection and the
+// scheduler still stop the loop when they need to. The rest of the program
+// needs other Ps: starting a loop raises GOMAXPROCS to the loops' count + 1
+// when it is lower. When nearly idle (see rawAbove), when GOMAXPROCS was
+// lowered again, or when no signal would interrupt it (asyncpreemptoff),
+// the loop parks in Go's netpoller instead, on its epoll descriptor.
 //
 // Bytes are timed by their arrival, not by when the loop got round to
 // them: every read asks the kernel for the receive time of its last
