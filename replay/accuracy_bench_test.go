@@ -211,8 +211,9 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		}
 		defer unpin()
 		// As if started with `taskset -c 1`: Go then sizes GOMAXPROCS to the
-		// one CPU it may use (two Ps on one CPU would spin for each other).
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		// one CPU it may use (two Ps on one CPU would spin for each other),
+		// and the event loops, once started, add the P they keep.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(1, evloop.Procs())))
 	}
 	runtime.GC()
 	clock := record.NewClock()

@@ -83,3 +83,8 @@ func Wrap(tc *net.TCPConn, m Mode) (*Conn, error) { return wrap(tc, m) }
 // for benchmarks (reads per event); they are recvmsg calls, which
 // /proc/self/io does not count as reads.
 func Reads() uint64 { return reads() }
+
+// Procs is the GOMAXPROCS the loops started so far raised it to when they
+// started (their count + 1), 0 before any started. A benchmark that runs as
+// if it were a fresh process on fewer CPUs sets this again.
+func Procs() int { return procs() }

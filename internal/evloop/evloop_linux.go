@@ -165,6 +165,13 @@ func (g *group) start(m Mode) {
 	}
 }
 
+func procs() int {
+	if n := int(totalLoops.Load()); n > 0 {
+		return n + 1
+	}
+	return 0
+}
+
 func reads() uint64 {
 	var n uint64
 	for i := range groups {

@@ -13,6 +13,8 @@ func wrap(*net.TCPConn, Mode) (*Conn, error) { return nil, ErrUnsupported }
 
 func reads() uint64 { return 0 }
 
+func procs() int { return 0 }
+
 // Conn exists on every platform so callers compile; without a loop Wrap
 // never returns one, and each method reports ErrUnsupported.
 type Conn struct{}
