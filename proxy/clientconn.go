@@ -50,6 +50,7 @@ type clientConn struct {
 	rc       syscall.RawConn
 	nonblock bool
 	backlog  []byte
+	deadline bool // a finished exchange left a write deadline for fasthttp's last flush
 
 	// The write in progress, for writeFD, which rc.Write calls: one
 	// callback made at accept, so a write allocates no closure.

@@ -239,8 +239,9 @@ func (x *exchange) WriteTo(w io.Writer) (int64, error) {
 }
 
 // pass moves what one upstream read brings to the client. done says the
-// body is over, err then saying how (nil: it ended cleanly). In edge mode
-// it returns errWouldBlock, having done nothing, when nothing could be read.
+// body is over, err then saying how (nil: it ended cleanly). In edge and
+// feed modes it returns errWouldBlock, having done nothing, when nothing
+// could be read.
 func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 	if x.src.fd < 0 && !x.src.feeding {
 		x.touchRead() // in edge and feed modes writeToEdge and writeToLoop keep the read deadline
@@ -267,6 +268,11 @@ func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 	}
 	x.shrinkOut()
 	switch {
+	case err == io.EOF && x.src.feeding && x.sink.cc != nil && len(x.sink.cc.backlog) > 0:
+		// The client has not taken it all yet: writeToLoop ends the
+		// record once it has, or says why not.
+		x.endLater = true
+		return n, true, nil
 	case err == io.EOF:
 		x.end(nil, record.BlameNone)
 		return n, true, nil
@@ -338,10 +344,14 @@ func (x *exchange) piece(p []byte) {
 		return
 	}
 	n := len(x.out)
+	// What the tap holds back (a partial event, with usage stripping) is
+	// copied aside first: if the tap panics, the client gets it and p,
+	// and nothing the engine sent is lost.
+	x.held = x.tap.Held(x.held[:0])
 	defer func() {
 		if r := recover(); r != nil {
 			x.measureFailed(r)
-			x.out = append(x.out[:n], p...)
+			x.out = append(append(x.out[:n], x.held...), p...)
 		}
 	}()
 	if testForwardHook != nil {
@@ -411,8 +421,14 @@ func (x *exchange) finish() {
 	p := x.p
 	reuse := x.body.done && !x.hdr.ConnectionClose() && x.endErr == nil
 	x.releaseConn(!reuse)
-	if !x.writeDL.IsZero() && x.client != nil {
-		_ = x.client.SetWriteDeadline(time.Time{})
+	if x.client != nil && !x.writeDL.IsZero() {
+		// fasthttp's last flush (the terminating chunk, a buffered tail)
+		// comes after this: it too gives up on a client that stopped
+		// reading. serve clears the deadline for the next request.
+		_ = x.client.SetWriteDeadline(time.Now().Add(x.p.cfg.IdleTimeout))
+		if cc, ok := x.client.(*clientConn); ok {
+			cc.deadline = true
+		}
 	}
 	if x.rec != nil {
 		p.m.inFlight.Add(-1)

@@ -319,6 +319,8 @@ type exchange struct {
 	readDL     time.Time
 	writeDL    time.Time
 	at         time.Duration // in feed mode, when the bytes being passed on arrived
+	endLater   bool          // the body ended with a backlog to write: writeToLoop ends the record
+	held       []byte        // piece: what the tap held back before the current piece
 	wroteBytes int64
 }
 
@@ -338,6 +340,7 @@ func (x *exchange) put() {
 	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
 	x.head, x.wroteBytes = false, 0
 	x.readDL, x.writeDL = time.Time{}, time.Time{}
+	x.endLater, x.held = false, x.held[:0]
 	x.gone.Store(false)
 	x.body = bodyReader{}
 	if cap(x.inj) > 1<<20 {
@@ -353,6 +356,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	p.active.Add(1)
 	x := p.getExchange()
 	x.client = ctx.Conn()
+	if cc, ok := x.client.(*clientConn); ok && cc.deadline {
+		// The last exchange on this connection left a write deadline for
+		// fasthttp's final flush (finish); this one starts without.
+		_ = cc.SetWriteDeadline(time.Time{})
+		cc.deadline = false
+	}
 	x.head = ctx.IsHead()
 	body := ctx.Request.Body()
 	path := ctx.Path()

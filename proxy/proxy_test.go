@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -964,5 +965,170 @@ func TestSlowClient(t *testing.T) {
 	}
 	if err := <-slow; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// sseEngine is a raw engine that answers every request with a chunked SSE
+// response whose body is written by send (tokentap's framing only: the
+// bytes given become chunks as written).
+func sseEngine(t *testing.T, send func(w func(string), raw io.Writer)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				n := 0
+				for { // the request's headers, then its body
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if v, ok := strings.CutPrefix(strings.ToLower(line), "content-length: "); ok {
+						n, _ = strconv.Atoi(strings.TrimSpace(v))
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				io.CopyN(io.Discard, br, int64(n))
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+				send(func(s string) { fmt.Fprintf(c, "%x\r\n%s\r\n", len(s), s) }, c)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestClientStallsAtTheEnd has a client stop reading while the last of a
+// short answer (a 60 KB chat completion, not streamed) is still queued in
+// the proxy: the engine is done, but the client never got it all, and the
+// record must say so (the client's), not ok.
+func TestClientStallsAtTheEnd(t *testing.T) {
+	answer := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("x", 60<<10) + `"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":10,"total_tokens":13}}`
+	url := sseEngine(t, func(_ func(string), raw io.Writer) {
+		time.Sleep(50 * time.Millisecond) // after the head: the event loop reads the answer
+		var wire []byte
+		for i := 0; i < len(answer); i += 600 {
+			wire = fmt.Appendf(wire, "%x\r\n%s\r\n", min(600, len(answer)-i), answer[i:min(i+600, len(answer))])
+		}
+		raw.Write(append(wire, "0\r\n\r\n"...)) // in one write, so the proxy reads it in one go
+	})
+	recs := make(chan record.Record, 1)
+	p, err := New(Config{Upstream: url, Logger: zerolog.Nop(), IdleTimeout: time.Second, NoInject: true,
+		OnRecord: func(r *record.Record) { recs <- *r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.Serve(smallSendBuffers{ln.(*net.TCPListener)}) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+	}}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := chatBody("m", 10, false, "")
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(req), req)
+	// The client reads nothing.
+	var r record.Record
+	select {
+	case r = <-recs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no record")
+	}
+	if r.Outcome == record.OK || r.Blame != record.BlameClient {
+		t.Fatalf("record %q blamed on %q (%s): the client never got the stream's end", r.Outcome, r.Blame, r.Error)
+	}
+}
+
+// smallSendBuffers accepts connections with 4 KiB send buffers, so a
+// client that stops reading leaves bytes queued in the proxy at once.
+type smallSendBuffers struct{ *net.TCPListener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.TCPListener.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetWriteBuffer(4 << 10)
+	return c, nil
+}
+
+// TestEngineStallsMidEvent has the engine send one event and part of the
+// next, then go silent: at the idle timeout the client gets what the
+// engine sent, the partial event too (the tap held it back to strip usage),
+// and the record says the engine timed out.
+func TestEngineStallsMidEvent(t *testing.T) {
+	first := "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"
+	part := "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"ind"
+	url := sseEngine(t, func(w func(string), _ io.Writer) {
+		w(first)
+		w(part)
+		time.Sleep(3 * time.Second)
+	})
+	h := startProxy(t, url, func(c *Config) { c.IdleTimeout = time.Second })
+	_, got, _ := do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 10, true, ""))
+	if string(got) != first+part {
+		t.Fatalf("client got %q, want the engine's %q", got, first+part)
+	}
+	r := h.waitRecords(t, 1)[0]
+	if r.Outcome != record.Timeout || r.Blame != record.BlameEngine {
+		t.Fatalf("record %q blamed on %q (%s), want a timeout, the engine's", r.Outcome, r.Blame, r.Error)
+	}
+}
+
+// TestMeasurementFailureKeepsHeldBytes makes the tap fail while it holds
+// back part of an event (usage stripping on, the engine's bytes arriving a
+// few at a time): the client still gets every byte, in order.
+func TestMeasurementFailureKeepsHeldBytes(t *testing.T) {
+	var wire strings.Builder
+	for i := 0; i < 5; i++ {
+		fmt.Fprintf(&wire, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+	}
+	wire.WriteString("data: [DONE]\n\n")
+	url := sseEngine(t, func(w func(string), _ io.Writer) {
+		s := wire.String()
+		for i := 0; i < len(s); i += 40 {
+			w(s[i:min(i+40, len(s))])
+			time.Sleep(5 * time.Millisecond)
+		}
+		w("")
+	})
+	h := startProxy(t, url, nil)
+	calls := 0
+	testForwardHook = func() {
+		calls++
+		if calls == 3 {
+			panic("boom")
+		}
+	}
+	defer func() { testForwardHook = nil }()
+	_, got, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 10, true, ""))
+	if err != nil || string(got) != wire.String() {
+		t.Fatalf("client got %q (%v), want the engine's %q", got, err, wire.String())
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Blame != record.BlameTokentap {
+		t.Fatalf("record blamed on %q, want tokentap's", r.Blame)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -106,7 +107,8 @@ type loopSink struct {
 	res      error // pass's result when finished
 }
 
-func (s *loopSink) Data(p []byte, arrived time.Time) (bool, error) {
+func (s *loopSink) Data(p []byte, arrived time.Time) (done bool, err error) {
+	defer s.contain(&done, &err)
 	s.lastByte = arrived
 	s.x.at = s.x.p.clock.At(arrived)
 	s.x.src.feed = p
@@ -119,13 +121,32 @@ func (s *loopSink) Data(p []byte, arrived time.Time) (bool, error) {
 	return false, nil
 }
 
-func (s *loopSink) EOF() error {
+func (s *loopSink) EOF() (err error) {
+	var done bool
+	defer s.contain(&done, &err)
 	s.x.src.eof = true
 	if !s.run() {
 		// Cannot be: a source at EOF never would block.
 		s.finished, s.res = true, s.x.readFailed(io.ErrUnexpectedEOF)
 	}
 	return s.res
+}
+
+// contain turns a panic on the loop's goroutine (fasthttp's writer, the
+// body decoder; the tap's own are recovered in piece) into the end of this
+// one stream, as fasthttp does for a handler: the loop and every other
+// stream go on.
+func (s *loopSink) contain(done *bool, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e := fmt.Errorf("tokentap proxy: internal error passing the stream on: %v", r)
+	s.x.p.log.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("stream ended by an internal error (please report)")
+	s.x.end(e, record.BlameTokentap)
+	s.x.src.feed = nil
+	s.finished, s.res = true, e
+	*done, *err = true, e
 }
 
 // run passes on what the source holds; it reports whether the body ended.
@@ -165,8 +186,9 @@ func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (in
 	if s.run() {
 		return s.total, s.res
 	}
+	resumed := time.Now() // when reading resumed: time spent on a slow client is not the engine's
 	for {
-		_ = ec.SetReadDeadline(s.lastByte.Add(idle))
+		_ = ec.SetReadDeadline(later(s.lastByte, resumed).Add(idle))
 		// The loop's writes never wait, so no deadline applies to them.
 		x.disarmWrite()
 		cc.nonblock = true
@@ -174,21 +196,45 @@ func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (in
 		cc.nonblock = false
 		if len(cc.backlog) > 0 {
 			x.armWrite() // the writes that wait for the client
-		}
-		if ferr := cc.flushBacklog(); ferr != nil {
-			x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)
-			return s.total, ferr
+			ferr := cc.flushBacklog()
+			resumed = time.Now()
+			if ferr != nil {
+				x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)
+				return s.total, ferr
+			}
 		}
 		switch {
 		case s.finished:
+			if x.endLater {
+				x.end(nil, record.BlameNone) // the client has it all now
+			}
 			return s.total, s.res
 		case err == errBacklog:
 			continue
-		case isTimeout(err) && !x.gone.Load() && time.Since(s.lastByte) < idle:
+		case isTimeout(err) && !x.gone.Load() && time.Since(later(s.lastByte, resumed)) < idle:
 			continue // the deadline was set before the last byte came
+		}
+		// The engine's side failed: the client gets the tail of a partial
+		// event the tap was holding back, as pass gives it at a body's end.
+		if x.strip && x.measure && !x.gone.Load() {
+			x.out = x.out[:0]
+			x.flushHeld()
+			if len(x.out) > 0 {
+				x.armWrite()
+				n, _ := w.Write(x.out)
+				s.total += int64(n)
+			}
+			x.shrinkOut()
 		}
 		return s.total, x.readFailed(err)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // rawConn returns the upstream connection's syscall.RawConn when edge mode

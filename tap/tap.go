@@ -250,6 +250,17 @@ func (s *Stream) emitTo(dst, p []byte, base, to int64) []byte {
 	return dst
 }
 
+// Held appends to dst the bytes Forward holds back (not forwarded yet) and
+// returns it, changing nothing. A caller that recovers from a panic inside
+// Forward takes them first, then passes them on with the bytes of that
+// call, so the client loses nothing the tap held.
+func (s *Stream) Held(dst []byte) []byte {
+	if s.emitted < s.pendAt+int64(len(s.pending)) && s.emitted >= s.pendAt {
+		dst = append(dst, s.pending[s.emitted-s.pendAt:]...)
+	}
+	return dst
+}
+
 // Flush appends to dst the bytes Forward still holds back (an unfinished
 // trailing event) and returns it. Call it when the body has ended so the
 // client gets the same tail the engine sent.

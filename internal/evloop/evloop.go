@@ -22,7 +22,8 @@
 // needs other Ps: starting a loop raises GOMAXPROCS to the loops' count + 1
 // when it is lower. When nearly idle (see rawAbove), when GOMAXPROCS was
 // lowered again, or when no signal would interrupt it (asyncpreemptoff),
-// the loop parks in Go's netpoller instead, on its epoll descriptor.
+// the loop parks in Go's netpoller instead, on a second epoll descriptor
+// that watches its own only while it parks.
 //
 // Bytes are timed by their arrival, not by when the loop got round to
 // them: every read asks the kernel for the receive time of its last

@@ -304,7 +304,7 @@ func (l *loop) run() {
 			// A raw wait interrupted by a signal, or idle for waitSlice.
 			runtime.Gosched() // where a preemption the signal asked for happens
 			alone = noSignal || runtime.GOMAXPROCS(0) <= int(totalLoops.Load())
-			park = park || n == 0
+			park = park || err == nil // idle for waitSlice (a signal changes nothing)
 			continue
 		}
 		if err != nil {
