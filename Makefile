@@ -42,8 +42,10 @@ lint: tools
 e2e: build
 	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags e2e ./e2e/...
 
+# One package at a time (-p 1): the benchmarks pin processes to CPUs and
+# measure CPU time, so two packages' benchmarks at once spoil each other.
 bench: deps build
-	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./...
+	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./...
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

@@ -25,12 +25,13 @@
 // the loop parks in Go's netpoller instead, on a second epoll descriptor
 // that watches its own only while it parks.
 //
-// Bytes are timed by their arrival, not by when the loop got round to
-// them: every read asks the kernel for the receive time of its last
-// segment (SO_TIMESTAMPNS). That frees a Coalesced loop to wait a little
-// between a busy round of reads and the next, so one wake-up serves many
-// events instead of two or three; on this 2-core VM wake-ups were a fifth
-// of the loop's CPU. A read without a stamp is timed at its return.
+// In a Coalesced loop bytes are timed by their arrival, not by when the
+// loop got round to them: every read asks the kernel for the receive time
+// of its last segment (SO_TIMESTAMPNS). That frees the loop to wait a
+// little between a busy round of reads and the next, so one wake-up serves
+// many events instead of two or three; on this 2-core VM wake-ups were a
+// fifth of the loop's CPU. A read without a stamp, and every read of a
+// Prompt loop (which reads as events come), is timed at its return.
 //
 // Only Linux on amd64 and arm64 has the loop (Supported); elsewhere Wrap
 // fails and callers keep using the net.Conn they have.

@@ -487,6 +487,7 @@ type Conn struct {
 	fd           int
 	slot         int32
 	gen          int32 // the registration's number, in every event
+	stamp        bool  // reads ask for the kernel's receive time (Coalesced)
 	laddr, raddr net.Addr
 
 	closed   atomic.Bool
@@ -610,13 +611,17 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 		syscall.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	// Receive times for every read (recv). Linux turns stamping on
-	// asynchronously, so the first segments may come without one.
-	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
-		syscall.Close(fd)
-		return nil, os.NewSyscallError("setsockopt", err)
+	// Receive times for every read of a Coalesced loop's (recv). Linux
+	// turns stamping on asynchronously, so the first segments may come
+	// without one.
+	if m == Coalesced {
+		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
+			syscall.Close(fd)
+			return nil, os.NewSyscallError("setsockopt", err)
+		}
 	}
 	c := &Conn{
+		stamp: m == Coalesced,
 		l:     g.loops[g.next.Add(1)%uint32(len(g.loops))],
 		fd:    fd,
 		gen:   int32(gens.Add(1)),
@@ -823,11 +828,17 @@ func (c *Conn) Read(p []byte) (int, error) {
 // kernel gave none.
 func (c *Conn) Arrived() time.Time { return c.arrived }
 
-// recv reads the socket once with recvmsg, for the receive time of the
-// last segment read (SO_TIMESTAMPNS). It returns the bytes' arrival as a
+// recv reads the socket once. For a Coalesced loop's Conn it is recvmsg,
+// for the receive time of the last segment read (SO_TIMESTAMPNS). It returns the bytes' arrival as a
 // time with a monotonic reading: the kernel's stamp is wall-clock time, so
 // it is taken as an age (now − stamp) before now.
 func (c *Conn) recv(p []byte) (int, time.Time, error) {
+	if !c.stamp {
+		// A Prompt loop reads as events come: the read's return is their
+		// arrival, give or take the wake-up, without recvmsg's cost.
+		n, err := rawio.Read(c.fd, p)
+		return n, time.Now(), err
+	}
 	var oob [64]byte
 	iov := syscall.Iovec{Base: &p[0]}
 	iov.SetLen(len(p))

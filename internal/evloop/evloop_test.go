@@ -377,9 +377,10 @@ func TestOneP(t *testing.T) {
 	}
 }
 
-// TestArrived checks bytes are timed by their arrival, not by the read:
-// bytes left waiting 150 ms in the socket, read by Read and by Drain, are
-// stamped when they came.
+// TestArrived checks a Coalesced loop's Conn times bytes by their arrival,
+// not by the read: bytes left waiting 150 ms in the socket, read by Read
+// and by Drain, are stamped when they came. A Prompt loop's are timed by
+// the read.
 func TestArrived(t *testing.T) {
 	const wait = 150 * time.Millisecond
 	sentAt := make(chan time.Time, 4)
@@ -412,10 +413,15 @@ func TestArrived(t *testing.T) {
 			}
 			arrived = s.at[0]
 		}
-		// The first segments after stamping is turned on may come
-		// without a stamp (Linux enables it asynchronously): then the
-		// read's own time, wait late, is all there is.
-		if d := arrived.Sub(sent); d < -time.Millisecond || d > wait/3 {
+		d := arrived.Sub(sent)
+		switch {
+		case mode == Prompt && d < wait:
+			// A Prompt loop times a read by its return.
+			t.Errorf("%s: bytes read %v after they were written stamped %v later", how, wait, d)
+		case mode == Coalesced && (d < -time.Millisecond || d > wait/3):
+			// The first segments after stamping is turned on may come
+			// without a stamp (Linux enables it asynchronously): then the
+			// read's own time, wait late, is all there is.
 			t.Errorf("%s: bytes written at %v stamped %v later", how, sent.Format("15:04:05.000000"), d)
 		}
 	}
