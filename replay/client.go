@@ -285,7 +285,11 @@ type Conn struct {
 	ev   *evloop.Conn  // nc when an event loop reads its bodies (plain TCP on Linux)
 	used bool          // nc has carried a request (a close by the server may be a keep-alive race)
 	at   time.Duration // when the bytes being fed arrived (see read)
-	sink drainSink     // the body being drained by the event loop
+	// floor is when the request was sent: on loopback a fast engine's
+	// answer can reach the socket (its kernel stamp) before the write that
+	// sent the request has returned, so arrivals are never put before it.
+	floor time.Duration
+	sink  drainSink // the body being drained by the event loop
 
 	// dl guards nc's read deadline, which a cancellation sets in the past
 	// and the early-answer read sets ahead. gen numbers the attempts on nc,
@@ -488,7 +492,7 @@ func (c *Conn) alive() bool {
 func (c *Conn) read(p []byte) (int, error) {
 	n, err := c.nc.Read(p)
 	if c.ev != nil && n > 0 {
-		c.at = c.clock.At(c.ev.Arrived())
+		c.at = max(c.clock.At(c.ev.Arrived()), c.floor)
 	} else {
 		c.at = c.clock.Now()
 	}
@@ -593,6 +597,7 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		var err error
 		if werr := c.writeRequest(body, rec.Stream); werr != nil {
 			sent = c.clock.Now()
+			c.floor = sent
 			// An engine, or a proxy in front of it, may answer and close
 			// before it took a long body (413, 400): its answer says more
 			// than the broken pipe.
@@ -605,6 +610,7 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 			}
 		} else {
 			sent = c.clock.Now()
+			c.floor = sent
 			h, have, err = c.readHead()
 		}
 		if err == nil {
@@ -850,7 +856,7 @@ type drainSink struct {
 }
 
 func (s *drainSink) Data(p []byte, arrived time.Time) (bool, error) {
-	s.c.at = max(s.c.clock.At(arrived), s.c.at) // never before the bytes read earlier
+	s.c.at = max(s.c.clock.At(arrived), s.c.at, s.c.floor) // never before the bytes read earlier, or the request
 	s.idle.touch(s.c.at)
 	return s.c.feed(s.b, p, s.rec)
 }
