@@ -832,33 +832,11 @@ func TestFragmentedUpstreamStream(t *testing.T) {
 // with the data's. Every stream must still end (cut, for the client) long
 // before the idle timeout.
 func TestEngineClosesRightAfterData(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil || line == "\r\n" {
-						break
-					}
-				}
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-				time.Sleep(time.Millisecond)
-				_, _ = io.WriteString(c, "b\r\ndata: one\n\n\r\n") // then the deferred Close: FIN right behind
-			}()
-		}
-	}()
-	h := startProxy(t, "http://"+ln.Addr().String(), func(c *Config) { c.IdleTimeout = time.Minute })
+	url := sseEngine(t, func(w func(string), _ io.Writer) {
+		time.Sleep(time.Millisecond)
+		w("data: one\n\n") // then the engine's close: FIN right behind
+	})
+	h := startProxy(t, url, func(c *Config) { c.IdleTimeout = time.Minute })
 	for i := 0; i < 40; i++ {
 		start := time.Now()
 		_, body, err := do(t, "GET", h.url+"/events", "")
@@ -872,10 +850,11 @@ func TestEngineClosesRightAfterData(t *testing.T) {
 }
 
 // TestSlowClient has one client stop reading a fast engine's 16 MiB stream
-// for a second while another streams 20 events 10 ms apart through the same proxy: the
-// slow one gets every byte, in order, and the other's events are not held
-// up behind it (the event loop that passes both bodies on never waits for
-// a client; the handler's goroutine takes over the slow one's backlog).
+// for a second while another streams 20 events 10 ms apart through the
+// same proxy: the slow one gets every byte, in order, and the other's
+// events are not held up behind it (the event loop that passes both bodies
+// on never waits for a client; the handler's goroutine takes over the slow
+// one's backlog).
 func TestSlowClient(t *testing.T) {
 	event := func(i int, pad string) string {
 		return fmt.Sprintf("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%d%s\"}}]}\n\n", i, pad)

@@ -63,6 +63,21 @@ func serve(t *testing.T, handle func(net.Conn)) string {
 	return ln.Addr().String()
 }
 
+// answers serves connections that answer every byte they read with reply,
+// think after it.
+func answers(think time.Duration, reply string) func(net.Conn) {
+	return func(nc net.Conn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(nc, b); err != nil {
+				return
+			}
+			time.Sleep(think)
+			io.WriteString(nc, reply)
+		}
+	}
+}
+
 // dial connects to addr and moves the connection to the loop.
 func dial(t *testing.T, addr string) *Conn {
 	t.Helper()
@@ -174,16 +189,7 @@ func TestDrain(t *testing.T) {
 // drain: the next response is read with Read, as a kept-alive connection's
 // next head is.
 func TestDrainThenRead(t *testing.T) {
-	addr := serve(t, func(nc net.Conn) {
-		b := make([]byte, 1)
-		for {
-			if _, err := io.ReadFull(nc, b); err != nil {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-			io.WriteString(nc, "x\nEND\n")
-		}
-	})
+	addr := serve(t, answers(20*time.Millisecond, "x\nEND\n"))
 	c := dial(t, addr)
 	for i := 0; i < 3; i++ {
 		c.Write([]byte("?"))
@@ -350,15 +356,7 @@ func TestManyConns(t *testing.T) {
 // wait would leave it waiting for Go's preemption signal (up to 10 ms).
 func TestOneP(t *testing.T) {
 	const think = 5 * time.Millisecond
-	addr := serve(t, func(nc net.Conn) {
-		for {
-			if _, err := io.ReadFull(nc, make([]byte, 1)); err != nil {
-				return
-			}
-			time.Sleep(think)
-			io.WriteString(nc, "END\n")
-		}
-	})
+	addr := serve(t, answers(think, "END\n"))
 	dial(t, addr) // the loop runs
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	c := dial(t, addr)
@@ -497,16 +495,7 @@ func TestCloseEndsReadWrite(t *testing.T) {
 // while a CPU-bound goroutine holds the program's other P: it is queued on
 // the loop's P, which no busy P steals from, so the loop must yield to it.
 func TestWakeWithBusyP(t *testing.T) {
-	addr := serve(t, func(nc net.Conn) {
-		b := make([]byte, 1)
-		for {
-			if _, err := io.ReadFull(nc, b); err != nil {
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-			io.WriteString(nc, "END\n")
-		}
-	})
+	addr := serve(t, answers(2*time.Millisecond, "END\n"))
 	c := dial(t, addr)
 	var stop atomic.Bool
 	defer stop.Store(true)
