@@ -670,19 +670,24 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// failTapAt makes the tap panic on its n-th piece for the rest of the test.
+func failTapAt(t *testing.T, n int) {
+	calls := 0
+	testForwardHook = func() {
+		calls++
+		if calls == n {
+			panic("boom")
+		}
+	}
+	t.Cleanup(func() { testForwardHook = nil })
+}
+
 // TestMeasurementFailureKeepsStream makes the tap panic mid-stream: the
 // client still gets every byte, the failure is counted.
 func TestMeasurementFailureKeepsStream(t *testing.T) {
 	e := fixtures.StartTest(t, fixtures.DefaultModel())
 	h := startProxy(t, e.URL(), func(c *Config) { c.NoInject = true })
-	calls := 0
-	testForwardHook = func() {
-		calls++
-		if calls == 3 {
-			panic("boom")
-		}
-	}
-	defer func() { testForwardHook = nil }()
+	failTapAt(t, 3)
 	body := chatBody(e.Model().Name, 20, true, "")
 	_, direct, _ := do(t, "POST", e.URL()+"/v1/chat/completions", body)
 	_, via, err := do(t, "POST", h.url+"/v1/chat/completions", body)
@@ -1095,14 +1100,7 @@ func TestMeasurementFailureKeepsHeldBytes(t *testing.T) {
 		w("")
 	})
 	h := startProxy(t, url, nil)
-	calls := 0
-	testForwardHook = func() {
-		calls++
-		if calls == 3 {
-			panic("boom")
-		}
-	}
-	defer func() { testForwardHook = nil }()
+	failTapAt(t, 3)
 	_, got, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 10, true, ""))
 	if err != nil || string(got) != wire.String() {
 		t.Fatalf("client got %q (%v), want the engine's %q", got, err, wire.String())

@@ -81,9 +81,9 @@ const (
 // is left as it was.
 func Wrap(tc *net.TCPConn, m Mode) (*Conn, error) { return wrap(tc, m) }
 
-// Reads is how many read system calls the loops' connections made so far,
-// for benchmarks (reads per event); they are recvmsg calls, which
-// /proc/self/io does not count as reads.
+// Reads is how many recvmsg calls the Coalesced loops' connections made so
+// far, for benchmarks (reads per event): /proc/self/io does not count them
+// as reads. Prompt loops read with read(2), which it does count.
 func Reads() uint64 { return reads() }
 
 // Procs is the GOMAXPROCS the loops started so far raised it to when they

@@ -350,16 +350,11 @@ func TestManyConns(t *testing.T) {
 	}
 }
 
-// TestOneP checks the loop does not hold up the program: with GOMAXPROCS
-// lowered to 1 after the loop started (its P is then the only one), the
-// goroutine an event wakes runs at once. A loop that kept the P in its
-// wait would leave it waiting for Go's preemption signal (up to 10 ms).
-func TestOneP(t *testing.T) {
-	const think = 5 * time.Millisecond
-	addr := serve(t, answers(think, "END\n"))
-	dial(t, addr) // the loop runs
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	c := dial(t, addr)
+// drainLateness asks an answers server on c for END 21 times, draining
+// each, and returns, sorted, how long after the answer's bytes arrived each
+// Drain returned: how late the goroutine the loop woke got to run.
+func drainLateness(t *testing.T, c *Conn) []time.Duration {
+	t.Helper()
 	var late []time.Duration
 	for i := 0; i < 21; i++ {
 		c.Write([]byte("?"))
@@ -370,6 +365,20 @@ func TestOneP(t *testing.T) {
 		late = append(late, time.Since(s.at[0]))
 	}
 	slices.Sort(late)
+	return late
+}
+
+// TestOneP checks the loop does not hold up the program: with GOMAXPROCS
+// lowered to 1 after the loop started (its P is then the only one), the
+// goroutine an event wakes runs at once. A loop that kept the P in its
+// wait would leave it waiting for Go's preemption signal (up to 10 ms).
+func TestOneP(t *testing.T) {
+	const think = 5 * time.Millisecond
+	addr := serve(t, answers(think, "END\n"))
+	dial(t, addr) // the loop runs
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	c := dial(t, addr)
+	late := drainLateness(t, c)
 	if late[len(late)/2] > 2*time.Millisecond {
 		t.Fatalf("the drain's goroutine ran a median %v after its last read (all: %v)", late[len(late)/2], late)
 	}
@@ -503,16 +512,7 @@ func TestWakeWithBusyP(t *testing.T) {
 		for n := 0; !stop.Load(); n++ {
 		}
 	}()
-	var late []time.Duration
-	for i := 0; i < 21; i++ {
-		c.Write([]byte("?"))
-		s := &lines{end: "END\n"}
-		if err := c.Drain(s); err != nil {
-			t.Fatal(err)
-		}
-		late = append(late, time.Since(s.at[0]))
-	}
-	slices.Sort(late)
+	late := drainLateness(t, c)
 	if late[len(late)/2] > 3*time.Millisecond {
 		t.Fatalf("Drain returned a median %v after its last bytes arrived (all: %v)", late[len(late)/2], late)
 	}
