@@ -509,7 +509,8 @@ var longAgo = time.Unix(1, 0)
 // error: a failure is a record with its Outcome, Blame and Error set. When ctx
 // is cancelled mid-stream the record's outcome is record.Cancelled.
 //
-// Sent is stamped when the write of the request's last byte returned. A
+// Sent is when the request's last byte left: the kernel's transmit stamp
+// where there is one (see sentAt), else when the write returned. A
 // request the server never answered on a kept-alive connection (it closed
 // the connection first) is sent again once on a fresh one; once any byte of
 // a response arrived a request is never sent again.
@@ -609,9 +610,13 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 				}
 			}
 		} else {
-			sent = c.clock.Now()
+			var stamped bool
+			sent, stamped = c.sentAt()
 			c.floor = sent
 			h, have, err = c.readHead()
+			if err == nil && !stamped {
+				sent = c.restamp(sent)
+			}
 		}
 		if err == nil {
 			break
@@ -651,6 +656,37 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		// this goroutine got round to it.
 		c.stream.EndAt(nil, record.BlameNone, max(c.at, rec.Sent))
 	}
+}
+
+// sentAt is when the request's last byte left, stamped as the write that
+// sent it returns: the kernel's transmit stamp where the event loop has
+// one (stamped), else this goroutine's clock. The clock alone runs late
+// by however long the goroutine was descheduled after the write, by
+// milliseconds on a busy machine, and TTFT would come out short by as much.
+func (c *Conn) sentAt() (sent time.Duration, stamped bool) {
+	now := c.clock.Now()
+	if c.ev != nil {
+		if t, ok := c.ev.Sent(); ok {
+			return min(c.clock.At(t), now), true
+		}
+	}
+	return now, false
+}
+
+// restamp takes the kernel's stamp once the response head arrived where
+// there was none as the write returned: the last bytes of a long request
+// still waited in the send buffer then, and left later. It is never after
+// the head's arrival (an engine may answer before it took the whole
+// request).
+func (c *Conn) restamp(sent time.Duration) time.Duration {
+	if c.ev == nil {
+		return sent
+	}
+	if t, ok := c.ev.Sent(); ok {
+		sent = max(sent, min(c.clock.At(t), c.at))
+		c.floor = sent
+	}
+	return sent
 }
 
 // keepAliveRace says whether err is how a connection the engine closed

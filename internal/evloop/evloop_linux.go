@@ -490,6 +490,13 @@ type Conn struct {
 	stamp        bool  // reads ask for the kernel's receive time (Coalesced)
 	laddr, raddr net.Addr
 
+	// Transmit stamps (Coalesced; see Sent), used by the writing goroutine
+	// only. written counts the bytes written since stamping was turned on.
+	txStamps bool
+	written  uint64
+	sentFor  uint64    // written when sentAt was found
+	sentAt   time.Time // when byte sentFor-1 left
+
 	closed   atomic.Bool
 	fdClosed bool // the loop closed the socket (only the loop uses it)
 	// ops counts the caller's system calls on the socket in progress (Read,
@@ -614,22 +621,25 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 	// Receive times for every read of a Coalesced loop's (recv). Linux
 	// turns stamping on asynchronously, so the first segments may come
 	// without one.
+	txStamps := false
 	if m == Coalesced {
 		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
 			syscall.Close(fd)
 			return nil, os.NewSyscallError("setsockopt", err)
 		}
+		txStamps = stampSends(fd)
 	}
 	c := &Conn{
-		stamp: m == Coalesced,
-		l:     g.loops[g.next.Add(1)%uint32(len(g.loops))],
-		fd:    fd,
-		gen:   int32(gens.Add(1)),
-		laddr: tc.LocalAddr(),
-		raddr: tc.RemoteAddr(),
-		done:  make(chan error, 1),
-		rd:    side{wake: make(chan struct{}, 1)},
-		wr:    side{wake: make(chan struct{}, 1)},
+		stamp:    m == Coalesced,
+		txStamps: txStamps,
+		l:        g.loops[g.next.Add(1)%uint32(len(g.loops))],
+		fd:       fd,
+		gen:      int32(gens.Add(1)),
+		laddr:    tc.LocalAddr(),
+		raddr:    tc.RemoteAddr(),
+		done:     make(chan error, 1),
+		rd:       side{wake: make(chan struct{}, 1)},
+		wr:       side{wake: make(chan struct{}, 1)},
 	}
 	c.slot = c.l.add(c)
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: c.slot, Pad: c.gen}
@@ -865,6 +875,18 @@ const cmsgTimespec = syscall.SizeofCmsghdr + int(unsafe.Sizeof(syscall.Timespec{
 // set meanwhile) and the read's own time is used.
 const maxAge = 10 * time.Second
 
+// aged turns a kernel stamp ts (wall-clock time) into a time with a
+// monotonic reading: an age before now, so a wall clock set meanwhile
+// cannot move it. ok is false for a stamp in the future or older than
+// maxAge.
+func aged(now time.Time, ts syscall.Timespec) (time.Time, bool) {
+	age := time.Duration(now.UnixNano() - ts.Nano())
+	if age < 0 || age > maxAge {
+		return time.Time{}, false
+	}
+	return now.Add(-age), true
+}
+
 // stamped returns the arrival the SCM_TIMESTAMPNS message in oob says, as
 // an age before now; now when there is none or it makes no sense.
 func stamped(now time.Time, oob []byte) time.Time {
@@ -876,11 +898,10 @@ func stamped(now time.Time, oob []byte) time.Time {
 		}
 		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && n >= uint64(cmsgTimespec) {
 			ts := (*syscall.Timespec)(unsafe.Pointer(&oob[syscall.SizeofCmsghdr]))
-			age := time.Duration(now.UnixNano() - ts.Nano())
-			if age < 0 || age > maxAge {
-				return now
+			if at, ok := aged(now, *ts); ok {
+				return at
 			}
-			return now.Add(-age)
+			return now
 		}
 		next := (int(n) + 7) &^ 7 // CMSG_ALIGN; n ≤ len(oob)
 		if next >= len(oob) {
@@ -904,6 +925,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		k, err := rawio.Write(c.fd, p[n:])
 		c.exit()
 		n += k
+		c.written += uint64(k)
 		switch {
 		case err == syscall.EAGAIN:
 			if werr := c.wr.wait(); werr != nil {

@@ -30,3 +30,4 @@ func (*Conn) RemoteAddr() net.Addr             { return nil }
 func (*Conn) SetDeadline(time.Time) error      { return ErrUnsupported }
 func (*Conn) SetReadDeadline(time.Time) error  { return ErrUnsupported }
 func (*Conn) SetWriteDeadline(time.Time) error { return ErrUnsupported }
+func (*Conn) Sent() (time.Time, bool)          { return time.Time{}, false }
