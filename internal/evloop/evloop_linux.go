@@ -623,7 +623,7 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 	// without one.
 	txStamps := false
 	if m == Coalesced {
-		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
+		if err := rawio.StampReads(fd); err != nil {
 			syscall.Close(fd)
 			return nil, os.NewSyscallError("setsockopt", err)
 		}
@@ -839,9 +839,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) Arrived() time.Time { return c.arrived }
 
 // recv reads the socket once. For a Coalesced loop's Conn it is recvmsg,
-// for the receive time of the last segment read (SO_TIMESTAMPNS). It returns the bytes' arrival as a
-// time with a monotonic reading: the kernel's stamp is wall-clock time, so
-// it is taken as an age (now − stamp) before now.
+// for the receive time of the last segment read (rawio.ReadStamped).
 func (c *Conn) recv(p []byte) (int, time.Time, error) {
 	if !c.stamp {
 		// A Prompt loop reads as events come: the read's return is their
@@ -849,67 +847,8 @@ func (c *Conn) recv(p []byte) (int, time.Time, error) {
 		n, err := rawio.Read(c.fd, p)
 		return n, time.Now(), err
 	}
-	var oob [64]byte
-	iov := syscall.Iovec{Base: &p[0]}
-	iov.SetLen(len(p))
-	msg := syscall.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
-	msg.SetControllen(len(oob))
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&msg)), 0)
-		c.l.reads.Add(1)
-		if e == syscall.EINTR {
-			continue
-		}
-		now := time.Now()
-		if e != 0 {
-			return 0, now, e
-		}
-		return int(r), stamped(now, oob[:msg.Controllen]), nil
-	}
-}
-
-// cmsgTimespec is the size of a control message carrying a timespec.
-const cmsgTimespec = syscall.SizeofCmsghdr + int(unsafe.Sizeof(syscall.Timespec{}))
-
-// maxAge bounds a stamp's age: an older one is wrong (the wall clock was
-// set meanwhile) and the read's own time is used.
-const maxAge = 10 * time.Second
-
-// aged turns a kernel stamp ts (wall-clock time) into a time with a
-// monotonic reading: an age before now, so a wall clock set meanwhile
-// cannot move it. ok is false for a stamp in the future or older than
-// maxAge.
-func aged(now time.Time, ts syscall.Timespec) (time.Time, bool) {
-	age := time.Duration(now.UnixNano() - ts.Nano())
-	if age < 0 || age > maxAge {
-		return time.Time{}, false
-	}
-	return now.Add(-age), true
-}
-
-// stamped returns the arrival the SCM_TIMESTAMPNS message in oob says, as
-// an age before now; now when there is none or it makes no sense.
-func stamped(now time.Time, oob []byte) time.Time {
-	for len(oob) >= syscall.SizeofCmsghdr {
-		h := (*syscall.Cmsghdr)(unsafe.Pointer(&oob[0]))
-		n := uint64(h.Len) // its width differs by platform
-		if n < syscall.SizeofCmsghdr || n > uint64(len(oob)) {
-			break
-		}
-		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && n >= uint64(cmsgTimespec) {
-			ts := (*syscall.Timespec)(unsafe.Pointer(&oob[syscall.SizeofCmsghdr]))
-			if at, ok := aged(now, *ts); ok {
-				return at
-			}
-			return now
-		}
-		next := (int(n) + 7) &^ 7 // CMSG_ALIGN; n ≤ len(oob)
-		if next >= len(oob) {
-			break
-		}
-		oob = oob[next:]
-	}
-	return now
+	c.l.reads.Add(1)
+	return rawio.ReadStamped(c.fd, p)
 }
 
 // Write writes all of p, waiting for room as a net.Conn does.

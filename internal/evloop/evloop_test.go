@@ -14,10 +14,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // mode is the loops' mode the tests run with: TestMain runs every test
@@ -432,56 +430,6 @@ func TestArrived(t *testing.T) {
 			t.Errorf("%s: bytes written at %v stamped %v later", how, sent.Format("15:04:05.000000"), d)
 		}
 	}
-}
-
-func TestStamped(t *testing.T) {
-	now := time.Now()
-	msg := func(level, typ int32, sec, nsec int64) []byte {
-		b := make([]byte, cmsgTimespec)
-		h := (*syscall.Cmsghdr)(unsafe.Pointer(&b[0]))
-		h.Len, h.Level, h.Type = uint64(cmsgTimespec), level, typ
-		ts := (*syscall.Timespec)(unsafe.Pointer(&b[syscall.SizeofCmsghdr]))
-		ts.Sec, ts.Nsec = sec, nsec
-		return b
-	}
-	at := func(d time.Duration) (int64, int64) {
-		n := now.Add(d).UnixNano()
-		return n / 1e9, n % 1e9
-	}
-	sec, nsec := at(-3 * time.Millisecond)
-	tests := []struct {
-		name string
-		oob  []byte
-		want time.Duration // before now
-	}{
-		{"stamped", msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, sec, nsec), 3 * time.Millisecond},
-		{"after another message", append(msg(syscall.SOL_SOCKET, syscall.SCM_RIGHTS, 0, 0), msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, sec, nsec)...), 3 * time.Millisecond},
-		{"none", nil, 0},
-		{"other level", msg(syscall.IPPROTO_IP, syscall.SCM_TIMESTAMPNS, sec, nsec), 0},
-		{"in the future", func() []byte { s, n := at(time.Second); return msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, s, n) }(), 0},
-		{"too old", func() []byte { s, n := at(-time.Hour); return msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, s, n) }(), 0},
-		{"truncated", msg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, sec, nsec)[:cmsgTimespec-4], 0},
-	}
-	for _, tt := range tests {
-		got := now.Sub(stamped(now, tt.oob))
-		if d := got - tt.want; d < -time.Microsecond || d > time.Microsecond {
-			t.Errorf("%s: %v before now, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
-// FuzzStamped feeds stamped any control buffer: it never panics, and never
-// says bytes arrived after now or more than maxAge before it.
-func FuzzStamped(f *testing.F) {
-	f.Add([]byte{})
-	f.Add(make([]byte, cmsgTimespec))
-	f.Fuzz(func(t *testing.T, oob []byte) {
-		now := time.Now()
-		got := stamped(now, oob)
-		if got.After(now) || now.Sub(got) > maxAge {
-			t.Fatalf("stamped %v before now", now.Sub(got))
-		}
-	})
 }
 
 // TestCloseEndsReadWrite checks Close from another goroutine ends a Read

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/tokentap/tokentap/internal/rawio"
 )
 
 // Flags of SO_TIMESTAMPING (linux/net_tstamp.h).
@@ -88,7 +90,7 @@ func (c *Conn) Sent() (time.Time, bool) {
 		if !ok || key != want {
 			continue // an earlier write's, or not a send stamp
 		}
-		at, ok := aged(now, ts)
+		at, ok := rawio.Aged(now, ts)
 		if !ok {
 			return time.Time{}, false
 		}

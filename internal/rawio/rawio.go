@@ -1,7 +1,9 @@
 // Package rawio reads and writes non-blocking sockets with the fewest
 // instructions between tokentap and the kernel, for the two hot paths that
 // move one small SSE event per system call: the proxy (upstream read,
-// client write) and the load generator (response read, in evloop).
+// client write) and the load generator (response read, in evloop). Where
+// a time must be exact, ReadStamped also returns when the bytes reached
+// the socket, as the kernel stamped them.
 //
 // Call these only on a non-blocking socket that cannot be closed during
 // the call: inside syscall.RawConn.Read or Write callbacks (which hold the
