@@ -5,8 +5,10 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/tokentap/tokentap/internal/rawio"
+	"github.com/tokentap/tokentap/record"
 )
 
 // clientListener hands fasthttp client connections whose writes go to the
@@ -28,6 +30,11 @@ func (l clientListener) Accept() (net.Conn, error) {
 	}
 	cc := &clientConn{TCPConn: tc, rc: rc}
 	cc.wfn = cc.writeFD
+	cc.rfn = cc.readFD
+	if rawio.Stamps {
+		// Best effort: without stamps a read is timed at its return.
+		_ = rc.Control(func(fd uintptr) { _ = rawio.StampReads(int(fd)) })
+	}
 	return cc, nil
 }
 
@@ -59,6 +66,62 @@ type clientConn struct {
 	wn   int
 	wErr error
 	wait bool // wait for room (else keep the rest in backlog)
+
+	// The read in progress, for readFD (fasthttp's goroutine only).
+	rfn     func(fd uintptr) bool
+	rp      []byte
+	rn      int
+	rErr    error
+	arrived time.Time // when the last read's bytes reached the socket
+}
+
+// Read reads as the *net.TCPConn would, by recvmsg, and notes when the
+// bytes reached the socket, as the kernel stamped them (rawio.ReadStamped).
+// fasthttp reads a whole request before it calls the handler, so the last
+// read's stamp is when the request's last bytes reached the proxy: its
+// Sent (METHOD.md §2), however long the handler then took to run. A busy
+// machine delays that by milliseconds, and every TTFT measured from the
+// handler's start would come out short by as much.
+func (c *clientConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.rp, c.rn, c.rErr = p, 0, nil
+	err := c.rc.Read(c.rfn)
+	n, rerr := c.rn, c.rErr
+	c.rp, c.rErr = nil, nil
+	if rerr != nil {
+		err = rerr
+	}
+	if err != nil {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (c *clientConn) readFD(fd uintptr) bool {
+	n, at, err := rawio.ReadStamped(int(fd), c.rp)
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		return false // nothing yet: wait in the netpoller, under the read deadline
+	case err != nil:
+		c.rErr = os.NewSyscallError("recvmsg", err)
+	default:
+		c.rn, c.arrived = n, at
+	}
+	return true
+}
+
+// sent is when the request being handled reached the proxy: the arrival of
+// the last bytes read, never after now (the handler's start).
+func (c *clientConn) sent(clock record.Clock, now time.Duration) time.Duration {
+	if c.arrived.IsZero() {
+		return now
+	}
+	return min(clock.At(c.arrived), now)
 }
 
 // maxBacklogKeep bounds the backlog buffer kept between streams.

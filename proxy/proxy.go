@@ -356,11 +356,14 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	p.active.Add(1)
 	x := p.getExchange()
 	x.client = ctx.Conn()
-	if cc, ok := x.client.(*clientConn); ok && cc.deadline {
-		// The last exchange on this connection left a write deadline for
-		// fasthttp's final flush (finish); this one starts without.
-		_ = cc.SetWriteDeadline(time.Time{})
-		cc.deadline = false
+	if cc, ok := x.client.(*clientConn); ok {
+		sent = cc.sent(p.clock, sent)
+		if cc.deadline {
+			// The last exchange on this connection left a write deadline
+			// for fasthttp's final flush (finish); this one starts without.
+			_ = cc.SetWriteDeadline(time.Time{})
+			cc.deadline = false
+		}
 	}
 	x.head = ctx.IsHead()
 	body := ctx.Request.Body()

@@ -324,9 +324,8 @@ func TestEngineUnreachableIs502(t *testing.T) {
 	}
 }
 
-// readEvents reads SSE data lines from a raw HTTP/1.1 response until n data
-// lines (n < 0: until the body ends) and returns them with the error that
-// ended reading.
+// rawRequest sends one POST over a fresh raw connection and returns it,
+// for the caller to read the answer from.
 func rawRequest(t *testing.T, addr, path, body string, hdr ...string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -344,6 +343,41 @@ func rawRequest(t *testing.T, addr, path, body string, hdr ...string) net.Conn {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestSentIsWhenTheRequestArrived pipelines two requests in one write:
+// fasthttp runs the second's handler only once the first's answer is done
+// (150 ms on), yet both reached the proxy together, and Sent says so. It
+// is the kernel's stamp of the request's arrival, not the handler's start.
+func TestSentIsWhenTheRequestArrived(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var b strings.Builder
+	for _, tokens := range []int{20, 1} {
+		body := chatBody(e.Model().Name, tokens, false, "")
+		fmt.Fprintf(&b, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, c)
+	recs := h.waitRecords(t, 2)
+	first, second := recs[0], recs[1]
+	if first.Outcome != record.OK || second.Outcome != record.OK || first.MaxTokens != 20 {
+		t.Fatalf("records %s (%d tokens asked) and %s", first.Outcome, first.MaxTokens, second.Outcome)
+	}
+	if took := first.End - first.Sent; took < 100*time.Millisecond {
+		t.Fatalf("the first request took %v, too short to tell", took)
+	}
+	if d := second.Sent - first.Sent; d < 0 || d > 50*time.Millisecond {
+		t.Errorf("the second request's Sent is %v after the first's; both arrived together (the first took %v)", d, first.End-first.Sent)
+	}
 }
 
 func TestEngineDiesMidStream(t *testing.T) {

@@ -32,6 +32,9 @@ func Read(fd int, p []byte) (int, error) {
 	for {
 		n, err := read(fd, p)
 		if err != syscall.EINTR {
+			if err == nil {
+				raceRead(fd)
+			}
 			return max(n, 0), err
 		}
 	}

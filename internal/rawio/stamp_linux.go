@@ -40,6 +40,7 @@ func ReadStamped(fd int, p []byte) (int, time.Time, error) {
 		if e != 0 {
 			return 0, now, e
 		}
+		raceRead(fd)
 		return int(r), Stamped(now, oob[:msg.Controllen]), nil
 	}
 }
