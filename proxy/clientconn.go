@@ -94,7 +94,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		err = rerr
 	}
 	if err != nil {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		return 0, c.opErr("read", err)
 	}
 	if n == 0 {
 		return 0, io.EOF
@@ -179,9 +179,20 @@ func (c *clientConn) writeRaw(p []byte, wait bool) (int, error) {
 		err = werr
 	}
 	if err != nil {
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		return n, c.opErr("write", err)
 	}
 	return n, nil
+}
+
+// opErr wraps err as net.TCPConn's Read and Write do. RawConn's own errors
+// (a deadline, a closed connection) come wrapped already, as "raw-read" or
+// "raw-write": their cause is unwrapped first, so callers see the same
+// error a *net.TCPConn gives.
+func (c *clientConn) opErr(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 func (c *clientConn) writeFD(fd uintptr) bool {

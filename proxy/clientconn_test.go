@@ -3,7 +3,9 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -92,6 +94,65 @@ func TestClientConnWrite(t *testing.T) {
 		var oe *net.OpError
 		if !errors.As(err, &oe) || oe.Op != "write" {
 			t.Fatalf("Write to a reset client: %v; want a *net.OpError from write", err)
+		}
+	})
+}
+
+// TestClientConnRead checks clientConn reads as a *net.TCPConn does
+// (bytes, the peer's close, a deadline, its own close, and the errors they
+// give) and notes when the bytes reached the socket.
+func TestClientConnRead(t *testing.T) {
+	t.Run("bytes keep their arrival", func(t *testing.T) {
+		server, client := acceptPair(t)
+		cc := server.(*clientConn)
+		buf := make([]byte, 64)
+		// Linux turns stamping on asynchronously: exchange until it is on.
+		for range 100 {
+			sent := time.Now()
+			client.Write([]byte("x"))
+			time.Sleep(5 * time.Millisecond)
+			if _, err := cc.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+			if !rawio.Stamps || cc.arrived.Sub(sent) < 4*time.Millisecond {
+				break
+			}
+		}
+		sent := time.Now()
+		client.Write([]byte("hello"))
+		time.Sleep(100 * time.Millisecond)
+		n, err := cc.Read(buf)
+		if err != nil || string(buf[:n]) != "hello" {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+		if d := cc.arrived.Sub(sent); rawio.Stamps && (d < 0 || d > 50*time.Millisecond) {
+			t.Errorf("bytes that waited 100 ms in the socket noted as arrived %v after they were sent", d)
+		}
+	})
+	t.Run("peer's close is EOF", func(t *testing.T) {
+		server, client := acceptPair(t)
+		client.Close()
+		if n, err := server.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+			t.Fatalf("read %d, %v; want 0, io.EOF", n, err)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		server, _ := acceptPair(t)
+		server.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		_, err := server.Read(make([]byte, 8))
+		var oe *net.OpError
+		var ne net.Error
+		if !errors.As(err, &oe) || oe.Op != "read" || oe.Err != os.ErrDeadlineExceeded || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read past the deadline: %#v, want a read OpError of os.ErrDeadlineExceeded, as net.TCPConn's", err)
+		}
+	})
+	t.Run("own close", func(t *testing.T) {
+		server, _ := acceptPair(t)
+		time.AfterFunc(20*time.Millisecond, func() { server.Close() })
+		_, err := server.Read(make([]byte, 8))
+		var oe *net.OpError
+		if !errors.Is(err, net.ErrClosed) || !errors.As(err, &oe) || oe.Op != "read" || oe.Err != net.ErrClosed {
+			t.Fatalf("read on a closed conn: %#v, want a read OpError of net.ErrClosed", err)
 		}
 	})
 }

@@ -610,6 +610,9 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 				}
 			}
 		} else {
+			if testAfterWrite != nil {
+				testAfterWrite()
+			}
 			var stamped bool
 			sent, stamped = c.sentAt()
 			c.floor = sent
@@ -657,6 +660,10 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		c.stream.EndAt(nil, record.BlameNone, max(c.at, rec.Sent))
 	}
 }
+
+// testAfterWrite, when set, runs between a request's write and its send
+// stamp: a test holds the goroutine up there as a busy machine would.
+var testAfterWrite func()
 
 // sentAt is when the request's last byte left, stamped as the write that
 // sent it returns: the kernel's transmit stamp where the event loop has

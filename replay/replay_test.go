@@ -232,6 +232,49 @@ func TestConnAgainstLedger(t *testing.T) {
 	}
 }
 
+// TestSentDespiteALateGoroutine holds the load generator's goroutine up
+// for 20 ms after each request's write, as a busy machine may: Sent is
+// still when the request left (the fake's socket stamped its arrival a few
+// µs later), and TTFT is not 20 ms short.
+func TestSentDespiteALateGoroutine(t *testing.T) {
+	if !evloop.Supported {
+		t.Skip("no transmit stamps without the event loop: Sent is when the write returned (TestConnAgainstLedger checks it)")
+	}
+	eng := fixtures.StartTest(t, testModel())
+	clock := record.NewClock()
+	tg := Target{BaseURL: eng.URL(), Model: "test"}
+	c := NewConn(tg, clock)
+	defer c.Close()
+	testAfterWrite = func() { time.Sleep(20 * time.Millisecond) }
+	defer func() { testAfterWrite = nil }()
+	stamped := 0
+	for i := range 5 {
+		rec := record.Record{ID: "r", MaxTokens: 3, Stream: true}
+		c.Do(context.Background(), body(t, tg, "hello there", 3), &rec)
+		if rec.Outcome != record.OK {
+			t.Fatalf("request %d: %s %s", i, rec.Outcome, rec.Error)
+		}
+		le, ok := eng.LedgerEntryByID(rec.ResponseID)
+		if !ok {
+			t.Fatalf("request %d: no ledger entry", i)
+		}
+		if le.Arrived.IsZero() {
+			continue // the fake's first milliseconds, before its stamps are on
+		}
+		stamped++
+		if d := le.Arrived.Sub(clock.Start()) - rec.Sent; d < -50*time.Microsecond || d > time.Millisecond {
+			t.Errorf("request %d: sent %v before the fake's socket had it, want 0-1 ms", i, d)
+		}
+		ttft, _ := rec.TTFT()
+		if truth := le.FirstToken.Sub(le.Arrived); ttft < truth-time.Millisecond {
+			t.Errorf("request %d: TTFT %v, %v short of the fake's", i, ttft, truth-ttft)
+		}
+	}
+	if stamped < 3 {
+		t.Fatalf("only %d of 5 requests have the fake's arrival stamp", stamped)
+	}
+}
+
 func TestConnFailures(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

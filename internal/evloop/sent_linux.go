@@ -18,7 +18,7 @@ const (
 	tsOptID       = 1 << 7  // number each stamp: for TCP, its byte's offset
 	tsOptTSOnly   = 1 << 11 // the stamp alone, not a copy of the packet
 	tsOptIDTCP    = 1 << 16 // count offsets from the bytes written (6.2+)
-	tsOptRxFilter = 1 << 17 // no SCM_TIMESTAMPING on reads (6.1+)
+	tsOptRxFilter = 1 << 17 // no SCM_TIMESTAMPING on reads (6.12+)
 )
 
 // From linux/errqueue.h.
@@ -34,10 +34,12 @@ const (
 // on the socket's error queue); it reports whether the kernel agreed. Newer
 // kernels take the flags that make the numbering exact and keep the stamps
 // off reads; older ones the base set, which numbers from the bytes
-// acknowledged, the same on a socket that has sent nothing yet.
+// acknowledged, the same on a socket that has sent nothing yet. (Without
+// the read filter every read carries an SCM_TIMESTAMPING message too, which
+// rawio.ReadStamped makes room for.)
 func stampSends(fd int) bool {
 	base := tsTxSoftware | tsSoftware | tsOptID | tsOptTSOnly
-	for _, flags := range []int{base | tsOptIDTCP | tsOptRxFilter, base} {
+	for _, flags := range []int{base | tsOptIDTCP | tsOptRxFilter, base | tsOptIDTCP, base} {
 		if syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPING, flags) == nil {
 			return true
 		}
@@ -73,6 +75,8 @@ func (c *Conn) Sent() (time.Time, bool) {
 	}
 	defer c.exit()
 	want := uint32(c.written - 1) // the offset of the last byte, wrapping as the kernel's
+	// Read the queue to its end: a stamp left in it would keep EPOLLERR
+	// raised, and every event of the next drain would read once more.
 	var oob [256]byte
 	for {
 		msg := syscall.Msghdr{Control: &oob[0]}
@@ -82,20 +86,20 @@ func (c *Conn) Sent() (time.Time, bool) {
 		if e == syscall.EINTR {
 			continue
 		}
-		if e != 0 {
-			return time.Time{}, false // EAGAIN: nothing (more) queued
+		if e != 0 { // EAGAIN: nothing (more) queued
+			if c.sentFor != c.written {
+				return time.Time{}, false
+			}
+			return c.sentAt, true
 		}
 		now := time.Now()
 		key, ts, ok := sendStamp(oob[:msg.Controllen])
 		if !ok || key != want {
 			continue // an earlier write's, or not a send stamp
 		}
-		at, ok := rawio.Aged(now, ts)
-		if !ok {
-			return time.Time{}, false
+		if at, ok := rawio.Aged(now, ts); ok {
+			c.sentFor, c.sentAt = c.written, at
 		}
-		c.sentFor, c.sentAt = c.written, at
-		return at, true
 	}
 }
 

@@ -51,22 +51,58 @@ func TestSent(t *testing.T) {
 }
 
 // TestSentWhenItLeft checks the stamp is when the last byte left, not when
-// the write returned: a peer that reads nothing for 100 ms holds the end of
-// a large write in the sender's buffer until it reads.
+// the write returned: the peer's tiny receive buffer and a reader that
+// waits 100 ms keep the end of a write that fits the sender's buffer (so
+// the write returns at once) in that buffer until the peer reads.
 func TestSentWhenItLeft(t *testing.T) {
-	const size, hold = 16 << 20, 100 * time.Millisecond
+	const size, hold = 128 << 10, 100 * time.Millisecond
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
 	read := make(chan time.Time, 1)
-	addr := serve(t, func(nc net.Conn) {
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
 		time.Sleep(hold)
 		read <- time.Now()
 		if _, err := io.CopyN(io.Discard, nc, size); err == nil {
 			io.WriteString(nc, "ok")
 		}
-	})
-	c := dial(t, addr)
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.(*net.TCPConn).SetWriteBuffer(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Wrap(nc.(*net.TCPConn), mode)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	defer c.Close()
 	start := time.Now()
 	if _, err := c.Write(make([]byte, size)); err != nil {
 		t.Fatal(err)
+	}
+	wrote := time.Now()
+	if wrote.Sub(start) > hold/2 {
+		t.Fatalf("the write took %v: it should fit the send buffer", wrote.Sub(start))
 	}
 	if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
 		t.Fatal(err)
@@ -83,7 +119,8 @@ func TestSentWhenItLeft(t *testing.T) {
 		t.Fatal("no send stamp once the peer had every byte")
 	}
 	if began := <-read; sent.Before(began) || sent.After(answered) {
-		t.Errorf("sent %v after the start; the peer began reading at %v, answered by %v", sent.Sub(start), began.Sub(start), answered.Sub(start))
+		t.Errorf("sent %v after the start; the write returned at %v, the peer began reading at %v and answered by %v",
+			sent.Sub(start), wrote.Sub(start), began.Sub(start), answered.Sub(start))
 	}
 }
 

@@ -1,4 +1,4 @@
-//go:build !race || !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+//go:build !race || !linux
 
 package rawio
 

@@ -1,4 +1,4 @@
-//go:build race && (linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+//go:build race && linux
 
 package rawio
 
@@ -12,5 +12,6 @@ import "syscall"
 // the kernel returns at once for a read of nothing (no bytes move, no
 // pending error is consumed), and code that hands data through a socket
 // races under the detector exactly when it would over a net.Conn. (Our raw
-// writes get no such pairing: an empty write can consume a pending error.)
+// writes get no such pairing: an empty write can consume a pending error.
+// Elsewhere rawio's reads are syscall.Read already.)
 func raceRead(fd int) { _, _ = syscall.Read(fd, nil) }

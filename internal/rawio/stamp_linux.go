@@ -26,7 +26,10 @@ func ReadStamped(fd int, p []byte) (int, time.Time, error) {
 	if len(p) == 0 {
 		return 0, time.Now(), nil
 	}
-	var oob [64]byte
+	// Room for SCM_TIMESTAMPNS (32 bytes) and, on a socket whose transmit
+	// stamps are on and whose kernel cannot keep them off reads (before
+	// 6.12), an SCM_TIMESTAMPING (64).
+	var oob [128]byte
 	iov := syscall.Iovec{Base: &p[0]}
 	iov.SetLen(len(p))
 	msg := syscall.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
