@@ -618,9 +618,10 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 		syscall.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	// Receive times for every read of a Coalesced loop's (recv). Linux
-	// turns stamping on asynchronously, so the first segments may come
-	// without one.
+	// Receive times for every read of a Coalesced loop's (recv), and the
+	// send time of each write's last byte (Sent). Linux turns receive
+	// stamping on asynchronously, so the first segments may come without
+	// one; without transmit stamps Sent reports none.
 	txStamps := false
 	if m == Coalesced {
 		if err := rawio.StampReads(fd); err != nil {
