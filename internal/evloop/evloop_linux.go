@@ -628,7 +628,7 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 			syscall.Close(fd)
 			return nil, os.NewSyscallError("setsockopt", err)
 		}
-		txStamps = stampSends(fd)
+		txStamps = rawio.StampSends(fd)
 	}
 	c := &Conn{
 		stamp:    m == Coalesced,

@@ -2,8 +2,8 @@
 // instructions between tokentap and the kernel, for the two hot paths that
 // move one small SSE event per system call: the proxy (upstream read,
 // client write) and the load generator (response read, in evloop). Where
-// a time must be exact, ReadStamped also returns when the bytes reached
-// the socket, as the kernel stamped them.
+// a time must be exact it has the kernel's stamps: ReadStamped returns when
+// the bytes read reached the socket, ReadSendStamp when a written byte left.
 //
 // Call these only on a non-blocking socket that cannot be closed during
 // the call: inside syscall.RawConn.Read or Write callbacks (which hold the

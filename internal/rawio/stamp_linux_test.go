@@ -3,6 +3,7 @@
 package rawio
 
 import (
+	"encoding/binary"
 	"net"
 	"syscall"
 	"testing"
@@ -121,4 +122,63 @@ func TestReadStamped(t *testing.T) {
 	if d := at.Sub(sent); d < 0 || d > 50*time.Millisecond {
 		t.Errorf("bytes that waited 100 ms in the socket stamped %v after they were sent", d)
 	}
+}
+
+// errQueueMsg builds an error-queue message's control data: a
+// scm_timestamping with sec, nsec in its first timespec, then an
+// IP_RECVERR (or IPV6_RECVERR) error with the given fields.
+func errQueueMsg(level, typ int32, sec, nsec int64, errno uint32, origin byte, info, key uint32) []byte {
+	align := func(n int) int { return (n + 7) &^ 7 }
+	tsLen := syscall.SizeofCmsghdr + sizeofScmTimestamping
+	b := make([]byte, align(tsLen)+syscall.SizeofCmsghdr+sizeofExtendedErr+16)
+	h := (*syscall.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Len, h.Level, h.Type = uint64(tsLen), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPING
+	ts := (*syscall.Timespec)(unsafe.Pointer(&b[syscall.SizeofCmsghdr]))
+	ts.Sec, ts.Nsec = sec, nsec
+	e := b[align(tsLen):]
+	h = (*syscall.Cmsghdr)(unsafe.Pointer(&e[0]))
+	h.Len, h.Level, h.Type = uint64(len(e)), level, typ
+	ee := e[syscall.SizeofCmsghdr:]
+	binary.NativeEndian.PutUint32(ee[0:], errno)
+	ee[4] = origin
+	binary.NativeEndian.PutUint32(ee[8:], info)
+	binary.NativeEndian.PutUint32(ee[12:], key)
+	return b
+}
+
+func TestSendStamp(t *testing.T) {
+	const enomsg = uint32(syscall.ENOMSG)
+	tests := []struct {
+		name string
+		oob  []byte
+		key  uint32
+		ok   bool
+	}{
+		{"ipv4", errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 5, 7, enomsg, eeOriginTimestamping, tstampSnd, 41), 41, true},
+		{"ipv6", errQueueMsg(syscall.SOL_IPV6, syscall.IPV6_RECVERR, 5, 7, enomsg, eeOriginTimestamping, tstampSnd, 1<<32-1), 1<<32 - 1, true},
+		{"an acknowledgement's stamp", errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 5, 7, enomsg, eeOriginTimestamping, 2, 41), 0, false},
+		{"a real error", errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 5, 7, uint32(syscall.ECONNREFUSED), 2, 0, 41), 0, false},
+		{"a hardware stamp only", errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 0, 0, enomsg, eeOriginTimestamping, tstampSnd, 41), 0, false},
+		{"error cut short", errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 5, 7, enomsg, eeOriginTimestamping, tstampSnd, 41)[:syscall.SizeofCmsghdr+sizeofScmTimestamping+syscall.SizeofCmsghdr+8], 0, false},
+		{"stamp without error", errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 5, 7, enomsg, eeOriginTimestamping, tstampSnd, 41)[:syscall.SizeofCmsghdr+sizeofScmTimestamping], 0, false},
+		{"none", nil, 0, false},
+	}
+	for _, tt := range tests {
+		key, ts, ok := sendStamp(tt.oob)
+		if ok != tt.ok || ok && (key != tt.key || ts.Sec != 5 || ts.Nsec != 7) {
+			t.Errorf("%s: key %d, stamp %d.%09d, ok %v; want key %d, ok %v", tt.name, key, ts.Sec, ts.Nsec, ok, tt.key, tt.ok)
+		}
+	}
+}
+
+// FuzzSendStamp feeds sendStamp any control buffer: it never panics, and a
+// stamp it reports is never zero.
+func FuzzSendStamp(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(errQueueMsg(syscall.SOL_IP, syscall.IP_RECVERR, 5, 7, uint32(syscall.ENOMSG), eeOriginTimestamping, tstampSnd, 41))
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		if _, ts, ok := sendStamp(oob); ok && ts.Sec == 0 && ts.Nsec == 0 {
+			t.Fatal("a zero stamp reported")
+		}
+	})
 }

@@ -2,7 +2,10 @@
 
 package rawio
 
-import "time"
+import (
+	"syscall"
+	"time"
+)
 
 // Stamps says whether ReadStamped has the kernel's receive times here.
 const Stamps = false
@@ -14,4 +17,12 @@ func StampReads(int) error { return nil }
 func ReadStamped(fd int, p []byte) (int, time.Time, error) {
 	n, err := Read(fd, p)
 	return n, time.Now(), err
+}
+
+// StampSends does nothing here: there are no transmit stamps.
+func StampSends(int) bool { return false }
+
+// ReadSendStamp finds nothing here.
+func ReadSendStamp(int) (uint32, time.Time, bool, error) {
+	return 0, time.Time{}, false, syscall.EAGAIN
 }
