@@ -38,6 +38,7 @@ type wire struct {
 	CompletionTokens int       `json:"completion_tokens"`
 	CompletionSource Source    `json:"completion_source,omitempty"`
 	CachedTokens     int       `json:"cached_tokens,omitempty"`
+	CachedSource     Source    `json:"cached_source,omitempty"`
 	Events           int       `json:"events"`
 	Arrivals         string    `json:"arrivals,omitempty"` // see wire
 	Tokens           string    `json:"tokens,omitempty"`   // base64 uvarints, one per event; absent when all are 1
@@ -53,7 +54,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		Status: r.Status, Outcome: r.Outcome, Blame: r.Blame, Error: r.Error,
 		PromptTokens: r.PromptTokens, PromptSource: r.PromptSource,
 		CompletionTokens: r.CompletionTokens, CompletionSource: r.CompletionSource,
-		CachedTokens: r.CachedTokens, Events: len(r.Arrivals),
+		CachedTokens: r.CachedTokens, CachedSource: r.CachedSource, Events: len(r.Arrivals),
 	}
 	if len(r.Arrivals) > 0 {
 		first := int64(r.First)
@@ -102,7 +103,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		Status: w.Status, Outcome: w.Outcome, Blame: w.Blame, Error: w.Error,
 		PromptTokens: w.PromptTokens, PromptSource: w.PromptSource,
 		CompletionTokens: w.CompletionTokens, CompletionSource: w.CompletionSource,
-		CachedTokens: w.CachedTokens,
+		CachedTokens: w.CachedTokens, CachedSource: w.CachedSource,
 	}
 	if w.Request != "" {
 		r.Request = []byte(w.Request)

@@ -49,7 +49,8 @@ const (
 	HTTPError Outcome = "http_error"      // non-2xx status from the engine
 	Connect   Outcome = "connect_error"   // the engine could not be reached or sent no response
 	Broken    Outcome = "broken_stream"   // the stream closed before [DONE] (or before a complete body)
-	Malformed Outcome = "malformed_event" // an event that is not valid JSON, or an engine error event
+	Malformed Outcome = "malformed_event" // an event that is not valid JSON (or not SSE at all)
+	EngineErr Outcome = "engine_error"    // the engine sent an error object inside a 2xx response (an error event mid-stream)
 	Cancelled Outcome = "cancelled"       // the client ended the request
 	Timeout   Outcome = "timeout"         // no byte arrived within the idle timeout
 )
@@ -121,7 +122,8 @@ type Record struct {
 	PromptSource     Source
 	CompletionTokens int
 	CompletionSource Source
-	CachedTokens     int // prompt tokens the engine reported served from its prefix cache
+	CachedTokens     int    // prompt tokens the engine reported served from its prefix cache
+	CachedSource     Source // SourceUsage when the engine reported CachedTokens (0 included), else SourceNone
 
 	// Arrivals holds the arrival offset of every token event, in order.
 	Arrivals []time.Duration

@@ -74,7 +74,7 @@ type Stream struct {
 	cacheNSet  bool
 	lastCum    int // completion_tokens at the last token event
 
-	fail    record.Outcome // Malformed, once an event was bad or an engine error
+	fail    record.Outcome // Malformed once an event was bad, EngineErr once the engine sent an error
 	failMsg string
 
 	head  [headLen]byte
@@ -284,7 +284,7 @@ func (s *Stream) event(ev *sse.Event, at time.Duration) (usageOnly bool) {
 		return false
 	}
 	if string(ev.Type) == "error" {
-		s.failWith("engine error event: ", ev.Data)
+		s.engineError("engine error event", ev.Data)
 		return false
 	}
 	c := &s.ck
@@ -293,7 +293,7 @@ func (s *Stream) event(ev *sse.Event, at time.Duration) (usageOnly bool) {
 		return false
 	}
 	if c.isError() {
-		s.failWith("engine error event: ", ev.Data)
+		s.engineError("engine error event", ev.Data)
 		return false
 	}
 	s.takeID(c)
@@ -362,6 +362,73 @@ func (s *Stream) failWith(what string, data []byte) {
 	s.failMsg = what + excerpt(data)
 }
 
+// engineError records an error object the engine sent inside a 2xx
+// response (llama.cpp's mid-stream "Context size has been exceeded.", a
+// vLLM error event): the engine's own failure, with its message kept.
+func (s *Stream) engineError(what string, data []byte) {
+	if s.fail != "" {
+		return
+	}
+	s.fail = record.EngineErr
+	s.failMsg = what + ": " + ErrorMessage(data)
+}
+
+// ErrorMessage makes a short line of an engine's error object: its message,
+// then its type and code where given ("Context size has been exceeded.
+// (server_error, code 500)"), or an excerpt of data when it has no message.
+// It accepts {"error":{"message":…}}, {"error":"…"}, {"message":…} and
+// {"detail":…} (FastAPI).
+func ErrorMessage(data []byte) string {
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Message any             `json:"message"`
+		Detail  any             `json:"detail"`
+		Type    any             `json:"type"`
+		Code    any             `json:"code"`
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return excerpt(data)
+	}
+	msg, typ, code := v.Message, v.Type, v.Code
+	if len(v.Error) > 0 {
+		var inner struct {
+			Message any `json:"message"`
+			Type    any `json:"type"`
+			Code    any `json:"code"`
+		}
+		var str string
+		switch {
+		case json.Unmarshal(v.Error, &str) == nil:
+			msg = str
+		case json.Unmarshal(v.Error, &inner) == nil:
+			msg, typ, code = inner.Message, inner.Type, inner.Code
+		}
+	}
+	if msg == nil {
+		msg = v.Detail
+	}
+	text, ok := msg.(string)
+	if !ok || strings.TrimSpace(text) == "" {
+		return excerpt(data)
+	}
+	var extra []string
+	if t, ok := typ.(string); ok && t != "" {
+		extra = append(extra, t)
+	}
+	switch c := code.(type) {
+	case float64:
+		extra = append(extra, fmt.Sprintf("code %g", c))
+	case string:
+		if c != "" {
+			extra = append(extra, "code "+c)
+		}
+	}
+	if len(extra) > 0 {
+		text += " (" + strings.Join(extra, ", ") + ")"
+	}
+	return excerpt([]byte(text))
+}
+
 // End closes the measurement: the body ended with err (nil: clean EOF), and
 // blame says whose fault err is (BlameNone lets the tap choose: engine for
 // read errors, client for cancellation). It fills End (the arrival of
@@ -394,9 +461,12 @@ func (s *Stream) EndAt(err error, blame record.Blame, at time.Duration) {
 	}
 	switch {
 	case s.cachedSet:
-		r.CachedTokens = s.cached
+		r.CachedTokens, r.CachedSource = s.cached, record.SourceUsage
 	case s.cacheNSet:
-		r.CachedTokens = s.cacheN
+		r.CachedTokens, r.CachedSource = s.cacheN, record.SourceUsage
+	}
+	if s.usage && r.Stream && s.done && s.completion > r.ArrivedTokens() {
+		heldBack(r, s.completion-r.ArrivedTokens())
 	}
 	r.Outcome, r.Blame, r.Error = s.outcome(err, blame, bodyOK)
 }
@@ -465,7 +535,7 @@ func (s *Stream) readBody() bool {
 		return false
 	}
 	if c.isError() {
-		s.failWith("engine error: ", s.body)
+		s.engineError("engine error", s.body)
 		return true
 	}
 	s.takeID(c)
