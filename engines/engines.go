@@ -81,8 +81,17 @@ type Info struct {
 	Version     string // engine version or build; "" when the engine does not say
 	Model       string // the model name requests use
 	MaxModelLen int    // tokens; 0 = unknown
-	KVCapacity  int    // KV cache capacity in tokens; 0 = unknown (try every cell)
-	Slots       int    // llama.cpp parallel slots; 0 elsewhere
+	KVCapacity  int    // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
+	// KVMin and KVMax bound the KV capacity where the engine says only
+	// enough to bound it (0: no bound). llama-server tells each slot's
+	// context and the number of slots, not whether the slots share one
+	// unified KV cache (-kvu): the capacity is one slot's context if they
+	// do, all slots' together if not.
+	KVMin, KVMax int
+	// Slots is how many requests the engine runs at once where it has a
+	// fixed number of sequence slots (llama.cpp --parallel, Ollama
+	// OLLAMA_NUM_PARALLEL); requests beyond it wait. 0: no such limit known.
+	Slots int
 	// Tokenize is true when CountTokens uses the engine's POST /tokenize
 	// (cheap). When false, every count is a max_tokens:1 request whose
 	// usage.prompt_tokens is read (a real prefill on the engine).
@@ -94,6 +103,8 @@ type Info struct {
 	Facts   []result.Fact
 
 	c *client
+
+	slotsAtLeast bool // Slots is a lower bound (every probe stream ran at once)
 
 	mu      sync.Mutex
 	offsets map[string]int // usage.prompt_tokens − /tokenize count, per API
@@ -241,7 +252,10 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		}
 		in.Model = m.ID
 		src := "GET /v1/models data[0].id"
-		if t.Model != "" {
+		switch {
+		case t.Model != "" && t.Model != m.ID:
+			src = fmt.Sprintf("flag --model %s, listed by GET /v1/models as %s", t.Model, m.ID)
+		case t.Model != "":
 			src = "flag --model, listed by GET /v1/models"
 		}
 		in.add(FactModel, m.ID, src)
@@ -301,8 +315,7 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		if nctx > 0 {
 			in.MaxModelLen = nctx // the context one request can use: one slot's
 			in.addInt(FactMaxModelLen, nctx, src+" (per slot)")
-			in.KVCapacity = nctx * props.TotalSlots
-			in.addInt(FactKVCapacity, in.KVCapacity, src+" × GET /props total_slots")
+			in.llamaCapacity(nctx, props.TotalSlots, src)
 		}
 	case KindTGI:
 		if tgi.Version != "" {
@@ -322,9 +335,13 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 	case KindOllama:
 		in.Version = olVer
 		in.add(FactVersion, olVer, "GET /api/version version")
+		// Measuring the slots loads the model, so /api/ps then tells the
+		// context it really runs with.
+		in.measureSlots(ctx)
 		if err := in.probeOllamaContext(ctx, probeGet); err != nil {
 			return nil, err
 		}
+		in.ollamaCapacity()
 	}
 
 	// 5. Gauges and tokenize.
@@ -352,6 +369,7 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 	// 6. Flags win.
 	if t.KVCapacity > 0 {
 		in.KVCapacity = t.KVCapacity
+		in.KVMin, in.KVMax = 0, 0
 		in.addInt(FactKVCapacity, t.KVCapacity, "flag --kv-capacity")
 	}
 	if t.MaxModelLen > 0 {

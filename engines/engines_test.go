@@ -154,6 +154,7 @@ func factBySource(facts []result.Fact, name string) map[string]string {
 type probeWant struct {
 	Kind, Version, Model           string
 	MaxModelLen, KVCapacity, Slots int
+	KVMin, KVMax                   int
 	Tokenize, Gauges               bool
 }
 
@@ -178,11 +179,14 @@ func TestProbeEngines(t *testing.T) {
 				"GET /slots":     "llamacpp/slots.json",
 				"GET /metrics":   "llamacpp/metrics.txt",
 			}, tokenize: "llama.cpp", bos: 1, chat: 9},
+			// Whether the 4 slots share one unified KV cache is in no
+			// answer: the capacity is one slot's 16384 if they do, 4 ×
+			// 16384 if not.
 			want: probeWant{Kind: KindLlamaCpp, Version: "b0-unknown", Model: "tiny.gguf", MaxModelLen: 16384,
-				KVCapacity: 4 * 16384, Slots: 4, Tokenize: true, Gauges: true},
+				KVMin: 16384, KVMax: 4 * 16384, Slots: 4, Tokenize: true, Gauges: true},
 			facts: map[string]map[string]string{
 				FactMaxModelLen: {"GET /props default_generation_settings.n_ctx (per slot)": "16384"},
-				FactKVCapacity:  {"GET /props default_generation_settings.n_ctx × GET /props total_slots": "65536"},
+				FactKVCapacity:  {"GET /props default_generation_settings.n_ctx × GET /props total_slots 4: 16384 if the slots share one unified KV cache (-kvu, the default without --parallel), 65536 if not; llama-server does not say which (give --kv-capacity)": "16384 to 65536"},
 				FactVersion:     {"GET /props build_info": "b0-unknown"},
 				FactSlots:       {"GET /props total_slots": "4"},
 			},
@@ -330,10 +334,8 @@ func TestProbeEngines(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := probeWant{Kind: in.Kind, Version: in.Version, Model: in.Model, MaxModelLen: in.MaxModelLen,
-				KVCapacity: in.KVCapacity, Slots: in.Slots, Tokenize: in.Tokenize, Gauges: in.Gauges}
-			if got.Kind != tt.want.Kind || got.Version != tt.want.Version || got.Model != tt.want.Model ||
-				got.MaxModelLen != tt.want.MaxModelLen || got.KVCapacity != tt.want.KVCapacity ||
-				got.Slots != tt.want.Slots || got.Tokenize != tt.want.Tokenize || got.Gauges != tt.want.Gauges {
+				KVCapacity: in.KVCapacity, Slots: in.Slots, KVMin: in.KVMin, KVMax: in.KVMax, Tokenize: in.Tokenize, Gauges: in.Gauges}
+			if got != tt.want {
 				t.Errorf("got  %+v\nwant %+v\nfacts %+v", got, tt.want, in.Facts)
 			}
 			if in.Facts[0].Name != FactKind || in.Facts[0].Value != tt.want.Kind || in.Facts[0].Source == "" {

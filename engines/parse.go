@@ -96,10 +96,19 @@ func parseModels(body []byte) ([]modelEntry, bool) {
 }
 
 // pickModel returns the entry for want, or the first entry when want is "".
+// A name without a tag also picks the entry tagged ":latest", as Ollama
+// itself answers to "tiny" for "tiny:latest".
 func pickModel(models []modelEntry, want string) (modelEntry, bool) {
 	for _, m := range models {
 		if want == "" || m.ID == want {
 			return m, true
+		}
+	}
+	if want != "" && !strings.Contains(want, ":") {
+		for _, m := range models {
+			if m.ID == want+":latest" {
+				return m, true
+			}
 		}
 	}
 	return modelEntry{}, false
