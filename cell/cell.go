@@ -31,10 +31,21 @@
 //   - TTFT: the median of First − Sent over requests sent inside the window
 //     that received a token event (at any time; a request cancelled before
 //     its first token has no TTFT).
-//   - Average active requests: the sum over requests of the time each spent
-//     decoding inside the window — from First to End, or to the window's end
-//     for a request still running (End before its last event, i.e. not set)
-//     — divided by the window's length.
+//   - Decoding: a request decodes from First to End, or to the window's end
+//     for a request still running (End before its last event, i.e. not set).
+//     AvgDecoding is the time each request spent decoding inside the window,
+//     summed and divided by the window's length; PeakDecoding is the most
+//     requests decoding at one instant of the window.
+//   - Average active requests: the time-average of the requests the engine
+//     was running over the window, as its running gauge says where it has
+//     one (the caller passes it, Judge.AvgRunning); without one,
+//     AvgDecoding. The seeds' figures are an engine's running count: 16.00
+//     active with an 11.7 s median TTFT (page 002, 16K × 16) counts the
+//     requests the engine held in prefill too.
+//   - Prefix cache: over requests sent in the window whose usage reported
+//     cached prompt tokens (record.CachedSource), the cached share of their
+//     prompt tokens; a request missed when less than CacheHitShare of its
+//     prompt came from the cache.
 //   - Completed requests: requests whose End is inside the window with
 //     outcome OK. A request cancelled when the window closed is not
 //     completed, and is not failed either.
@@ -58,13 +69,12 @@
 // window's start counts is one gap per request and window: the seeds cannot
 // tell; it follows the output-token rule.
 //
-// Average active requests follow METHOD (First to End) even where the seeds
-// disagree: page 002's 16K × 16 cell shows 16.00 active with an 11.7 s
-// median TTFT, and page 000's 32K × 2 cell shows 3.00 active with N = 2,
-// which only an engine-side "running" gauge (prefill included, aborts
-// lagging) can give. With METHOD's definition a cell whose requests wait
-// long for their first token at the window's start reads below N and is
-// marked Requests queued.
+// Average active requests are an engine-side "running" count, as the seeds'
+// are: page 002's 16K × 16 cell shows 16.00 active with an 11.7 s median
+// TTFT, and page 000's 32K × 2 cell 3.00 with N = 2 (aborts lagging), which
+// no client-side count gives. Whether requests queued is not read from it
+// (Status): the waiting gauge says so where the engine has one, and the
+// peak of decoding requests where it has none.
 //
 // Medians come from the HDR histograms the figures carry (3 significant
 // digits, so a median is at most 0.1% above the exact one), which the result
@@ -73,6 +83,7 @@
 package cell
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -82,9 +93,20 @@ import (
 	"github.com/tokentap/tokentap/result"
 )
 
-// QueuedFraction is METHOD §3's threshold: a cell whose average active
-// requests fall below QueuedFraction × N did not run all N at once.
-const QueuedFraction = 0.95
+// CacheHitShare is METHOD §3's prefix-cache rule: a request whose cached
+// prompt tokens are below this share of its prompt missed the cache.
+const CacheHitShare = 0.95
+
+// CacheCheckFrom is the smallest context whose cells must find their
+// prompts in the prefix cache: below it a prompt is a few blocks, and
+// engines cache whole blocks only.
+const CacheCheckFrom = 1024
+
+// ColdShare: without a per-request cache count, a single request (N = 1)
+// whose median TTFT is at least this share of the same context's cold
+// prefill TTFT was evidently not served by the cache (seed 000's 32K × 1:
+// 7,300 ms against a cold 7,302 ms).
+const ColdShare = 0.5
 
 // Window is the measured interval [Start, End) of a cell, as offsets on the
 // run clock of its records.
@@ -122,8 +144,13 @@ type Figures struct {
 	// TBT is the median time between tokens inside the window; 0 when no gap
 	// fell inside it.
 	TBT time.Duration
-	// AvgActive is the time-average number of requests decoding.
+	// AvgActive is the time-average number of requests the engine ran:
+	// AvgDecoding until the caller has a running gauge (Judge.AvgRunning).
 	AvgActive float64
+	// AvgDecoding is the time-average number of requests decoding, and
+	// PeakDecoding the most that decoded at one instant of the window.
+	AvgDecoding  float64
+	PeakDecoding int
 	// Completed counts requests that ended OK inside the window.
 	Completed int
 
@@ -136,6 +163,15 @@ type Figures struct {
 	// PromptTokens is the median prompt length, as the engine counted it, of
 	// the requests sent in the window that report one; 0 when none does.
 	PromptTokens int
+
+	// CacheCounted are the requests sent in the window whose usage said how
+	// many prompt tokens came from the engine's prefix cache; CacheMisses
+	// those with less than CacheHitShare of their prompt cached;
+	// CachedTokens and CachePromptTokens their cached and prompt tokens.
+	CacheCounted      int
+	CacheMisses       int
+	CachedTokens      int64
+	CachePromptTokens int64
 
 	// Hist holds the TTFT, TBT, end-to-end and per-request rate values the
 	// medians were read from.
@@ -152,6 +188,7 @@ func Decode(recs []record.Record, w Window) Figures {
 	}
 	var (
 		active   time.Duration
+		edges    []edge
 		prompts  []int
 		firstErr = time.Duration(-1)
 	)
@@ -165,6 +202,14 @@ func Decode(recs []record.Record, w Window) Figures {
 			}
 			if r.PromptTokens > 0 {
 				prompts = append(prompts, r.PromptTokens)
+			}
+			if r.CachedSource != record.SourceNone && r.PromptTokens > 0 {
+				f.CacheCounted++
+				f.CachedTokens += int64(r.CachedTokens)
+				f.CachePromptTokens += int64(r.PromptTokens)
+				if float64(r.CachedTokens) < CacheHitShare*float64(r.PromptTokens) {
+					f.CacheMisses++
+				}
 			}
 		}
 		if failed(r, w) {
@@ -190,6 +235,7 @@ func Decode(recs []record.Record, w Window) Figures {
 		}
 		if d := overlap(r.First, end, w); d > 0 {
 			active += d
+			edges = append(edges, edge{max(r.First, w.Start), +1}, edge{min(end, w.End), -1})
 		}
 		// Token events inside the window.
 		lo, _ := slices.BinarySearch(r.Arrivals, w.Start)
@@ -213,7 +259,9 @@ func Decode(recs []record.Record, w Window) Figures {
 	}
 	secs := f.MeasuredFor.Seconds()
 	f.TotalTokPerSec = float64(f.OutputTokens) / secs
-	f.AvgActive = active.Seconds() / secs
+	f.AvgDecoding = active.Seconds() / secs
+	f.AvgActive = f.AvgDecoding
+	f.PeakDecoding = peak(edges)
 	f.TTFT, _ = histo.Latency(f.Hist.TTFT, 0.5)
 	f.TBT, _ = histo.Latency(f.Hist.TBT, 0.5)
 	f.PerRequestTokPerSec, _ = f.Hist.RateAt(0.5)
@@ -222,6 +270,38 @@ func Decode(recs []record.Record, w Window) Figures {
 		f.PromptTokens = prompts[(len(prompts)-1)/2]
 	}
 	return f
+}
+
+// edge is a request starting (+1) or ending (-1) its decoding at an instant.
+type edge struct {
+	at    time.Duration
+	delta int
+}
+
+// peak is the most intervals open at one instant; an interval ending where
+// another starts does not overlap it ([from, to) intervals).
+func peak(edges []edge) int {
+	slices.SortFunc(edges, func(a, b edge) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return a.delta - b.delta // ends before starts
+	})
+	cur, top := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		top = max(top, cur)
+	}
+	return top
+}
+
+// CacheHitRate is the share of the counted requests' prompt tokens that
+// came from the prefix cache; ok is false when no request said.
+func (f Figures) CacheHitRate() (rate float64, ok bool) {
+	if f.CachePromptTokens <= 0 {
+		return 0, false
+	}
+	return float64(f.CachedTokens) / float64(f.CachePromptTokens), true
 }
 
 // eventTokens is the tokens event j carried, at least 1, tolerating a Tokens
@@ -284,66 +364,163 @@ func Prefill(r *record.Record) (tokPerSec float64, ttft time.Duration, ok bool) 
 	return float64(r.PromptTokens) / ttft.Seconds(), ttft, true
 }
 
+// Judge is what a decode cell's status is decided from besides its
+// figures: what the engine said during the window and what the matrix knows
+// of the row.
+type Judge struct {
+	// N is the cell's concurrency.
+	N int
+	// MaxWaiting is the highest waiting-requests gauge scraped in the
+	// window, -1 when the engine has no such gauge.
+	MaxWaiting int
+	// AvgRunning is the mean of the engine's running gauge over the
+	// window's scrapes; negative: no gauge (average active requests are
+	// then the client's decoding count).
+	AvgRunning float64
+	// ContextExceeded counts requests of the window the engine refused or
+	// cut because they did not fit its context or KV cache (its own
+	// verdict that the cell is over capacity), and ContextError is the
+	// first one's error.
+	ContextExceeded int
+	ContextError    string
+	// Truncated counts requests whose prompt the engine shortened without
+	// an error (usage.prompt_tokens short of what was sent); TruncatedTo is
+	// the longest prompt it kept.
+	Truncated   int
+	TruncatedTo int
+	// CacheCheck is set when the cell's prompts are long enough that the
+	// prefix cache must serve them (context >= CacheCheckFrom).
+	CacheCheck bool
+	// EngineHits and EngineQueries are the engine's prefix-cache counters'
+	// growth over the window (vLLM prefix_cache_hits / _queries), for an
+	// engine whose usage has no cached tokens; EngineQueries 0: none.
+	EngineHits, EngineQueries int64
+	// ColdTTFT is the context's cold prefill TTFT (the row's first warm-up
+	// request), 0 when unknown.
+	ColdTTFT time.Duration
+}
+
 // Status is the cell's status, checked in METHOD §3's order: Over capacity
-// (not run: the caller decides, from N × (C + max output) against the KV
-// capacity), Failed (a request failed or no token arrived), Requests queued,
+// (the planner decides cells it never runs; here: the engine said a request
+// does not fit its context or KV cache), Failed (a request failed, no token
+// arrived, or the engine shortened a prompt), Requests queued, Cache missed,
 // else Valid.
 //
-// maxWaiting is the highest waiting-requests gauge scraped in the window, or
-// -1 when the engine has no such gauge. Where the engine has one, it alone
-// decides Requests queued (the engine knows what it queued; a slow first
-// token is not a queue: seed 002's 16K × 16 cell is Valid with an 11.7 s
-// TTFT). Without a gauge, average active < 0.95 × n stands in for it.
-func Status(overCapacity bool, f Figures, n int, maxWaiting int) result.Status {
+// Requests queued: where the engine has a waiting gauge, it alone decides
+// (the engine knows what it queued; a slow first token is not a queue: seed
+// 002's 16K × 16 cell is Valid with an 11.7 s TTFT). Without one, the
+// engine ran all N at once only if at some instant all N were decoding.
+//
+// Cache missed: for a context of at least CacheCheckFrom tokens, a request
+// found less than CacheHitShare of its prompt in the prefix cache (usage's
+// cached tokens), or, without those, the engine's counters show less than
+// that share over the window, or, with neither, a single request waited at
+// least ColdShare of a cold prefill for its first token.
+func Status(f Figures, j Judge) result.Status {
 	switch {
-	case overCapacity:
+	case j.ContextExceeded > 0:
 		return result.OverCapacity
-	case f.Failed > 0 || f.OutputTokens == 0:
+	case f.Failed > 0 || f.OutputTokens == 0 || j.Truncated > 0:
 		return result.Failed
-	case maxWaiting > 0:
+	case j.MaxWaiting > 0:
 		return result.RequestsQueued
-	case maxWaiting < 0 && f.AvgActive < QueuedFraction*float64(n):
+	case j.MaxWaiting < 0 && f.PeakDecoding < j.N:
 		return result.RequestsQueued
+	case j.CacheCheck && cacheMissed(f, j):
+		return result.CacheMissed
 	}
 	return result.Valid
 }
 
-// Fill copies the figures into c and marks it measured. It leaves Context,
-// Concurrency, Status and MaxWaiting to the caller; set Status (and
-// MaxWaiting) first, so that Fill can explain a Failed or Requests queued
-// status in c.Reason when the caller left Reason empty.
-func (f Figures) Fill(c *result.Cell) {
+// cacheMissed applies the Cache missed rule (see Status).
+func cacheMissed(f Figures, j Judge) bool {
+	switch {
+	case f.CacheCounted > 0:
+		return f.CacheMisses > 0
+	case j.EngineQueries > 0:
+		return float64(j.EngineHits) < CacheHitShare*float64(j.EngineQueries)
+	case j.N == 1 && j.ColdTTFT > 0 && f.TTFT > 0:
+		return float64(f.TTFT) >= ColdShare*float64(j.ColdTTFT)
+	}
+	return false
+}
+
+// Fill copies the figures into c, marks it measured and says in c.Reason
+// why a status other than Valid was given (unless the caller set a
+// Reason). It leaves Context and Concurrency to the caller; set c.Status
+// from Status(f, j) first.
+func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.Measured = true
 	c.TotalTokPerSec = f.TotalTokPerSec
 	c.PerRequestTokPerSec = f.PerRequestTokPerSec
 	c.TTFTms = millis(f.TTFT)
 	c.TBTms = millis(f.TBT)
 	c.AvgActive = f.AvgActive
+	c.AvgActiveSource = result.ActiveClient
+	if j.AvgRunning >= 0 {
+		c.AvgActive = j.AvgRunning
+		c.AvgActiveSource = result.ActiveEngine
+	}
+	c.PeakDecoding = f.PeakDecoding
 	c.Completed = f.Completed
 	c.OutputTokens = f.OutputTokens
 	c.MeasuredForSeconds = f.MeasuredFor.Seconds()
 	c.PromptTokens = f.PromptTokens
 	c.Sent = f.Sent
 	c.FailedReqs = f.Failed
+	c.MaxWaiting = j.MaxWaiting
+	c.Cache = cacheOf(f, j)
 	c.Histograms = f.Hist
 	if c.Reason != "" {
 		return
 	}
 	switch c.Status {
+	case result.OverCapacity:
+		c.Reason = fmt.Sprintf("the engine said %d of the cell's requests did not fit its context or KV cache: %s", j.ContextExceeded, j.ContextError)
 	case result.Failed:
-		if f.Failed > 0 {
+		switch {
+		case j.Truncated > 0:
+			c.Reason = fmt.Sprintf("the engine shortened %d prompts to %d tokens without an error (asked: about %d): this context was not measured", j.Truncated, j.TruncatedTo, c.Context)
+		case f.Failed > 0:
 			c.Reason = fmt.Sprintf("%d of the cell's requests failed; first: %s", f.Failed, f.FailReason)
-		} else {
+		default:
 			c.Reason = fmt.Sprintf("no token arrived in the %.1f s window", f.MeasuredFor.Seconds())
 		}
 	case result.RequestsQueued:
-		if c.MaxWaiting > 0 {
-			c.Reason = fmt.Sprintf("the engine reported up to %d waiting requests during the window", c.MaxWaiting)
+		if j.MaxWaiting > 0 {
+			c.Reason = fmt.Sprintf("the engine reported up to %d waiting requests during the window", j.MaxWaiting)
 		} else {
-			c.Reason = fmt.Sprintf("%.2f requests were decoding on average, fewer than %.2f × %d",
-				f.AvgActive, QueuedFraction, c.Concurrency)
+			c.Reason = fmt.Sprintf("at most %d of the %d requests were decoding at the same time", f.PeakDecoding, j.N)
 		}
+	case result.CacheMissed:
+		c.Reason = cacheReason(f, j) + ": TTFT includes prefill"
 	}
+}
+
+// cacheOf is the cell's prefix-cache figures and where they came from.
+func cacheOf(f Figures, j Judge) *result.Cache {
+	switch {
+	case f.CacheCounted > 0:
+		rate, _ := f.CacheHitRate()
+		return &result.Cache{HitRate: rate, Requests: f.CacheCounted, Misses: f.CacheMisses, Source: result.CacheUsage}
+	case j.EngineQueries > 0:
+		return &result.Cache{HitRate: float64(j.EngineHits) / float64(j.EngineQueries), Source: result.CacheCounters}
+	}
+	return nil
+}
+
+func cacheReason(f Figures, j Judge) string {
+	switch {
+	case f.CacheCounted > 0:
+		rate, _ := f.CacheHitRate()
+		return fmt.Sprintf("%d of %d requests found less than %.0f%% of their prompt in the prefix cache (%.1f%% of prompt tokens cached)",
+			f.CacheMisses, f.CacheCounted, CacheHitShare*100, rate*100)
+	case j.EngineQueries > 0:
+		return fmt.Sprintf("the engine's prefix cache served %.1f%% of the window's prompt tokens, less than %.0f%%",
+			100*float64(j.EngineHits)/float64(j.EngineQueries), CacheHitShare*100)
+	}
+	return fmt.Sprintf("the first token took %s, as long as a cold prefill of this context (%s): the prefix cache did not serve it",
+		f.TTFT.Round(time.Millisecond), j.ColdTTFT.Round(time.Millisecond))
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

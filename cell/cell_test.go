@@ -92,6 +92,7 @@ type want struct {
 	completed int
 	sent      int
 	failed    int
+	peak      int
 	status    result.Status
 }
 
@@ -107,40 +108,40 @@ func TestDecode(t *testing.T) {
 		{
 			name: "began before the window", recs: []record.Record{recBefore}, w: w10, n: 1, maxWaiting: -1,
 			want: want{output: 3, total: 0.3, perReq: 3 / 0.7, tbt: 200 * ms, active: 0.2, completed: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "ends inside the window", recs: []record.Record{recInside}, w: w10, n: 1, maxWaiting: -1,
 			want: want{output: 4, total: 0.4, perReq: 5, ttft: 100 * ms, tbt: 200 * ms, active: 0.07, completed: 1, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "still running at the end, cancelled by us", recs: []record.Record{recRunning}, w: w10, n: 1, maxWaiting: -1,
 			want: want{output: 3, total: 0.3, perReq: 2 / 1.1, ttft: 500 * ms, tbt: 500 * ms, active: 0.15, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "still running, End not yet set", w: w10, n: 1, maxWaiting: -1,
 			recs: []record.Record{mk(18000, 0, "", "", ones(18500, 19000, 19600)...)},
 			want: want{output: 3, total: 0.3, perReq: 2 / 1.1, ttft: 500 * ms, tbt: 500 * ms, active: 0.15, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "a broken read we caused at the close is not a failure", w: w10, n: 1, maxWaiting: -1,
 			recs: []record.Record{mk(18000, 20000, record.Broken, record.BlameClient, ones(18500, 19000, 19600)...)},
 			want: want{output: 3, total: 0.3, perReq: 2 / 1.1, ttft: 500 * ms, tbt: 500 * ms, active: 0.15, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "a client-blamed failure inside the window is a failure", w: w10, n: 1, maxWaiting: -1,
 			recs: []record.Record{mk(18000, 19700, record.Broken, record.BlameClient, ones(18500, 19000, 19600)...)},
 			want: want{output: 3, total: 0.3, perReq: 2 / 1.1, ttft: 500 * ms, tbt: 500 * ms, active: 0.12, sent: 1, failed: 1,
-				status: result.Failed},
+				peak: 1, status: result.Failed},
 		},
 		{
 			name: "failed mid-stream", recs: []record.Record{recBroken}, w: w10, n: 1, maxWaiting: -1,
 			want: want{output: 2, total: 0.2, perReq: 10, ttft: 100 * ms, tbt: 100 * ms, active: 0.02, sent: 1, failed: 1,
-				status: result.Failed},
+				peak: 1, status: result.Failed},
 		},
 		{
 			name: "HTTP error, no token", recs: []record.Record{recHTTP500}, w: w10, n: 1, maxWaiting: -1,
@@ -149,7 +150,7 @@ func TestDecode(t *testing.T) {
 		{
 			name: "multi-token events", recs: []record.Record{recMulti}, w: w10, n: 1, maxWaiting: -1,
 			want: want{output: 10, total: 1, perReq: 40, ttft: 50 * ms, tbt: 20 * ms, active: 0.025, completed: 1, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "window with no token", w: w10, n: 1, maxWaiting: -1,
@@ -163,7 +164,7 @@ func TestDecode(t *testing.T) {
 		{
 			name: "outside records add nothing", recs: []record.Record{recEarlier, recEarlierFail, recInside}, w: w10, n: 1, maxWaiting: -1,
 			want: want{output: 4, total: 0.4, perReq: 5, ttft: 100 * ms, tbt: 200 * ms, active: 0.07, completed: 1, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.Valid},
 		},
 		{
 			// TBT values: 200 200 300 | 100 200 300 | 500 600 | 100 |
@@ -173,19 +174,33 @@ func TestDecode(t *testing.T) {
 			name: "all of them", w: w10, n: 5, maxWaiting: -1,
 			recs: []record.Record{recEarlier, recBefore, recInside, recRunning, recBroken, recHTTP500, recMulti, recEarlierFail},
 			want: want{output: 22, total: 2.2, perReq: 5, ttft: 100 * ms, tbt: 100 * ms, active: 0.465, completed: 3, sent: 5,
-				failed: 2, status: result.Failed},
+				failed: 2, peak: 2, status: result.Failed},
 		},
 		{
 			// N = 2: one request decodes the whole window at 10 ms per token
 			// (its first token before it), the other is sent at the start but
-			// waits 5 s for its first token: 1 + 0.5 = 1.5 < 0.95 × 2.
-			name: "queued: average active below 0.95 N", w: w10, n: 2, maxWaiting: -1,
+			// waits 5 s for its first token (a cold prefill, say): from then
+			// on both decode at once, so the engine ran both: not a queue,
+			// though only 1 + 0.5 = 1.5 decode on average.
+			name: "a slow first token beside a decoding request is not a queue", w: w10, n: 2, maxWaiting: -1,
 			recs: []record.Record{
 				steady(0, 9990, 10, 20000, record.Cancelled),
 				steady(10000, 15000, 10, 20000, record.Cancelled),
 			},
 			want: want{output: 1000 + 500, total: 150, perReq: 100, ttft: 5000 * ms, tbt: 10 * ms, active: 1.5, sent: 1,
-				status: result.RequestsQueued},
+				peak: 2, status: result.Valid},
+		},
+		{
+			// N = 2 on an engine with one slot: the second request's first
+			// token comes only after the first request ended, so never did
+			// both decode at once.
+			name: "queued: never all N decoding at once", w: w10, n: 2, maxWaiting: -1,
+			recs: []record.Record{
+				steady(10000, 10010, 10, 15000, record.OK),
+				steady(10000, 15020, 10, 20000, record.Cancelled),
+			},
+			want: want{output: 499 + 498, total: 99.7, perReq: 100, ttft: 10 * ms, tbt: 10 * ms, active: (4.99 + 4.98) / 10,
+				completed: 1, sent: 2, peak: 1, status: result.RequestsQueued},
 		},
 		{
 			// One request decoding from 10 ms after the window opened to its
@@ -194,13 +209,13 @@ func TestDecode(t *testing.T) {
 			name: "valid", w: w10, n: 1, maxWaiting: 0,
 			recs: []record.Record{steady(10000, 10010, 10, 20000, record.Cancelled)},
 			want: want{output: 999, total: 99.9, perReq: 100, ttft: 10 * ms, tbt: 10 * ms, active: 0.999, sent: 1,
-				status: result.Valid},
+				peak: 1, status: result.Valid},
 		},
 		{
 			name: "queued: the engine reported a waiting request", w: w10, n: 1, maxWaiting: 2,
 			recs: []record.Record{steady(10000, 10010, 10, 20000, record.Cancelled)},
 			want: want{output: 999, total: 99.9, perReq: 100, ttft: 10 * ms, tbt: 10 * ms, active: 0.999, sent: 1,
-				status: result.RequestsQueued},
+				peak: 1, status: result.RequestsQueued},
 		},
 		{
 			// Seed page 000, C=0 N=1 in shape: one request at 6.15 ms per
@@ -209,7 +224,7 @@ func TestDecode(t *testing.T) {
 			name: "seed-like N=1", w: Window{0, 30 * time.Second}, n: 1, maxWaiting: 0,
 			recs: []record.Record{steadyUS(0, 44_000, 6150, 30_000_000)},
 			want: want{output: 4871, total: 4871 / 30.0, perReq: 1 / 0.00615, ttft: 44 * ms, tbt: 6150 * time.Microsecond,
-				active: (30 - 0.044) / 30, sent: 1, status: result.Valid},
+				active: (30 - 0.044) / 30, sent: 1, peak: 1, status: result.Valid},
 		},
 	}
 	for _, tc := range tests {
@@ -249,11 +264,16 @@ func TestDecode(t *testing.T) {
 			if f.Hist.E2E.TotalCount() != int64(g.completed) {
 				t.Errorf("E2E values = %d, want one per completed request (%d)", f.Hist.E2E.TotalCount(), g.completed)
 			}
-			if st := Status(false, f, tc.n, tc.maxWaiting); st != g.status {
+			if f.PeakDecoding != g.peak {
+				t.Errorf("peak decoding = %d, want %d", f.PeakDecoding, g.peak)
+			}
+			j := Judge{N: tc.n, MaxWaiting: tc.maxWaiting, AvgRunning: -1}
+			if st := Status(f, j); st != g.status {
 				t.Errorf("status = %s, want %s", st, g.status)
 			}
-			if st := Status(true, f, tc.n, tc.maxWaiting); st != result.OverCapacity {
-				t.Errorf("status with over capacity = %s, want over_capacity first", st)
+			j.ContextExceeded = 1
+			if st := Status(f, j); st != result.OverCapacity {
+				t.Errorf("status when the engine said a request did not fit = %s, want over_capacity first", st)
 			}
 		})
 	}
@@ -336,7 +356,7 @@ func TestEmptyWindow(t *testing.T) {
 	if f.MeasuredFor != 0 || f.OutputTokens != 0 || f.Hist == nil || math.IsNaN(f.TotalTokPerSec) {
 		t.Fatalf("reversed window gave %+v", f)
 	}
-	if st := Status(false, f, 1, -1); st != result.Failed {
+	if st := Status(f, Judge{N: 1, MaxWaiting: -1, AvgRunning: -1}); st != result.Failed {
 		t.Fatalf("status %s, want failed (no token)", st)
 	}
 }
@@ -353,25 +373,47 @@ func TestMismatchedTokensSlice(t *testing.T) {
 }
 
 func TestStatusOrder(t *testing.T) {
-	ok := Figures{OutputTokens: 10, AvgActive: 4}
+	ok := Figures{OutputTokens: 10, PeakDecoding: 4, TTFT: 50 * ms}
+	with := func(f Figures, edit func(*Figures)) Figures { edit(&f); return f }
+	hits := func(counted, misses int) func(*Figures) {
+		return func(f *Figures) {
+			f.CacheCounted, f.CacheMisses = counted, misses
+			f.CachedTokens, f.CachePromptTokens = int64(counted-misses)*16000, int64(counted)*16384
+		}
+	}
+	base := Judge{N: 4, MaxWaiting: -1, AvgRunning: -1}
+	j := func(edit func(*Judge)) Judge { jj := base; edit(&jj); return jj }
 	tests := []struct {
-		name       string
-		over       bool
-		f          Figures
-		n, waiting int
-		want       result.Status
+		name string
+		f    Figures
+		j    Judge
+		want result.Status
 	}{
-		{"over capacity beats everything", true, Figures{Failed: 3, AvgActive: 0}, 4, 5, result.OverCapacity},
-		{"failed beats queued", false, Figures{Failed: 1, OutputTokens: 10, AvgActive: 1}, 4, 5, result.Failed},
-		{"no token is failed", false, Figures{AvgActive: 4}, 4, -1, result.Failed},
-		{"waiting gauge queues", false, ok, 4, 1, result.RequestsQueued},
-		{"no gauge: average active below 0.95 N queues", false, Figures{OutputTokens: 10, AvgActive: 3.79}, 4, -1, result.RequestsQueued},
-		{"no gauge: average active at 0.95 N is valid", false, Figures{OutputTokens: 10, AvgActive: 3.8}, 4, -1, result.Valid},
-		{"gauge says no queue: low average active is still valid", false, Figures{OutputTokens: 10, AvgActive: 2.5}, 4, 0, result.Valid},
-		{"no gauge (-1), all active", false, ok, 4, -1, result.Valid},
+		{"the engine's context-exceeded answer beats everything", Figures{Failed: 3}, j(func(j *Judge) { j.ContextExceeded = 3; j.MaxWaiting = 5 }), result.OverCapacity},
+		{"failed beats queued", Figures{Failed: 1, OutputTokens: 10, PeakDecoding: 1}, j(func(j *Judge) { j.MaxWaiting = 5 }), result.Failed},
+		{"no token is failed", Figures{PeakDecoding: 4}, base, result.Failed},
+		{"a shortened prompt is failed", ok, j(func(j *Judge) { j.Truncated = 1; j.TruncatedTo = 4096 }), result.Failed},
+		{"waiting gauge queues", ok, j(func(j *Judge) { j.MaxWaiting = 1 }), result.RequestsQueued},
+		{"no gauge: fewer than N decoding at once queues", with(ok, func(f *Figures) { f.PeakDecoding = 3 }), base, result.RequestsQueued},
+		{"no gauge: all N decoding at once is valid", ok, base, result.Valid},
+		{"gauge says no queue: a low peak is still valid", with(ok, func(f *Figures) { f.PeakDecoding = 2 }), j(func(j *Judge) { j.MaxWaiting = 0 }), result.Valid},
+		{"queued beats cache missed", with(ok, hits(4, 4)), j(func(j *Judge) { j.MaxWaiting = 2; j.CacheCheck = true }), result.RequestsQueued},
+		{"one request that missed the cache", with(ok, hits(10, 1)), j(func(j *Judge) { j.CacheCheck = true }), result.CacheMissed},
+		{"every request found its prompt cached", with(ok, hits(10, 0)), j(func(j *Judge) { j.CacheCheck = true }), result.Valid},
+		{"short contexts are not checked", with(ok, hits(10, 10)), base, result.Valid},
+		{"engine counters below 95%", ok, j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 940, 1000 }), result.CacheMissed},
+		{"engine counters at 95%", ok, j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 950, 1000 }), result.Valid},
+		{"per-request counts win over counters", with(ok, hits(4, 0)), j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 1, 1000 }), result.Valid},
+		// Seed 000's 32K × 1: 7,300 ms against a cold prefill of 7,302 ms.
+		{"N=1, no cache counts, TTFT of a cold prefill", Figures{OutputTokens: 10, PeakDecoding: 1, TTFT: 7300 * ms},
+			Judge{N: 1, MaxWaiting: 0, AvgRunning: -1, CacheCheck: true, ColdTTFT: 7302 * ms}, result.CacheMissed},
+		{"N=1, no cache counts, warm TTFT", Figures{OutputTokens: 10, PeakDecoding: 1, TTFT: 166 * ms},
+			Judge{N: 1, MaxWaiting: 0, AvgRunning: -1, CacheCheck: true, ColdTTFT: 2303 * ms}, result.Valid},
+		{"N>1, no cache counts: TTFT says nothing", Figures{OutputTokens: 10, PeakDecoding: 16, TTFT: 11703 * ms},
+			Judge{N: 16, MaxWaiting: 0, AvgRunning: -1, CacheCheck: true, ColdTTFT: 8341 * ms}, result.Valid},
 	}
 	for _, tc := range tests {
-		if got := Status(tc.over, tc.f, tc.n, tc.waiting); got != tc.want {
+		if got := Status(tc.f, tc.j); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -413,10 +455,12 @@ func TestFill(t *testing.T) {
 		recs[i].PromptTokens = 100 + i
 	}
 	f := Decode(recs, w10)
-	c := result.Cell{Context: 16384, Concurrency: 5, Status: Status(false, f, 5, -1), MaxWaiting: -1}
-	f.Fill(&c)
+	j := Judge{N: 5, MaxWaiting: -1, AvgRunning: -1}
+	c := result.Cell{Context: 16384, Concurrency: 5, Status: Status(f, j)}
+	f.Fill(&c, j)
 	if !c.Measured || c.TotalTokPerSec != f.TotalTokPerSec || c.PerRequestTokPerSec != f.PerRequestTokPerSec ||
-		c.TTFTms != float64(f.TTFT)/1e6 || c.TBTms != float64(f.TBT)/1e6 || c.AvgActive != f.AvgActive ||
+		c.TTFTms != float64(f.TTFT)/1e6 || c.TBTms != float64(f.TBT)/1e6 || c.AvgActive != f.AvgDecoding ||
+		c.AvgActiveSource != result.ActiveClient || c.PeakDecoding != 2 || c.MaxWaiting != -1 || c.Cache != nil ||
 		c.Completed != 3 || c.OutputTokens != 22 || c.MeasuredForSeconds != 10 || c.Sent != 5 || c.FailedReqs != 2 ||
 		c.Histograms != f.Hist || c.Context != 16384 || c.Concurrency != 5 {
 		t.Fatalf("Fill gave %+v from %+v", c, f)
@@ -431,30 +475,71 @@ func TestFill(t *testing.T) {
 		!strings.Contains(c.Reason, "broken_stream: stream closed before [DONE]") {
 		t.Errorf("status %s reason %q", c.Status, c.Reason)
 	}
+	// With a running gauge, average active is the engine's.
+	gauge := Judge{N: 5, MaxWaiting: 0, AvgRunning: 4.75}
+	c = result.Cell{Status: result.Valid}
+	f.Fill(&c, gauge)
+	if c.AvgActive != 4.75 || c.AvgActiveSource != result.ActiveEngine || c.MaxWaiting != 0 {
+		t.Errorf("with a gauge: average active %v from %q, max waiting %d", c.AvgActive, c.AvgActiveSource, c.MaxWaiting)
+	}
 
+	counted := Figures{CacheCounted: 4, CacheMisses: 1, CachedTokens: 3 * 16383, CachePromptTokens: 4 * 16384, TTFT: 900 * ms}
 	reasons := []struct {
-		f          Figures
-		status     result.Status
-		maxWaiting int
-		want       string
+		f      Figures
+		j      Judge
+		status result.Status
+		want   string
 	}{
-		{Figures{MeasuredFor: 30 * time.Second}, result.Failed, -1, "no token arrived in the 30.0 s window"},
-		{Figures{Failed: 1, FailReason: "http_error (HTTP 500): boom"}, result.Failed, -1, "first: http_error (HTTP 500): boom"},
-		{Figures{AvgActive: 0.9}, result.RequestsQueued, -1, "0.90 requests were decoding on average, fewer than 0.95 × 1"},
-		{Figures{AvgActive: 1}, result.RequestsQueued, 3, "up to 3 waiting requests"},
-		{Figures{AvgActive: 1}, result.Valid, 0, ""},
+		{Figures{MeasuredFor: 30 * time.Second}, Judge{N: 1, MaxWaiting: -1}, result.Failed, "no token arrived in the 30.0 s window"},
+		{Figures{Failed: 1, FailReason: "http_error (HTTP 500): boom"}, Judge{N: 1, MaxWaiting: -1}, result.Failed, "first: http_error (HTTP 500): boom"},
+		{Figures{}, Judge{N: 1, MaxWaiting: -1, Truncated: 3, TruncatedTo: 4096}, result.Failed, "shortened 3 prompts to 4096 tokens"},
+		{Figures{}, Judge{N: 4, MaxWaiting: -1, ContextExceeded: 4, ContextError: "engine error event: Context size has been exceeded."}, result.OverCapacity,
+			"the engine said 4 of the cell's requests did not fit its context or KV cache: engine error event: Context size has been exceeded."},
+		{Figures{PeakDecoding: 1}, Judge{N: 2, MaxWaiting: -1}, result.RequestsQueued, "at most 1 of the 2 requests were decoding at the same time"},
+		{Figures{}, Judge{N: 1, MaxWaiting: 3}, result.RequestsQueued, "up to 3 waiting requests"},
+		{counted, Judge{N: 4, MaxWaiting: 0}, result.CacheMissed, "1 of 4 requests found less than 95% of their prompt in the prefix cache (75.0% of prompt tokens cached): TTFT includes prefill"},
+		{Figures{}, Judge{N: 4, MaxWaiting: 0, EngineHits: 500, EngineQueries: 1000}, result.CacheMissed, "served 50.0% of the window's prompt tokens"},
+		{Figures{TTFT: 7300 * ms}, Judge{N: 1, MaxWaiting: 0, ColdTTFT: 7302 * ms}, result.CacheMissed, "the first token took 7.3s, as long as a cold prefill of this context (7.302s)"},
+		{Figures{}, Judge{N: 1, MaxWaiting: 0}, result.Valid, ""},
 	}
 	for _, r := range reasons {
-		c := result.Cell{Concurrency: 1, Status: r.status, MaxWaiting: r.maxWaiting}
-		r.f.Fill(&c)
+		c := result.Cell{Concurrency: r.j.N, Status: r.status}
+		r.f.Fill(&c, r.j)
 		if !strings.Contains(c.Reason, r.want) || (r.want == "" && c.Reason != "") {
 			t.Errorf("%s: reason %q, want %q", r.status, c.Reason, r.want)
 		}
 	}
+	c = result.Cell{}
+	counted.Fill(&c, Judge{N: 4})
+	if c.Cache == nil || c.Cache.Requests != 4 || c.Cache.Misses != 1 || !near(c.Cache.HitRate, 0.75*16383/16384, 1e-12) || c.Cache.Source != result.CacheUsage {
+		t.Errorf("cache figures %+v", c.Cache)
+	}
 	kept := result.Cell{Status: result.Failed, Reason: "set by the matrix"}
-	Figures{}.Fill(&kept)
+	Figures{}.Fill(&kept, Judge{N: 1})
 	if kept.Reason != "set by the matrix" {
 		t.Errorf("Fill overwrote the caller's reason: %q", kept.Reason)
+	}
+}
+
+// TestCacheFigures: only requests sent in the window whose usage reported
+// cached tokens are counted; one cut at the window's end has no usage and
+// does not count as a miss.
+func TestCacheFigures(t *testing.T) {
+	hit := steady(10000, 10010, 10, 15000, record.OK)
+	hit.PromptTokens, hit.CachedTokens, hit.CachedSource = 16384, 16383, record.SourceUsage
+	miss := steady(10000, 12000, 10, 16000, record.OK)
+	miss.PromptTokens, miss.CachedTokens, miss.CachedSource = 16384, 0, record.SourceUsage
+	cut := steady(15000, 15010, 10, 20000, record.Cancelled) // no usage: cut at the close
+	cut.PromptTokens = 16384
+	before := steady(5000, 5010, 10, 9000, record.OK) // a warm-up, say: not the cell's
+	before.PromptTokens, before.CachedTokens, before.CachedSource = 16384, 0, record.SourceUsage
+	f := Decode([]record.Record{hit, miss, cut, before}, w10)
+	rate, ok := f.CacheHitRate()
+	if f.CacheCounted != 2 || f.CacheMisses != 1 || !ok || !near(rate, 16383.0/32768, 1e-12) {
+		t.Fatalf("counted %d misses %d rate %v (%v)", f.CacheCounted, f.CacheMisses, rate, ok)
+	}
+	if _, ok := Decode([]record.Record{cut}, w10).CacheHitRate(); ok {
+		t.Fatal("a hit rate from requests that reported nothing")
 	}
 }
 

@@ -4,14 +4,18 @@
 // A run goes in this order: probe the engine (engines.Probe; an unreachable
 // or wrong target fails here, before any load); decide the plan (contexts
 // that do not fit the max model length are dropped and said so, cells with
-// N × (C + max output) > KV capacity are Over capacity and never run); send
-// the cold prefill requests of prefill contexts that are not decode rows;
-// then row by row: build one salted prompt per concurrency slot, warm each up
-// once with max_tokens 1 (the first warm-up request is the row's prefill
-// measurement), and run each cell for a fixed window through the closed-loop
-// load generator, scraping the engine's waiting gauge during the window,
-// cancelling what still runs at the window's end, and judging the status from
-// the records with package cell.
+// N × (C + max output) above the KV capacity, or above its upper bound where
+// the engine tells only bounds, are Over capacity and never run); send the
+// cold prefill requests of prefill contexts that are not decode rows; then
+// row by row: build one salted prompt per concurrency slot, send slot 0's
+// alone and cold (the row's prefill measurement and cold TTFT), and for
+// each cell warm its prompts at once (at most one per engine slot) just
+// before its window, run it for a fixed window through the closed-loop load
+// generator, scraping the engine's gauges (and prefix-cache counters)
+// during the window, cancelling what still runs at the window's end, and
+// judging the status from the records with package cell. The engine's own
+// "does not fit" answer, in a warm-up or a window, makes a cell Over
+// capacity and rules out every larger cell.
 //
 // When ctx is cancelled (Ctrl-C) Run stops at once and returns the result
 // with the cells finished so far, the rest Not run, Interrupted set, and
@@ -116,6 +120,14 @@ type runner struct {
 	build *prompts.Builder
 	res   *result.Result
 	plan  plan
+
+	// kvBelow, once the engine refused a cell for not fitting its context
+	// or KV cache, is that cell's need (N × (C + max output)): the capacity
+	// is below it, so no larger cell is run. 0: not learned.
+	kvBelow int
+	// kvBelowAt says which cell taught it, for the reason of the cells it
+	// rules out.
+	kvBelowAt string
 }
 
 func (r *runner) run(ctx context.Context) (*result.Result, error) {
@@ -205,9 +217,18 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		res.Probes = append(res.Probes, result.Fact{Name: engines.FactKVCapacity, Value: fmt.Sprint(kv), Source: "scenario kv_capacity"})
 	}
 
-	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Prefill, sc.MaxOutput, maxLen, kv)
+	kvMax := 0
 	if kv == 0 {
-		r.plan.notes = append(r.plan.notes, "The engine's KV cache capacity is unknown (give --kv-capacity): every cell was tried.")
+		kvMax = info.KVMax
+	}
+	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Prefill, sc.MaxOutput, maxLen, kv, kvMax)
+	switch {
+	case kv == 0 && info.KVMin > 0 && info.KVMax > 0:
+		r.plan.notes = append(r.plan.notes, fmt.Sprintf(
+			"The engine's KV cache holds between %s and %s tokens; it does not say which (give --kv-capacity). Cells needing more than %s were not run; cells in between were tried, and where the engine answered that a request did not fit, the cell is Over capacity and larger cells were not run.",
+			fmtInt(info.KVMin), fmtInt(info.KVMax), fmtInt(info.KVMax)))
+	case kv == 0:
+		r.plan.notes = append(r.plan.notes, "The engine's KV cache capacity is unknown (give --kv-capacity): every cell was tried; where the engine answered that a request did not fit, the cell is Over capacity and larger cells were not run.")
 	}
 	res.Settings = result.Settings{
 		DecodeTest:    "Fixed duration",
@@ -223,6 +244,9 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		MaxModelLen:   maxLen,
 		Scenario:      sc.Name,
 		By:            cfg.By,
+	}
+	if kv == 0 {
+		res.Settings.KVCapacityMin, res.Settings.KVCapacityMax = info.KVMin, info.KVMax
 	}
 	res.Decode = r.plan.cells
 	res.Prefill = r.plan.prefill
@@ -390,12 +414,12 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	}
 	r.emit(recs)
 	if len(recs) == 1 {
-		r.setPrefill(pc, &recs[0])
+		r.setPrefill(pc, &recs[0], p.Tokens)
 	}
 	return nil
 }
 
-func (r *runner) setPrefill(pc int, rec *record.Record) {
+func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 	for i := range r.res.Prefill {
 		row := &r.res.Prefill[i]
 		if row.Context != pc {
@@ -403,13 +427,20 @@ func (r *runner) setPrefill(pc int, rec *record.Record) {
 		}
 		row.Requests = 1
 		row.PromptTokens = rec.PromptTokens
-		if rec.Outcome.Failed() || len(rec.Arrivals) == 0 {
-			row.Status = result.Failed
-			row.Error = rec.Error
-			if row.Error == "" {
-				row.Error = "no token arrived"
+		fail := func(msg string) {
+			row.Status, row.Error = result.Failed, msg
+			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(pc), clip(msg, 160)))
+		}
+		switch {
+		case rec.Outcome.Failed() || len(rec.Arrivals) == 0:
+			msg := rec.Error
+			if msg == "" {
+				msg = "no token arrived"
 			}
-			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(pc), clip(row.Error, 160)))
+			fail(msg)
+			return
+		case truncated(rec, target):
+			fail(fmt.Sprintf("the engine shortened the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens))
 			return
 		}
 		tps, ttft, ok := cell.Prefill(rec)
@@ -423,6 +454,15 @@ func (r *runner) setPrefill(pc int, rec *record.Record) {
 		row.TTFTms = float64(ttft) / float64(time.Millisecond)
 		r.prog.note(fmt.Sprintf("prefill %-6s %9.1f tok/s  TTFT %s", TokenLabel(pc), tps, ttft.Round(time.Millisecond)))
 	}
+}
+
+// truncated reports whether the engine counted fewer prompt tokens than
+// the prompt had (target, as the builder counted it) beyond METHOD §4's
+// tolerance: an engine that cuts a prompt to its context without an error
+// (Ollama) must not have the shorter prompt reported as the one asked for.
+func truncated(rec *record.Record, target int) bool {
+	return target > 0 && rec.PromptSource == record.SourceUsage && rec.PromptTokens > 0 &&
+		rec.PromptTokens < target-prompts.Tolerance(target)
 }
 
 func (r *runner) isPrefillRow(c int) bool {
@@ -459,7 +499,9 @@ func (r *runner) drain(ctx context.Context) {
 	}
 }
 
-// row warms up decode context c and runs its cells ns.
+// row runs decode context c: it builds one prompt per slot, sends slot 0's
+// alone and cold (the row's prefill measurement), then warms each cell's
+// prompts just before that cell runs (METHOD §3 warm-up).
 func (r *runner) row(ctx context.Context, c int, ns []int) error {
 	maxN := 0
 	for _, n := range ns {
@@ -470,96 +512,183 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 	if err != nil {
 		return err
 	}
-	// Warm-up: slot 0 alone first, so its request is a clean cold prefill
-	// measurement, then the other slots a few at a time.
-	r.prog.begin(fmt.Sprintf("warm-up C=%s ×%d", TokenLabel(c), maxN))
-	tag := "warmup C=" + TokenLabel(c)
+	r.prog.begin(fmt.Sprintf("warm-up C=%s (cold prefill)", TokenLabel(c)))
 	// The first warm-up request is the row's prefill measurement: let the
 	// previous row's cancelled streams leave the engine first.
 	r.drain(ctx)
+	tag := "warmup C=" + TokenLabel(c)
 	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	r.emit(first)
+	rw := rowRun{c: c, decode: decode, warm: warm}
 	if len(first) == 1 {
-		r.setPrefill(c, &first[0])
-		if first[0].Outcome.Failed() {
-			r.log.Info().Int("context", c).Str("error", first[0].Error).Msg("matrix: warm-up failed")
+		rec := &first[0]
+		r.setPrefill(c, rec, decode[0].PromptTokens)
+		switch {
+		case engines.ContextExceeded(rec):
+			// One prompt of C does not fit: no cell of the row can.
+			for _, n := range ns {
+				r.skip(c, n, result.OverCapacity, fmt.Sprintf("the engine refused one %s-token prompt: %s", TokenLabel(c), rec.Error))
+			}
+			return nil
+		case truncated(rec, decode[0].PromptTokens):
+			msg := fmt.Sprintf("the engine shortened the %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured",
+				decode[0].PromptTokens, rec.PromptTokens)
+			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d or run the engine with a longer context).", TokenLabel(c), msg, rec.PromptTokens))
+			for _, n := range ns {
+				r.skip(c, n, result.Failed, msg)
+			}
+			return nil
+		case rec.Outcome.Failed():
+			r.log.Info().Int("context", c).Str("error", rec.Error).Msg("matrix: warm-up failed")
 			if !r.isPrefillRow(c) {
-				r.prog.note(fmt.Sprintf("warm-up %s: failed: %s", TokenLabel(c), clip(first[0].Error, 160)))
+				r.prog.note(fmt.Sprintf("warm-up %s: failed: %s", TokenLabel(c), clip(rec.Error, 160)))
 			}
 		}
-	}
-	for i := 1; i < maxN; i += r.cfg.WarmupParallel {
-		j := min(maxN, i+r.cfg.WarmupParallel)
-		recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[i:j], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if ttft, ok := rec.TTFT(); ok && !rec.Outcome.Failed() {
+			rw.cold = ttft
 		}
-		r.emit(recs)
 	}
 	for _, n := range ns {
-		if err := r.cell(ctx, c, n, decode[:n]); err != nil {
+		if r.kvBelow > 0 && need(c, n, r.sc.MaxOutput) >= r.kvBelow {
+			r.skip(c, n, result.OverCapacity, fmt.Sprintf("%d × (%d + %d) = %d tokens: the engine already refused %s",
+				n, c, r.sc.MaxOutput, need(c, n, r.sc.MaxOutput), r.kvBelowAt))
+			continue
+		}
+		if err := r.cell(ctx, &rw, n); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// cell runs decode cell (c, n) for one window.
-func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error {
+// rowRun is what the cells of one context row share.
+type rowRun struct {
+	c            int
+	decode, warm []replay.Body // per slot
+	cold         time.Duration // the row's cold prefill TTFT; 0 unknown
+}
+
+// skip decides cell (c, n) without running it and shows it as done.
+func (r *runner) skip(c, n int, st result.Status, reason string) {
+	out := r.res.Cell(c, n)
+	out.Status, out.Reason = st, reason
+	r.prog.cellDone(fmt.Sprintf("decode C=%s N=%d", TokenLabel(c), n), st.Label()+": "+clip(reason, 160))
+}
+
+// learn keeps the engine's verdict that cell (c, n) does not fit: no cell
+// needing as much or more is run afterwards.
+func (r *runner) learn(c, n int) {
+	nd := need(c, n, r.sc.MaxOutput)
+	if r.kvBelow == 0 || nd < r.kvBelow {
+		r.kvBelow = nd
+		r.kvBelowAt = fmt.Sprintf("%d tokens at %s × %d", nd, TokenLabel(c), n)
+	}
+}
+
+// warmSlots is how many of a cell's prompts its warm-up sends: all n,
+// except on an engine with fixed slots (llama.cpp, Ollama), whose caches
+// hold one prompt per slot: warming more would evict what was warmed.
+func (r *runner) warmSlots(n int) int {
+	if r.info.Slots > 0 {
+		return min(n, r.info.Slots)
+	}
+	return n
+}
+
+// warmUp sends, all at once, the warm-up request of each of the cell's
+// first k prompts, just before its window: each finds its prompt in the
+// prefix cache, or computes it and leaves it there. It returns the first
+// record whose request the engine refused for not fitting, if any.
+func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record, error) {
+	k := r.warmSlots(n)
+	r.prog.begin(fmt.Sprintf("warm-up C=%s ×%d", TokenLabel(rw.c), k))
+	r.drain(ctx)
+	recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: rw.warm[:k], MaxTokens: 1, Stream: true,
+		Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids, Once: true}).Records
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	r.emit(recs)
+	for i := range recs {
+		if engines.ContextExceeded(&recs[i]) {
+			return &recs[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// sampler scrapes the engine's gauges during a window.
+type sampler struct {
+	mu         sync.Mutex
+	maxWaiting int // -1 until a scrape succeeded
+	running    float64
+	samples    int
+	err        error
+}
+
+// run scrapes every every until ctx ends: the first scrape soon after the
+// window opens, when the requests have reached the engine.
+func (s *sampler) run(ctx context.Context, in *engines.Info, every time.Duration) {
+	first := time.NewTimer(min(every, 100*time.Millisecond))
+	defer first.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-first.C:
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		running, waiting, ok, err := in.Load(ctx)
+		s.mu.Lock()
+		if err != nil && ctx.Err() == nil {
+			s.err = err
+		}
+		if ok && ctx.Err() == nil {
+			s.maxWaiting = max(s.maxWaiting, waiting) // from -1 on the first good scrape
+			s.running += float64(running)
+			s.samples++
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// cell warms up and runs decode cell (rw.c, n) for one window.
+func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
+	c := rw.c
 	label := fmt.Sprintf("decode C=%s N=%d", TokenLabel(c), n)
+	refused, err := r.warmUp(ctx, rw, n)
+	if err != nil {
+		return err
+	}
+	if refused != nil {
+		r.learn(c, n)
+		r.skip(c, n, result.OverCapacity, "the engine refused a warm-up request: "+refused.Error)
+		return nil
+	}
 	r.prog.begin(label)
 	win := r.sc.Window
-
 	r.drain(ctx)
+	hits0, queries0, cacheOK, _ := r.info.PrefixCache(ctx)
+
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	// Scrape the waiting gauge during the window. maxWaiting stays -1 unless
-	// a scrape succeeded (an engine without the gauge, or one whose scrapes
-	// all failed: queueing is then judged from average active requests),
-	// else it is the highest value seen.
-	var (
-		waitMu     sync.Mutex
-		maxWaiting = -1
-		loadErr    error
-		scrapeDone = make(chan struct{})
-	)
+	smp := &sampler{maxWaiting: -1}
+	scrapeDone := make(chan struct{})
 	go func() {
 		defer close(scrapeDone)
-		// The first scrape comes soon after the window opens, when the
-		// requests have reached the engine; then every LoadEvery.
-		first := time.NewTimer(min(r.cfg.LoadEvery, 100*time.Millisecond))
-		defer first.Stop()
-		select {
-		case <-wctx.Done():
-			return
-		case <-first.C:
-		}
-		t := time.NewTicker(r.cfg.LoadEvery)
-		defer t.Stop()
-		for {
-			_, waiting, ok, err := r.info.Load(wctx)
-			waitMu.Lock()
-			if err != nil && wctx.Err() == nil {
-				loadErr = err
-			}
-			if ok && waiting > maxWaiting {
-				maxWaiting = waiting // from -1 on the first good scrape: waiting >= 0
-			}
-			waitMu.Unlock()
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		smp.run(wctx, r.info, r.cfg.LoadEvery)
 	}()
-
 	run := replay.RunClosed(wctx, replay.Closed{
-		Target: r.tgt, Clock: r.clock, Bodies: bodies, MaxTokens: r.sc.MaxOutput, Stream: true,
+		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:n], MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
 	})
 	cancel()
@@ -571,30 +700,68 @@ func (r *runner) cell(ctx context.Context, c, n int, bodies []replay.Body) error
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
 	figs := cell.Decode(recs, w)
-	waitMu.Lock()
-	mw := maxWaiting
-	lerr := loadErr
-	waitMu.Unlock()
-	if lerr != nil {
-		r.log.Warn().Err(lerr).Msg("matrix: scraping the engine's waiting gauge failed; queueing judged from average active requests")
+	smp.mu.Lock()
+	j := cell.Judge{N: n, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold}
+	if smp.samples > 0 {
+		j.AvgRunning = smp.running / float64(smp.samples)
 	}
+	lerr := smp.err
+	smp.mu.Unlock()
+	if lerr != nil {
+		r.log.Warn().Err(lerr).Msg("matrix: scraping the engine's gauges failed; queueing judged from the requests decoding at once")
+	}
+	if cacheOK {
+		if hits1, queries1, ok, _ := r.info.PrefixCache(ctx); ok && queries1 > queries0 {
+			j.EngineHits, j.EngineQueries = hits1-hits0, queries1-queries0
+		}
+	}
+	r.judgeRecords(&j, recs, w, rw.decode[:n])
 	out := r.res.Cell(c, n)
-	// Queueing: the engine's waiting gauge decides where it has one (see
-	// cell.Status); average active requests only where it has none.
-	out.Status = cell.Status(false, figs, n, mw)
-	out.MaxWaiting = mw
-	figs.Fill(out) // explains a Failed or Requests queued status in Reason
+	out.Status = cell.Status(figs, j)
+	figs.Fill(out, j) // explains a status other than Valid in Reason
+	if out.Status == result.OverCapacity {
+		r.learn(c, n)
+	}
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
-	if out.Status == result.Valid || out.Status == result.RequestsQueued {
+	if out.Status.ShowsFigures() {
 		summary = fmt.Sprintf("%-16s %8.1f tok/s  TTFT %.0f ms  TBT %.1f ms", out.Status.Label(), out.TotalTokPerSec, out.TTFTms, out.TBTms)
+		if out.Cache != nil {
+			summary += fmt.Sprintf("  cache %.0f%%", 100*out.Cache.HitRate)
+		}
 	}
 	r.prog.cellDone(label, summary)
 	r.log.Debug().Int("context", c).Int("concurrency", n).Str("status", string(out.Status)).
-		Float64("tok_s", out.TotalTokPerSec).Int("max_waiting", mw).Msg("matrix: cell done")
+		Float64("tok_s", out.TotalTokPerSec).Int("max_waiting", j.MaxWaiting).Msg("matrix: cell done")
 	if r.cfg.OnCell != nil {
-		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: mw})
+		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: j.MaxWaiting})
 	}
 	return nil
+}
+
+// judgeRecords adds to j what the cell's requests say beyond figures: which
+// the engine refused for not fitting its context or KV cache, and which it
+// answered with a shorter prompt than was sent.
+func (r *runner) judgeRecords(j *cell.Judge, recs []record.Record, w cell.Window, bodies []replay.Body) {
+	target := 0
+	for _, b := range bodies {
+		if b.PromptTokens > 0 && (target == 0 || b.PromptTokens < target) {
+			target = b.PromptTokens
+		}
+	}
+	for i := range recs {
+		rec := &recs[i]
+		inFlight := rec.Sent < w.End && rec.End >= w.Start
+		if inFlight && engines.ContextExceeded(rec) {
+			if j.ContextExceeded == 0 {
+				j.ContextError = rec.Error
+			}
+			j.ContextExceeded++
+		}
+		if w.Contains(rec.Sent) && truncated(rec, target) {
+			j.Truncated++
+			j.TruncatedTo = max(j.TruncatedTo, rec.PromptTokens)
+		}
+	}
 }
 
 // clip shortens s to at most n bytes for a progress line.

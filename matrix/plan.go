@@ -21,14 +21,18 @@ type plan struct {
 	notes       []string
 }
 
+// need is the KV cache a cell asks for: N × (C + max output) tokens.
+func need(c, n, maxOutput int) int { return n * (c + maxOutput) }
+
 // overCapacity is METHOD.md §3 rule 1: N × (C + max output) > KV capacity.
 // An unknown capacity (0) never rules a cell out.
 func overCapacity(c, n, maxOutput, kv int) bool {
-	return kv > 0 && n*(c+maxOutput) > kv
+	return kv > 0 && need(c, n, maxOutput) > kv
 }
 
-// makePlan lays out a run. maxLen and kv are 0 when unknown.
-func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv int) plan {
+// makePlan lays out a run. maxLen and kv are 0 when unknown; kvMax, when kv
+// is unknown, is the largest capacity the engine's answers allow (0: none).
+func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv, kvMax int) plan {
 	var p plan
 	p.concurrency = append([]int(nil), concurrency...)
 	for _, c := range contexts {
@@ -46,10 +50,15 @@ func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv int)
 	for _, c := range p.contexts {
 		for _, n := range p.concurrency {
 			cell := result.Cell{Context: c, Concurrency: n, Status: result.NotRun, MaxWaiting: -1}
-			if overCapacity(c, n, maxOutput, kv) {
+			switch {
+			case overCapacity(c, n, maxOutput, kv):
 				cell.Status = result.OverCapacity
 				cell.Reason = fmt.Sprintf("%d × (%d + %d) = %d tokens > KV cache capacity %d tokens",
-					n, c, maxOutput, n*(c+maxOutput), kv)
+					n, c, maxOutput, need(c, n, maxOutput), kv)
+			case kv == 0 && overCapacity(c, n, maxOutput, kvMax):
+				cell.Status = result.OverCapacity
+				cell.Reason = fmt.Sprintf("%d × (%d + %d) = %d tokens > %d tokens, the most KV cache the engine's answers allow",
+					n, c, maxOutput, need(c, n, maxOutput), kvMax)
 			}
 			p.cells = append(p.cells, cell)
 		}
@@ -148,4 +157,24 @@ func joinAnd(s []string) string {
 		return s[0]
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// fmtInt writes n with thousands separators: 81920 → "81,920".
+func fmtInt(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }

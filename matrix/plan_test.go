@@ -17,7 +17,7 @@ const k = 1024
 func TestPlanSeed000(t *testing.T) {
 	contexts := []int{0, 16 * k, 32 * k, 64 * k, 128 * k, 248 * k}
 	conc := []int{1, 2, 4, 8, 16, 32, 64, 128}
-	p := makePlan(contexts, conc, []int{8 * k, 16 * k, 32 * k}, 8192, 262144, 81920)
+	p := makePlan(contexts, conc, []int{8 * k, 16 * k, 32 * k}, 8192, 262144, 81920, 0)
 	want := map[int][]int{
 		0:       {1, 2, 4, 8}, // seed: Valid up to 8, Over capacity from 16
 		16 * k:  {1, 2},
@@ -50,6 +50,7 @@ func TestPlan(t *testing.T) {
 		prefill     []int
 		maxOut      int
 		maxLen, kv  int
+		kvMax       int
 		kept        []int
 		dropped     []int
 		runnable    map[int][]int
@@ -92,6 +93,16 @@ func TestPlan(t *testing.T) {
 			prefillRows: 1,
 		},
 		{
+			// llama-server -c 20480 -np 4 -kvu: each slot's n_ctx is 20480
+			// and the capacity between 20480 and 81920. 8K × 8 needs
+			// 8 × 8448 = 67584 ≤ 81920: tried; 16K × 8 needs 135168: not.
+			name:     "bounded capacity: only cells over the upper bound are not run",
+			contexts: []int{0, 8 * k, 16 * k}, conc: []int{1, 4, 8}, maxOut: 256, maxLen: 20480, kv: 0, kvMax: 81920,
+			kept:     []int{0, 8 * k, 16 * k},
+			runnable: map[int][]int{0: {1, 4, 8}, 8 * k: {1, 4, 8}, 16 * k: {1, 4}},
+			mode:     "Separate cold requests",
+		},
+		{
 			name:     "prefill longer than the model is dropped",
 			contexts: []int{0}, conc: []int{1}, prefill: []int{8 * k, 128 * k},
 			maxOut: 8192, maxLen: 90112, kv: 0,
@@ -105,7 +116,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := makePlan(tt.contexts, tt.conc, tt.prefill, tt.maxOut, tt.maxLen, tt.kv)
+			p := makePlan(tt.contexts, tt.conc, tt.prefill, tt.maxOut, tt.maxLen, tt.kv, tt.kvMax)
 			if !slices.Equal(p.contexts, tt.kept) {
 				t.Errorf("kept %v, want %v", p.contexts, tt.kept)
 			}

@@ -38,7 +38,7 @@ func (p pairCell) onlyIn() string {
 }
 
 func shown(c *result.Cell) bool {
-	return c != nil && (c.Status == result.Valid || c.Status == result.RequestsQueued)
+	return c != nil && c.Status.ShowsFigures()
 }
 
 // ratio is b/a, or NaN when either side has no figure.
@@ -167,7 +167,7 @@ func prefillPair(cmp *comparison, c int) []string {
 		if p == nil {
 			return dash, dash, 0, 0
 		}
-		if p.Status != result.Valid && p.Status != result.RequestsQueued {
+		if !p.Status.ShowsFigures() {
 			return p.Status.Label(), dash, 0, 0
 		}
 		return fmtHeadline(p.TokPerSec), fmtMs(p.TTFTms), p.TokPerSec, p.TTFTms
@@ -272,8 +272,8 @@ func (cmp *comparison) intro() []string {
 // gridText is a compact grid cell: the B/A tok/s ratio, or the status
 // change ("⚠V→OC"), or the status when both runs agree it has no figures.
 func gridText(p pairCell) string {
-	short := map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.Failed: "F",
-		result.OverCapacity: "OC", result.NotRun: "NR"}
+	short := map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.CacheMissed: "CM",
+		result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR"}
 	if p.changed() {
 		return "⚠" + short[p.SA] + "→" + short[p.SB]
 	}

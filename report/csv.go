@@ -14,7 +14,7 @@ import (
 var csvColumns = []string{"phase", "context_tokens", "concurrency", "status", "total_tok_s", "per_request_tok_s",
 	"ttft_ms", "tbt_ms", "avg_active", "completed", "output_tokens", "measured_for_s",
 	"prompt_tokens", "sent", "failed_requests", "max_waiting",
-	"ttft_p90_ms", "ttft_p99_ms", "tbt_p90_ms", "tbt_p99_ms", "reason"}
+	"ttft_p90_ms", "ttft_p99_ms", "tbt_p90_ms", "tbt_p99_ms", "prefix_cache_hit_rate", "avg_active_source", "peak_decoding", "reason"}
 
 func num(v float64) string {
 	if v == 0 {
@@ -48,7 +48,7 @@ func writeCSV(w io.Writer, r *result.Result) error {
 	for _, p := range r.Prefill {
 		row := []string{"prefill", strconv.Itoa(p.Context), "1", string(p.Status), num(p.TokPerSec), "",
 			num(p.TTFTms), "", "", strconv.Itoa(p.Requests), "", "",
-			strconv.Itoa(p.PromptTokens), "", "", "", "", "", "", "", p.Error}
+			strconv.Itoa(p.PromptTokens), "", "", "", "", "", "", "", "", "", "", p.Error}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -61,11 +61,14 @@ func writeCSV(w io.Writer, r *result.Result) error {
 				continue
 			}
 			ran := cell.Measured || (cell.Status != result.OverCapacity && cell.Status != result.NotRun)
-			completed, output, waiting := "", "", ""
+			completed, output, waiting, cache := "", "", "", ""
 			if ran {
 				completed, output = strconv.Itoa(cell.Completed), strconv.Itoa(cell.OutputTokens)
 				if cell.MaxWaiting >= 0 {
 					waiting = strconv.Itoa(cell.MaxWaiting)
+				}
+				if cell.Cache != nil {
+					cache = strconv.FormatFloat(cell.Cache.HitRate, 'f', 4, 64)
 				}
 			}
 			row := []string{"decode", strconv.Itoa(c), strconv.Itoa(n), string(cell.Status),
@@ -73,7 +76,8 @@ func writeCSV(w io.Writer, r *result.Result) error {
 				num(cell.AvgActive), completed, output, num(cell.MeasuredForSeconds),
 				numInt(cell.PromptTokens), numInt(cell.Sent), numInt(cell.FailedReqs), waiting,
 				pctMs(cell.Histograms, true, 0.90), pctMs(cell.Histograms, true, 0.99),
-				pctMs(cell.Histograms, false, 0.90), pctMs(cell.Histograms, false, 0.99), cell.Reason}
+				pctMs(cell.Histograms, false, 0.90), pctMs(cell.Histograms, false, 0.99), cache, cell.AvgActiveSource,
+				numInt(cell.PeakDecoding), cell.Reason}
 			if err := cw.Write(row); err != nil {
 				return err
 			}

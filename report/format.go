@@ -122,6 +122,8 @@ func statusNote(s result.Status) string {
 		return "Failed: requests to the server failed during this measurement."
 	case result.RequestsQueued:
 		return "Requests queued: the server could not run all requests at once, so some waited in a queue."
+	case result.CacheMissed:
+		return "Cache missed: the server's prefix cache did not hold the warmed prompts, so this TTFT includes prefill."
 	case result.OverCapacity:
 		return "Over capacity: not run because this many requests at this context would exceed the server's KV cache."
 	case result.NotRun:
@@ -132,10 +134,17 @@ func statusNote(s result.Status) string {
 
 // footnoteOrder is the order footnotes appear in (the seeds put Over
 // capacity last).
-var footnoteOrder = []result.Status{result.Failed, result.RequestsQueued, result.NotRun, result.OverCapacity}
+var footnoteOrder = []result.Status{result.Failed, result.RequestsQueued, result.CacheMissed, result.NotRun, result.OverCapacity}
 
-// ttftNote is the seeds' remark under the decode grid.
-const ttftNote = "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly excludes prefill."
+// ttftNote is the seeds' remark under the decode grid; cacheNote follows it
+// where the run has prefix-cache figures.
+const (
+	ttftNote  = "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly excludes prefill."
+	cacheNote = "Prefix cache hits: the share of the prompt tokens the server served from its cache; a cell whose requests missed it is marked Cache missed, and its TTFT includes prefill."
+)
+
+// fmtPct is a share as a percentage with one decimal: 0.9994 → "99.9%".
+func fmtPct(v float64) string { return strconv.FormatFloat(v*100, 'f', 1, 64) + "%" }
 
 // allNote heads the All measurements table.
 const allNote = "Latencies are medians. Total tok/s is output across all simultaneous requests."

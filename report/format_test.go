@@ -201,7 +201,7 @@ func TestCellColumnsFailedShowNoWindow(t *testing.T) {
 		{"over capacity never run", result.Cell{Status: result.OverCapacity}, "—"},
 	}
 	for _, tt := range tests {
-		cols := cellColumns(&tt.cell)
+		cols := cellColumns(&tt.cell, false)
 		if got := cols[len(cols)-1]; got != tt.want {
 			t.Errorf("%s: measured for %q, want %q", tt.name, got, tt.want)
 		}

@@ -94,6 +94,15 @@ func syntheticRun() *result.Result {
 				cell.PromptTokens = c + 3
 				cell.Sent = n
 				cell.Histograms = set
+				cell.AvgActiveSource, cell.PeakDecoding = result.ActiveEngine, n
+				if c > 0 {
+					cell.Cache = &result.Cache{HitRate: 1 - 1/float64(c+3), Requests: n, Source: result.CacheUsage}
+				}
+				if c == 16384 && n == 4 {
+					cell.Status = result.CacheMissed
+					cell.Cache.HitRate, cell.Cache.Misses = 0.74, 1
+					cell.Reason = "1 of 4 requests found less than 95% of their prompt in the prefix cache (74.0% of prompt tokens cached): TTFT includes prefill"
+				}
 			}
 			r.Decode = append(r.Decode, cell)
 		}

@@ -171,9 +171,9 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 		if len(v.Footnotes) > 0 {
 			e.printf("<p class=\"notes\">%s</p>\n", h(strings.Join(v.Footnotes, " ")))
 		}
-		e.printf("<p class=\"notes\">%s</p>\n", h(ttftNote))
+		e.printf("<p class=\"notes\">%s</p>\n", h(v.TTFTNote))
 		if len(v.Failures) > 0 {
-			e.print("<p class=\"notes\">What failed:</p><ul class=\"notes\">")
+			e.print("<p class=\"notes\">What went wrong:</p><ul class=\"notes\">")
 			for _, f := range v.Failures {
 				e.printf("<li>%s</li>", h(f))
 			}
@@ -183,7 +183,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 	}
 	if len(v.All) > 0 {
 		e.printf("<h2>All measurements</h2>\n<p class=\"sub\">%s</p>\n<div class=\"wide\"><table class=\"all\">\n<tr>", h(allNote))
-		for _, c := range allColumns {
+		for _, c := range v.Columns {
 			e.printf("<th>%s</th>", h(c))
 		}
 		e.print("</tr>\n")
@@ -281,8 +281,8 @@ func heatCell(g gridCell, top float64) string {
 			ink = "#ffffff"
 		}
 		q := ""
-		if g.Status == result.RequestsQueued {
-			q = "<span class=\"q\">Requests queued</span>"
+		if m, _ := mark(g.Status); m != "" {
+			q = "<span class=\"q\">" + m + "</span>"
 		}
 		return fmt.Sprintf("<td style=\"background:%s;color:%s\" title=\"%s\"><span class=\"v\">%s</span>%s<span class=\"t\">%s TTFT</span></td>",
 			HeatColor(t), ink, h(title), h(g.TokS), q, h(g.TTFT))
@@ -354,8 +354,8 @@ func (e *htmlWriter) percentileCards(v *view) {
 				continue
 			}
 			st := ""
-			if g.Status == result.RequestsQueued {
-				st = " <span class=\"st\">Requests queued</span>"
+			if m, _ := mark(g.Status); m != "" {
+				st = " <span class=\"st\">" + m + "</span>"
 			}
 			cards = append(cards, fmt.Sprintf("<figure class=\"card\" style=\"margin:0\"><h3>%s context · %d at once · %s tok/s%s</h3>%s%s</figure>",
 				h(row.Label), g.N, h(g.TokS), st, ttft, tbt))

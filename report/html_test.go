@@ -53,7 +53,7 @@ func TestHTMLContent(t *testing.T) {
 	charts := 0
 	for _, c := range r.Decode {
 		switch c.Status {
-		case result.Valid, result.RequestsQueued:
+		case result.Valid, result.RequestsQueued, result.CacheMissed:
 			v := fmtHeadline(c.TotalTokPerSec)
 			if !strings.Contains(page, `<span class="v">`+v+`</span>`) {
 				t.Errorf("cell %d×%d: tok/s %s missing", c.Context, c.Concurrency, v)
@@ -63,7 +63,7 @@ func TestHTMLContent(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{`class="oc"`, `class="failed"`, `<span class="q">Requests queued</span>`,
+	for _, want := range []string{`class="oc"`, `class="failed"`, `<span class="q">Requests queued</span>`, `<span class="q">Cache missed</span>`,
 		"Failed: requests to the server failed", "Latency percentiles", "p99.9", HeatColor(1)} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)

@@ -40,8 +40,9 @@ func gridCellMD(g gridCell) string {
 	switch g.Status {
 	case result.Valid:
 		return g.TokS + "<br>" + g.TTFT + " TTFT"
-	case result.RequestsQueued:
-		return g.TokS + "<br>Requests queued<br>" + g.TTFT + " TTFT"
+	case result.RequestsQueued, result.CacheMissed:
+		m, _ := mark(g.Status)
+		return g.TokS + "<br>" + m + "<br>" + g.TTFT + " TTFT"
 	}
 	return g.Status.Label()
 }
@@ -112,9 +113,9 @@ func writeMarkdown(w io.Writer, v *view) error {
 		if len(v.Footnotes) > 0 {
 			e.printf("\n%s\n", strings.Join(v.Footnotes, " "))
 		}
-		e.printf("\n%s\n", ttftNote)
+		e.printf("\n%s\n", v.TTFTNote)
 		if len(v.Failures) > 0 {
-			e.print("\nWhat failed:\n\n")
+			e.print("\nWhat went wrong:\n\n")
 			for _, f := range v.Failures {
 				e.printf("- %s\n", f)
 			}
@@ -122,7 +123,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 	}
 	if len(v.All) > 0 {
 		e.printf("\n## All measurements\n\n%s\n\n", allNote)
-		mdRow(e, allColumns)
+		mdRow(e, v.Columns)
 		mdAlign(e, []bool{false, true, true, false, true, true, true, true, true, true, true, true})
 		for _, row := range v.All {
 			cells := make([]string, len(row))

@@ -217,6 +217,10 @@ func writeText(w io.Writer, v *view) error {
 	if len(v.All) > 0 {
 		e.print("\nAll measurements · " + allNote + "\n")
 		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}
+		right := []bool{false, true, true, false, true, true, true, true, true, true, true, true}
+		if len(v.Columns) > len(allColumns) {
+			head, right = append(head, "Cache"), append(right, true)
+		}
 		rows := make([][]string, len(v.All))
 		for i, r := range v.All {
 			rows[i] = append([]string(nil), r...)
@@ -224,9 +228,12 @@ func writeText(w io.Writer, v *view) error {
 				rows[i][0] = "Decode"
 			}
 		}
-		table(e, "", head, rows, []bool{false, true, true, false, true, true, true, true, true, true, true, true})
+		table(e, "", head, rows, right)
 		legend := "N: requests at once · Per req: per request tok/s · TBT: time between tokens · " +
 			"Active: average active requests · Done: completed requests · Output: output tokens · For: measured for"
+		if len(v.Columns) > len(allColumns) {
+			legend += " · Cache: prefix cache hits"
+		}
 		for _, l := range wrapWords(legend, textWidth, "") {
 			e.print(l + "\n")
 		}
@@ -258,7 +265,8 @@ func writeTextGrid(e *errWriter, v *view) {
 		labelW = max(labelW, runeLen(row.Label))
 		for _, g := range row.Cells {
 			if g.shows() {
-				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen("queued"))
+				_, m := mark(g.Status)
+				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen(m))
 			} else {
 				colW = max(colW, runeLen(textStatus(g.Status)))
 			}
@@ -292,8 +300,8 @@ func writeTextGrid(e *errWriter, v *view) {
 			} else {
 				first[i] = textStatus(g.Status)
 			}
-			if g.Status == result.RequestsQueued {
-				third[i] = "queued"
+			if _, m := mark(g.Status); m != "" && g.shows() {
+				third[i] = m
 				queued = true
 			}
 		}
@@ -311,15 +319,18 @@ func writeTextGrid(e *errWriter, v *view) {
 		if strings.HasPrefix(n, "Requests queued:") {
 			notes[i] = "queued = " + n
 		}
+		if strings.HasPrefix(n, "Cache missed:") {
+			notes[i] = "cache missed = " + n
+		}
 	}
 	for _, l := range wrapWords(strings.Join(notes, " "), textWidth, "") {
 		e.print(l + "\n")
 	}
-	for _, l := range wrapWords(ttftNote, textWidth, "") {
+	for _, l := range wrapWords(v.TTFTNote, textWidth, "") {
 		e.print(l + "\n")
 	}
 	if len(v.Failures) > 0 {
-		e.print("What failed:\n")
+		e.print("What went wrong:\n")
 		for _, f := range v.Failures {
 			for _, l := range wrapWords("- "+f, textWidth-2, "  ") {
 				e.print("  " + l + "\n")

@@ -37,10 +37,22 @@ type gridCell struct {
 	Cell       *result.Cell
 }
 
-// shows reports whether the grid prints figures for the cell (Valid and
-// Requests queued do; Over capacity, Failed and Not run do not).
-func (g gridCell) shows() bool {
-	return g.Status == result.Valid || g.Status == result.RequestsQueued
+// shows reports whether the grid prints figures for the cell (Valid,
+// Requests queued and Cache missed do; Over capacity, Failed and Not run do
+// not).
+func (g gridCell) shows() bool { return g.Status.ShowsFigures() }
+
+// mark is what a grid cell that shows figures says besides them: its
+// status where that qualifies the figures, long and short ("Requests
+// queued", "queued"); empty for Valid.
+func mark(s result.Status) (long, short string) {
+	switch s {
+	case result.RequestsQueued:
+		return "Requests queued", "queued"
+	case result.CacheMissed:
+		return "Cache missed", "cache missed"
+	}
+	return "", ""
 }
 
 // gridRow is one context row of the decode grid.
@@ -53,6 +65,11 @@ type gridRow struct {
 // allColumns heads the All measurements table, as on the seeds.
 var allColumns = []string{"Phase", "Context", "Requests at once", "Status", "Total tok/s", "Per request tok/s",
 	"TTFT", "Time between tokens", "Average active requests", "Completed requests", "Output tokens", "Measured for"}
+
+// cacheColumn is the All measurements column added when the engine said
+// how much of the prompts its prefix cache served (seed documents have no
+// such figures, so their pages render as they are).
+const cacheColumn = "Prefix cache hits"
 
 // view is everything a report shows, as display strings, in seed order.
 // Every format but JSON renders from it, so they cannot disagree.
@@ -68,7 +85,9 @@ type view struct {
 	Grid       []gridRow
 	Footnotes  []string // for statuses present in the grid and rows
 	Failures   []string // why each failed prefill row or cell failed, where the document says
+	Columns    []string // the All measurements heads: allColumns, plus cacheColumn where a cell has cache figures
 	All        [][]string
+	TTFTNote   string
 	Probes     []result.Fact
 }
 
@@ -123,14 +142,24 @@ func newView(r *result.Result) *view {
 		v.Notes = append(v.Notes, "The run was interrupted: cells marked Not run were never measured.")
 	}
 
+	hasCache := false
+	for _, c := range r.Decode {
+		hasCache = hasCache || c.Cache != nil || c.Status == result.CacheMissed
+	}
+	v.Columns = allColumns
+	v.TTFTNote = ttftNote
+	if hasCache {
+		v.Columns = append(slices.Clone(allColumns), cacheColumn)
+		v.TTFTNote = ttftNote + " " + cacheNote
+	}
 	present := map[result.Status]bool{}
 	for _, p := range r.Prefill {
 		it := prefillItem{Context: ctxLabel(p.Context), Status: p.Status}
-		if p.Status == result.Valid || p.Status == result.RequestsQueued {
+		if p.Status.ShowsFigures() {
 			it.TokS, it.TTFT = fmtHeadline(p.TokPerSec), fmtMs(p.TTFTms)
 		}
 		v.Prefill = append(v.Prefill, it)
-		v.All = append(v.All, prefillColumns(p))
+		v.All = append(v.All, prefillColumns(p, hasCache))
 		present[p.Status] = true
 		if p.Status == result.Failed && p.Error != "" {
 			v.Failures = append(v.Failures, fmt.Sprintf("Prefill at %s: %s", ctxLabel(p.Context), p.Error))
@@ -148,8 +177,8 @@ func newView(r *result.Result) *view {
 				if g.shows() {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtMs(cell.TTFTms), cell.TotalTokPerSec
 				}
-				v.All = append(v.All, cellColumns(cell))
-				if cell.Status == result.Failed && cell.Reason != "" {
+				v.All = append(v.All, cellColumns(cell, hasCache))
+				if (cell.Status == result.Failed || cell.Status == result.CacheMissed) && cell.Reason != "" {
 					v.Failures = append(v.Failures, fmt.Sprintf("%s context, %d at once: %s", ctxLabel(c), n, cell.Reason))
 				}
 			}
@@ -184,15 +213,19 @@ func axes(r *result.Result) (contexts, conc []int) {
 	return slices.Compact(contexts), slices.Compact(conc)
 }
 
-func prefillColumns(p result.Prefill) []string {
-	return []string{"Prefill", ctxLabel(p.Context), "1", p.Status.Label(), fmtRate(p.TokPerSec), dash,
+func prefillColumns(p result.Prefill, cache bool) []string {
+	cols := []string{"Prefill", ctxLabel(p.Context), "1", p.Status.Label(), fmtRate(p.TokPerSec), dash,
 		fmtMs(p.TTFTms), dash, dash, strconv.Itoa(p.Requests), dash, dash}
+	if cache {
+		cols = append(cols, dash)
+	}
+	return cols
 }
 
 // cellColumns are a decode cell's All measurements columns. Figures print
 // when the document has them; the request counts print for every cell
 // that ran (an Over capacity cell that was never sent shows none).
-func cellColumns(c *result.Cell) []string {
+func cellColumns(c *result.Cell, withCache bool) []string {
 	ran := c.Measured || (c.Status != result.OverCapacity && c.Status != result.NotRun)
 	completed, output := dash, dash
 	if ran {
@@ -205,9 +238,17 @@ func cellColumns(c *result.Cell) []string {
 	if c.Status == result.Failed {
 		measuredFor = dash
 	}
-	return []string{"Sustained decode", ctxLabel(c.Context), strconv.Itoa(c.Concurrency), c.Status.Label(),
+	cols := []string{"Sustained decode", ctxLabel(c.Context), strconv.Itoa(c.Concurrency), c.Status.Label(),
 		fmtRate(c.TotalTokPerSec), fmtRate(c.PerRequestTokPerSec), fmtMs(c.TTFTms), fmtTBT(c.TBTms),
 		fmtActive(c.AvgActive), completed, output, measuredFor}
+	if withCache {
+		cache := dash
+		if c.Cache != nil && c.Status.ShowsFigures() {
+			cache = fmtPct(c.Cache.HitRate)
+		}
+		cols = append(cols, cache)
+	}
+	return cols
 }
 
 // hardwareSource says where the Hardware figures came from.

@@ -25,6 +25,7 @@ const (
 	OverCapacity   Status = "over_capacity"
 	Failed         Status = "failed"
 	RequestsQueued Status = "requests_queued"
+	CacheMissed    Status = "cache_missed" // ran, but the prefix cache did not serve its warmed prompts: TTFT includes prefill
 	Valid          Status = "valid"
 	NotRun         Status = "not_run" // the run was stopped (Ctrl-C, error) before this cell
 )
@@ -38,12 +39,21 @@ func (s Status) Label() string {
 		return "Failed"
 	case RequestsQueued:
 		return "Requests queued"
+	case CacheMissed:
+		return "Cache missed"
 	case Valid:
 		return "Valid"
 	case NotRun:
 		return "Not run"
 	}
 	return string(s)
+}
+
+// ShowsFigures reports whether reports show a cell's figures for this
+// status: Valid, Requests queued and Cache missed cells ran and measured
+// something worth reading; Over capacity, Failed and Not run ones did not.
+func (s Status) ShowsFigures() bool {
+	return s == Valid || s == RequestsQueued || s == CacheMissed
 }
 
 // Result is one run.
@@ -106,16 +116,22 @@ type Model struct {
 
 // Settings of the run.
 type Settings struct {
-	DecodeTest    string   `json:"decode_test"`  // "Fixed duration"
-	PrefillMode   string   `json:"prefill_mode"` // "Measured during decode warm-up" or "Separate cold requests"
-	WindowSeconds float64  `json:"window_s"`
-	MaxOutput     int      `json:"max_output"`
-	Contexts      []int    `json:"contexts"`    // decode contexts run (tokens)
-	Concurrency   []int    `json:"concurrency"` // decode concurrency levels
-	PrefillAt     []int    `json:"prefill_at"`  // prefill contexts (tokens)
-	API           string   `json:"api"`         // chat or completions
-	Dropped       []int    `json:"dropped,omitempty"`
-	KVCapacity    int      `json:"kv_capacity_tokens,omitempty"`
+	DecodeTest    string  `json:"decode_test"`  // "Fixed duration"
+	PrefillMode   string  `json:"prefill_mode"` // "Measured during decode warm-up" or "Separate cold requests"
+	WindowSeconds float64 `json:"window_s"`
+	MaxOutput     int     `json:"max_output"`
+	Contexts      []int   `json:"contexts"`    // decode contexts run (tokens)
+	Concurrency   []int   `json:"concurrency"` // decode concurrency levels
+	PrefillAt     []int   `json:"prefill_at"`  // prefill contexts (tokens)
+	API           string  `json:"api"`         // chat or completions
+	Dropped       []int   `json:"dropped,omitempty"`
+	KVCapacity    int     `json:"kv_capacity_tokens,omitempty"`
+	// KVCapacityMin and KVCapacityMax bound the KV capacity where the
+	// engine told only bounds (KVCapacity 0): cells above the upper bound
+	// were not run, cells between the bounds were tried and the engine's
+	// own answer decided.
+	KVCapacityMin int      `json:"kv_capacity_min_tokens,omitempty"`
+	KVCapacityMax int      `json:"kv_capacity_max_tokens,omitempty"`
 	MaxModelLen   int      `json:"max_model_len,omitempty"`
 	Scenario      string   `json:"scenario,omitempty"`
 	By            string   `json:"by,omitempty"` // who ran it
@@ -158,9 +174,15 @@ type Cell struct {
 	TTFTms              float64 `json:"ttft_ms,omitempty"`
 	TBTms               float64 `json:"tbt_ms,omitempty"`
 	AvgActive           float64 `json:"avg_active,omitempty"`
-	Completed           int     `json:"completed"`
-	OutputTokens        int     `json:"output_tokens"`
-	MeasuredForSeconds  float64 `json:"measured_for_s,omitempty"`
+	// AvgActiveSource says what AvgActive counts: ActiveEngine (the
+	// engine's running gauge) or ActiveClient (requests decoding, as the
+	// client saw them).
+	AvgActiveSource string `json:"avg_active_source,omitempty"`
+	// PeakDecoding is the most requests decoding at one instant.
+	PeakDecoding       int     `json:"peak_decoding,omitempty"`
+	Completed          int     `json:"completed"`
+	OutputTokens       int     `json:"output_tokens"`
+	MeasuredForSeconds float64 `json:"measured_for_s,omitempty"`
 
 	// PromptTokens is the achieved context as the engine counted it (median
 	// over the cell's requests).
@@ -171,9 +193,38 @@ type Cell struct {
 	// MaxWaiting is the highest waiting-requests gauge scraped in the window;
 	// -1 when the engine has no such gauge.
 	MaxWaiting int `json:"max_waiting"`
+	// Cache is how much of the prompts the engine's prefix cache served;
+	// nil when the engine said nothing about it.
+	Cache *Cache `json:"prefix_cache,omitempty"`
 
 	Histograms *histo.Set `json:"histograms,omitempty"`
 }
+
+// What Cell.AvgActiveSource says.
+const (
+	ActiveEngine = "engine running gauge"
+	ActiveClient = "requests decoding (client)"
+)
+
+// Cache is a decode cell's prefix-cache figures (METHOD.md §3).
+type Cache struct {
+	// HitRate is the share of the window's prompt tokens the engine served
+	// from its prefix cache, 0 to 1.
+	HitRate float64 `json:"hit_rate"`
+	// Requests are the requests the rate counts (those whose usage said;
+	// 0 for engine counters), Misses those that found less than 95% of
+	// their prompt cached.
+	Requests int `json:"requests,omitempty"`
+	Misses   int `json:"misses,omitempty"`
+	// Source is CacheUsage or CacheCounters.
+	Source string `json:"source"`
+}
+
+// What Cache.Source says.
+const (
+	CacheUsage    = "usage cached_tokens"
+	CacheCounters = "engine prefix-cache counters"
+)
 
 // Write encodes r as indented JSON.
 func (r *Result) Write(w io.Writer) error {

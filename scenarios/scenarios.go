@@ -171,6 +171,15 @@ func ParseTokenList(s string) ([]int, error) {
 	return normalize(out), nil
 }
 
+// ParsePrefillList reads the prefill contexts: a token list as
+// ParseTokenList reads it, or "none" (or nothing) for no prefill rows.
+func ParsePrefillList(s string) ([]int, error) {
+	if t := strings.TrimSpace(s); t == "" || strings.EqualFold(t, "none") {
+		return nil, nil
+	}
+	return ParseTokenList(s)
+}
+
 // normalize sorts l and drops duplicates, in place.
 func normalize(l []int) []int {
 	slices.Sort(l)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,12 +28,15 @@ import (
 // come from the scenario (the built-in seed matrix, the demo without
 // --target, or --scenario FILE).
 type matrixFlags struct {
-	Target      string        `env:"TARGET"`
-	Model       string        `env:"MODEL"`
-	APIKey      string        `env:"API_KEY"`
-	Contexts    string        `env:"CONTEXTS"`
-	Concurrency string        `env:"CONCURRENCY"`
-	Prefill     string        `env:"PREFILL"`
+	Target      string `env:"TARGET"`
+	Model       string `env:"MODEL"`
+	APIKey      string `env:"API_KEY"`
+	Contexts    string `env:"CONTEXTS"`
+	Concurrency string `env:"CONCURRENCY"`
+	Prefill     string `env:"PREFILL"`
+	// PrefillSet: --prefill or TOKENTAP_PREFILL was given, even empty
+	// (an empty list, like "none", means no prefill rows).
+	PrefillSet  bool
 	Window      string        `env:"WINDOW"`
 	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
 	MaxOutput   string        `env:"MAX_OUTPUT"`
@@ -84,7 +88,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
 	fs.StringVar(&f.Contexts, "contexts", f.Contexts, "decode contexts in tokens, e.g. 0,16k,32k,64k,128k,248k (default from the scenario) [TOKENTAP_CONTEXTS]")
 	fs.StringVar(&f.Concurrency, "concurrency", f.Concurrency, "concurrency levels, e.g. 1,2,4,8,16,32,64,128 (default from the scenario) [TOKENTAP_CONCURRENCY]")
-	fs.StringVar(&f.Prefill, "prefill", f.Prefill, "prefill contexts, e.g. 8k,16k,32k,64k,128k (default from the scenario) [TOKENTAP_PREFILL]")
+	fs.StringVar(&f.Prefill, "prefill", f.Prefill, "prefill contexts, e.g. 8k,16k,32k,64k,128k, or none (default from the scenario) [TOKENTAP_PREFILL]")
 	fs.StringVar(&f.Window, "window", f.Window, "measurement window per decode cell, e.g. 30s (default from the scenario) [TOKENTAP_WINDOW]")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "give a request up when the engine sends no byte for this long, e.g. a hung engine (0: never) [TOKENTAP_IDLE_TIMEOUT]")
 	fs.StringVar(&f.MaxOutput, "max-output", f.MaxOutput, "max_tokens of every decode request (default from the scenario, 8192 in the seed matrix) [TOKENTAP_MAX_OUTPUT]")
@@ -119,6 +123,8 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if *apiKey != "" {
 		f.APIKey = *apiKey
 	}
+	_, f.PrefillSet = os.LookupEnv("TOKENTAP_PREFILL")
+	fs.Visit(func(fl *flag.Flag) { f.PrefillSet = f.PrefillSet || fl.Name == "prefill" })
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tokentap matrix: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
 		return 2
@@ -279,8 +285,8 @@ func applyRunFlags(sc *scenarios.Scenario, cfg *matrix.Config, f matrixFlags) er
 			}
 		}
 	}
-	if f.Prefill != "" {
-		if sc.Prefill, err = scenarios.ParseTokenList(f.Prefill); err != nil {
+	if f.Prefill != "" || f.PrefillSet {
+		if sc.Prefill, err = scenarios.ParsePrefillList(f.Prefill); err != nil {
 			return fmt.Errorf("--prefill: %w", err)
 		}
 	}

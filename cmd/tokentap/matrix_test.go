@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tokentap/tokentap/matrix"
+	"github.com/tokentap/tokentap/scenarios"
 )
 
 // TestMatrixAPIKey: the key comes from TOKENTAP_API_KEY or --api-key (the
@@ -98,6 +101,32 @@ func TestReplayUsage(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"replay"}, args...), &out, &errb); code != 2 {
 			t.Errorf("replay %v: exit %d, want 2 (stderr %q)", args, code, errb.String())
+		}
+	}
+}
+
+// TestPrefillNone: --prefill none, and --prefill given empty, leave no
+// prefill rows; a list replaces the scenario's.
+func TestPrefillNone(t *testing.T) {
+	for _, tt := range []struct {
+		prefill string
+		set     bool
+		want    int
+	}{
+		{"none", true, 0},
+		{"NONE", true, 0},
+		{"", true, 0},
+		{"", false, 5}, // not given: the seed's five rows
+		{"8k,16k", true, 2},
+	} {
+		sc := scenarios.Seed()
+		var cfg matrix.Config
+		f := matrixFlags{Prefill: tt.prefill, PrefillSet: tt.set}
+		if err := applyRunFlags(&sc, &cfg, f); err != nil {
+			t.Fatalf("--prefill %q: %v", tt.prefill, err)
+		}
+		if len(sc.Prefill) != tt.want {
+			t.Errorf("--prefill %q (given %v): %d rows %v, want %d", tt.prefill, tt.set, len(sc.Prefill), sc.Prefill, tt.want)
 		}
 	}
 }
