@@ -126,3 +126,53 @@ func TestPrefixCacheFakeEngine(t *testing.T) {
 		t.Errorf("counters moved %d hits / %d queries; the ledger says %d cached of %d", h1-h0, q1-q0, cached, prompt)
 	}
 }
+
+// The fake in llama.cpp's shape: Probe reads its slots and per-slot
+// context, and gives the KV capacity as the bounds the answers allow, the
+// same whether the slots share one cache or not (no answer says which).
+func TestProbeFakeLlamaCpp(t *testing.T) {
+	for _, unified := range []bool{true, false} {
+		m := fixtures.DefaultModel()
+		m.Flavor, m.Slots, m.KVCapacity, m.UnifiedKV, m.Version = fixtures.FlavorLlamaCpp, 4, 20480, unified, "b10573"
+		e := fixtures.StartTest(t, m)
+		in, err := Probe(context.Background(), Target{BaseURL: e.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nctx := 20480
+		if !unified {
+			nctx = 5120
+		}
+		if in.Kind != KindLlamaCpp || in.Slots != 4 || in.MaxModelLen != nctx || in.KVCapacity != 0 ||
+			in.KVMin != nctx || in.KVMax != 4*nctx || in.Version != "b10573" || !in.Gauges || !in.Tokenize {
+			t.Fatalf("unified=%v: %+v\nfacts %+v", unified, in, in.Facts)
+		}
+		n, err := in.CountTokens(context.Background(), APIChat, "one two three")
+		if err != nil || n != 3+fixtures.ChatReplyOverhead+fixtures.ChatMessageOverhead {
+			t.Fatalf("CountTokens = %d, %v", n, err)
+		}
+	}
+}
+
+// The fake in Ollama's shape: Probe measures its slots (which loads the
+// model), then reads the context it runs at from /api/ps, not the trained
+// length /api/show gives, and takes "tiny" for "tiny:latest".
+func TestProbeFakeOllama(t *testing.T) {
+	for _, slots := range []int{1, 2} {
+		m := fixtures.DefaultModel()
+		m.Name, m.Flavor, m.Slots, m.MaxModelLen, m.TrainedLen, m.Version = "tiny", fixtures.FlavorOllama, slots, 4096, 65536, "0.17.4"
+		m.TBTBase = 5 * time.Millisecond
+		e := fixtures.StartTest(t, m)
+		in, err := Probe(context.Background(), Target{BaseURL: e.URL(), Model: "tiny"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Kind != KindOllama || in.Model != "tiny:latest" || in.Slots != slots || in.MaxModelLen != 4096 ||
+			in.KVCapacity != 4096*slots || in.Version != "0.17.4" {
+			t.Fatalf("%d slots: %+v\nfacts %+v", slots, in, in.Facts)
+		}
+		if f := factBySource(in.Facts, FactMaxModelLen); f["GET /api/ps models[name=tiny:latest].context_length"] != "4096" {
+			t.Errorf("max model length facts %v", f)
+		}
+	}
+}

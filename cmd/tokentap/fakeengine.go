@@ -18,6 +18,12 @@ import (
 // from fixtures.DefaultModel.
 type fakeEngineConfig struct {
 	Listen           string        `env:"FAKE_LISTEN"`
+	Flavor           string        `env:"FAKE_FLAVOR"`
+	Slots            int           `env:"FAKE_SLOTS"`
+	UnifiedKV        bool          `env:"FAKE_KV_UNIFIED"`
+	TrainedLen       int           `env:"FAKE_TRAINED_LEN"`
+	NumCtxListed     bool          `env:"FAKE_NUM_CTX_LISTED"`
+	HoldBack         int           `env:"FAKE_HOLD_BACK"`
 	Name             string        `env:"FAKE_MODEL"`
 	Version          string        `env:"FAKE_VERSION"`
 	MaxModelLen      int           `env:"FAKE_MAX_MODEL_LEN"`
@@ -52,15 +58,20 @@ func defaultFakeEngineConfig() fakeEngineConfig {
 	}
 }
 
-func (c *fakeEngineConfig) model() fixtures.Model {
+func (c *fakeEngineConfig) model() (fixtures.Model, error) {
+	fl, err := fixtures.ParseFlavor(c.Flavor)
+	if err != nil {
+		return fixtures.Model{}, err
+	}
 	return fixtures.Model{
+		Flavor: fl, Slots: c.Slots, UnifiedKV: c.UnifiedKV, TrainedLen: c.TrainedLen, NumCtxSet: c.NumCtxListed, HoldBack: c.HoldBack,
 		Name: c.Name, Version: c.Version, MaxModelLen: c.MaxModelLen,
 		PrefillTokPerSec: c.PrefillTokPerSec, PrefillSlowdown: c.PrefillSlowdown,
 		FirstEventDelay: c.FirstEventDelay, TBTBase: c.TBTBase, TBTPerRunning: c.TBTPerRunning,
 		TBTPerKTokens: c.TBTPerKTokens, MaxRunning: c.MaxRunning, KVCapacity: c.KVCapacity,
 		BlockSize: c.BlockSize, MaxWaiting: c.MaxWaiting, TokensPerEvent: c.TokensPerEvent,
 		StopAfter: c.StopAfter, FinishChunk: c.FinishChunk,
-	}
+	}, nil
 }
 
 // stringList is a repeatable string flag.
@@ -71,7 +82,9 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 const fakeEngineSummary = `Serve the built-in fake engine: vLLM-like HTTP API (/v1/models, /v1/chat/completions,
 /v1/completions, /tokenize, /version, /health, /metrics) with known timing, so tokentap
-can be tried without a GPU. The timing model: TTFT = prefill (uncached prompt tokens at
+can be tried without a GPU. --flavor llama.cpp or ollama makes it look and schedule like
+those engines instead (slots with per-slot prompt caches, llama.cpp's /props, /slots and
+unified KV cache, Ollama's /api/ps, /api/show, silent truncation and held-back tokens). The timing model: TTFT = prefill (uncached prompt tokens at
 --prefill-tok-per-sec, slowed by --prefill-slowdown per 1K tokens) + --first-event-delay;
 time between tokens = --tbt-base + --tbt-per-running x running + --tbt-per-ktokens x
 context K-tokens in flight. Requests beyond --max-running or --kv-capacity wait in a queue.
@@ -94,6 +107,12 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 	}
 	fs := newFlagSet("fake-engine", fakeEngineSummary, stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
+	fs.StringVar(&cfg.Flavor, "flavor", cfg.Flavor, "which engine to look and schedule like: vllm, llama.cpp or ollama [TOKENTAP_FAKE_FLAVOR]")
+	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "llama.cpp/ollama: requests run at once (--parallel, OLLAMA_NUM_PARALLEL); each slot caches its last prompt [TOKENTAP_FAKE_SLOTS]")
+	fs.BoolVar(&cfg.UnifiedKV, "kv-unified", cfg.UnifiedKV, "llama.cpp: the slots share one KV cache of --kv-capacity tokens (-kvu) instead of an equal share each [TOKENTAP_FAKE_KV_UNIFIED]")
+	fs.IntVar(&cfg.TrainedLen, "trained-len", cfg.TrainedLen, "ollama: the trained context /api/show reports; --max-model-len is the one it runs at [TOKENTAP_FAKE_TRAINED_LEN]")
+	fs.BoolVar(&cfg.NumCtxListed, "num-ctx-listed", cfg.NumCtxListed, "ollama: /api/show lists num_ctx (the model was created with it) [TOKENTAP_FAKE_NUM_CTX_LISTED]")
+	fs.IntVar(&cfg.HoldBack, "hold-back", cfg.HoldBack, "ollama: every Nth output token starts with '<' and is sent with the next one, unannounced; 0: never [TOKENTAP_FAKE_HOLD_BACK]")
 	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name; requests must name it [TOKENTAP_FAKE_MODEL]")
 	fs.StringVar(&cfg.Version, "engine-version", cfg.Version, "version GET /version reports [TOKENTAP_FAKE_VERSION]")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens of one request; longer gets HTTP 400 [TOKENTAP_FAKE_MAX_MODEL_LEN]")
@@ -130,8 +149,11 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 		}
 		fl = append(fl, f)
 	}
-	m := cfg.model()
-	if err := m.Validate(); err != nil {
+	m, err := cfg.model()
+	if err == nil {
+		err = m.Validate()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
 		return setup, 2, true
 	}
