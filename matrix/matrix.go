@@ -391,11 +391,17 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 // coldPrefill measures prefill context pc with one request of its own.
 func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	r.prog.begin("prefill " + TokenLabel(pc) + " (cold)")
-	if err := r.primeEstimate(ctx, pc); err != nil {
-		return err
-	}
+	var capped *prompts.CappedError
+	err := r.primeEstimate(ctx, pc)
 	// A slot number no decode row uses keeps this prompt distinct from all.
-	p, err := r.build.Prompt(ctx, pc, coldSlot)
+	var p prompts.Prompt
+	if err == nil {
+		p, err = r.build.Prompt(ctx, pc, coldSlot)
+	}
+	if errors.As(err, &capped) {
+		r.failPrefill(pc, capped.Max, r.cutShort(pc, capped.Target, capped.Max))
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
 	}
@@ -509,6 +515,15 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 	}
 	r.prog.begin(fmt.Sprintf("prompts C=%s ×%d", TokenLabel(c), maxN))
 	decode, warm, err := r.slotBodies(ctx, c, maxN)
+	var capped *prompts.CappedError
+	if errors.As(err, &capped) {
+		msg := r.cutShort(c, capped.Target, capped.Max)
+		for _, n := range ns {
+			r.skip(c, n, result.Failed, msg)
+		}
+		r.failPrefill(c, capped.Max, msg)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -534,9 +549,7 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 			}
 			return nil
 		case truncated(rec, decode[0].PromptTokens):
-			msg := fmt.Sprintf("the engine shortened the %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured",
-				decode[0].PromptTokens, rec.PromptTokens)
-			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d or run the engine with a longer context).", TokenLabel(c), msg, rec.PromptTokens))
+			msg := r.cutShort(c, decode[0].PromptTokens, rec.PromptTokens)
 			for _, n := range ns {
 				r.skip(c, n, result.Failed, msg)
 			}
@@ -562,6 +575,25 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 		}
 	}
 	return nil
+}
+
+// cutShort notes that the engine cut prompts of context c (sent tokens) to
+// got tokens without an error, and returns the reason its cells get.
+func (r *runner) cutShort(c, sent, got int) string {
+	msg := fmt.Sprintf("the engine shortened a %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured", sent, got)
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d, or run the engine with a longer context).", TokenLabel(c), msg, got))
+	return msg
+}
+
+// failPrefill fails the prefill row of context c, if there is one, with
+// the reason given (no request of it was measured).
+func (r *runner) failPrefill(c, promptTokens int, msg string) {
+	for i := range r.res.Prefill {
+		if row := &r.res.Prefill[i]; row.Context == c {
+			row.Status, row.Error, row.PromptTokens = result.Failed, msg, promptTokens
+			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(c), clip(msg, 160)))
+		}
+	}
 }
 
 // rowRun is what the cells of one context row share.

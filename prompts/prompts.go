@@ -298,7 +298,8 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 	// bisecting when a step would leave it.
 	lo, loT := 0, headToks
 	hi := -1
-	best, bestT := -1, 0 // no counted candidate yet
+	best, bestT := -1, 0               // no counted candidate yet
+	topN, topT, capped := -1, 0, false // the longest count, and whether a longer text counted no more
 	slope := perWord
 	n := int(math.Round(float64(target-headToks) / perWord))
 	for counts < MaxCounts {
@@ -316,6 +317,12 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 		}
 		if best < 0 || abs(got-target) < abs(bestT-target) {
 			best, bestT = n, got
+		}
+		switch {
+		case got > topT:
+			topN, topT, capped = n, got, false
+		case got == topT && n > topN:
+			capped = true // more text, no more tokens: the engine cut it
 		}
 		diff := target - got
 		if abs(diff) <= aim(target) {
@@ -340,10 +347,23 @@ func (b *Builder) build(ctx context.Context, api string, cal *calibration, head 
 		}
 		n = next
 	}
+	if capped && topT < target-Tolerance(target) {
+		return built{counts: counts}, &CappedError{Target: target, Max: topT}
+	}
 	if best < 0 || abs(bestT-target) > Tolerance(target) {
 		return built{counts: counts}, fmt.Errorf("prompts: could not reach %d tokens within ±%d in %d counts (closest: %d); the counter's counts do not follow the text", target, Tolerance(target), counts, bestT)
 	}
 	return built{text: textOf(best), tokens: bestT, counts: counts, words: best}, nil
+}
+
+// CappedError says the engine's counts stopped growing below the target:
+// however much text was added, it counted at most Max prompt tokens. An
+// engine that cuts long prompts to its context without an error (Ollama)
+// answers so; the context asked for cannot be measured there.
+type CappedError struct{ Target, Max int }
+
+func (e *CappedError) Error() string {
+	return fmt.Sprintf("prompts: the engine counted at most %d prompt tokens however long the text, so no prompt of %d tokens can be built: it cuts longer prompts to %d tokens", e.Max, e.Target, e.Max)
 }
 
 // secant is the tokens-per-word slope between two measurements, keeping prev

@@ -211,6 +211,19 @@ func TestPromptErrors(t *testing.T) {
 	if _, err := NewBuilder("x", erratic).Prompt(ctx, 20000, 0); err == nil || !strings.Contains(err.Error(), "could not reach") {
 		t.Errorf("erratic counter: %v", err)
 	}
+	// An engine that cuts prompts to 4,096 tokens (Ollama, without an
+	// error): the counts stop growing, and the error says where.
+	capped := CounterFunc(func(_ context.Context, api, s string) (int, error) {
+		n, _ := fakeCount(context.TODO(), api, s)
+		return min(n, 4096), nil
+	})
+	var ce *CappedError
+	if _, err := NewBuilder("x", capped).Prompt(ctx, 5120, 0); !errors.As(err, &ce) || ce.Max != 4096 || ce.Target != 5120 {
+		t.Errorf("a counter capped at 4,096: %v", err)
+	}
+	if p, err := NewBuilder("x", capped).Prompt(ctx, 2048, 0); err != nil || p.Tokens < 2048-Tolerance(2048) {
+		t.Errorf("below the cap the capped counter still builds: %+v %v", p, err)
+	}
 	b := NewBuilder("x", CounterFunc(fakeCount))
 	b.API = "responses"
 	if _, err := b.Prompt(ctx, 10, 0); err == nil {

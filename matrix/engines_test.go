@@ -1,0 +1,243 @@
+package matrix
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
+)
+
+// These tests run matrices against the fake engine in the shapes of the
+// real engines the live tier runs (llama.cpp's llama-server, Ollama), whose
+// behaviour the fake learnt from them: slots, per-slot prompt caches, a
+// unified KV cache that fails mid-stream when full, silent truncation,
+// held-back tokens. Each grid is laid out so every status shows.
+
+// llamaFake is llama-server -c 20480 -np 4 (-kvu when unified) on a fast
+// CPU: prefill 20k tok/s, 4 ms between tokens.
+func llamaFake(unified bool) fixtures.Model {
+	m := fixtures.DefaultModel()
+	m.Name = "tiny.gguf"
+	m.Flavor, m.Slots, m.KVCapacity, m.UnifiedKV = fixtures.FlavorLlamaCpp, 4, 20480, unified
+	m.Version = "b10573-fake"
+	m.PrefillTokPerSec, m.PrefillSlowdown = 20000, 0
+	m.FirstEventDelay = 10 * time.Millisecond
+	m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 4*time.Millisecond, 0, 0
+	return m
+}
+
+func runFake(t *testing.T, m fixtures.Model, sc scenarios.Scenario, cfg Config) (*result.Result, []record.Record) {
+	t.Helper()
+	e := fixtures.StartTest(t, m)
+	cfg.Target.BaseURL = e.URL()
+	cfg.Scenario = sc
+	var recs []record.Record
+	cfg.OnRecords = func(r []record.Record) { recs = append(recs, r...) }
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, recs
+}
+
+type cellWant map[[2]int]result.Status
+
+func checkStatuses(t *testing.T, res *result.Result, want cellWant) {
+	t.Helper()
+	for k, st := range want {
+		c := res.Cell(k[0], k[1])
+		if c == nil || c.Status != st {
+			t.Errorf("cell %s × %d: %+v, want %s", TokenLabel(k[0]), k[1], c, st)
+		}
+	}
+}
+
+// checkCacheHits: every request of a Valid cell with C >= 1K found at
+// least 95% of its prompt in the cache, and the cell's hit rate says so.
+func checkCacheHits(t *testing.T, res *result.Result, recs []record.Record) {
+	t.Helper()
+	for _, c := range res.Decode {
+		if c.Status != result.Valid || c.Context < 1024 {
+			continue
+		}
+		if c.Cache == nil || c.Cache.HitRate < 0.95 || c.Cache.Misses != 0 {
+			t.Errorf("valid cell %s × %d: prefix cache %+v", TokenLabel(c.Context), c.Concurrency, c.Cache)
+		}
+		tag := "C=" + itoaPlain(c.Context) + " N=" + itoaPlain(c.Concurrency)
+		for _, r := range recs {
+			if r.Tag == tag && r.CachedSource != "" && r.PromptTokens > 0 && float64(r.CachedTokens) < 0.95*float64(r.PromptTokens) {
+				t.Errorf("valid cell %s: request %s found %d of %d prompt tokens cached", tag, r.ID, r.CachedTokens, r.PromptTokens)
+			}
+		}
+	}
+}
+
+func itoaPlain(n int) string { return strings.TrimSpace(strings.ReplaceAll(fmtInt(n), ",", "")) }
+
+// TestLlamaCppUnified is the llama-server run: 4 slots sharing a
+// 20,480-token KV cache, contexts 0, 2K, 8K × 1–8, 256 output tokens.
+func TestLlamaCppUnified(t *testing.T) {
+	sc := scenarios.Scenario{Name: "llama", Contexts: []int{0, 2048, 8192}, Concurrency: []int{1, 2, 4, 8},
+		Prefill: []int{2048, 8192}, Window: 1500 * time.Millisecond, MaxOutput: 256, API: "chat"}
+	res, recs := runFake(t, llamaFake(true), sc, Config{})
+	// Capacity is between 20,480 and 81,920: nothing is planned over it but
+	// 8K × 8 (67,584) … which is tried only if 8K × 4 (33,792) fits. It
+	// does not: the engine refuses 8K × 4's warm-up, and 8K × 8 is not run.
+	checkStatuses(t, res, cellWant{
+		{0, 1}: result.Valid, {0, 2}: result.Valid, {0, 4}: result.Valid, {0, 8}: result.RequestsQueued,
+		{2048, 1}: result.Valid, {2048, 2}: result.Valid, {2048, 4}: result.Valid, {2048, 8}: result.RequestsQueued,
+		{8192, 1}: result.Valid, {8192, 2}: result.Valid, {8192, 4}: result.OverCapacity, {8192, 8}: result.OverCapacity,
+	})
+	if c := res.Cell(8192, 4); c != nil && !strings.Contains(c.Reason, "Context size has been exceeded") {
+		t.Errorf("8K × 4 reason %q: want the engine's own answer", c.Reason)
+	}
+	if c := res.Cell(8192, 8); c != nil && !strings.Contains(c.Reason, "already refused") {
+		t.Errorf("8K × 8 reason %q: want the earlier refusal", c.Reason)
+	}
+	if res.Settings.KVCapacity != 0 || res.Settings.KVCapacityMin != 20480 || res.Settings.KVCapacityMax != 81920 {
+		t.Errorf("capacity settings %d, %d–%d", res.Settings.KVCapacity, res.Settings.KVCapacityMin, res.Settings.KVCapacityMax)
+	}
+	for _, p := range res.Prefill {
+		if p.Status != result.Valid {
+			t.Errorf("prefill %s: %+v", TokenLabel(p.Context), p)
+		}
+	}
+	checkCacheHits(t, res, recs)
+	for _, c := range res.Decode {
+		if c.Status == result.Valid && c.AvgActiveSource != result.ActiveEngine {
+			t.Errorf("cell %d × %d: average active from %q; llama.cpp with --metrics has a running gauge", c.Context, c.Concurrency, c.AvgActiveSource)
+		}
+	}
+}
+
+// TestLlamaCppPerSlot: without -kvu each slot holds 5,120 tokens: 4K × 8
+// needs more than all four together and is not run; 2K × 8 runs, queued.
+func TestLlamaCppPerSlot(t *testing.T) {
+	sc := scenarios.Scenario{Name: "llama", Contexts: []int{2048, 4096}, Concurrency: []int{1, 4, 8},
+		Window: 1500 * time.Millisecond, MaxOutput: 256, API: "completions"}
+	res, recs := runFake(t, llamaFake(false), sc, Config{})
+	checkStatuses(t, res, cellWant{
+		{2048, 1}: result.Valid, {2048, 4}: result.Valid, {2048, 8}: result.RequestsQueued,
+		{4096, 1}: result.Valid, {4096, 4}: result.Valid, {4096, 8}: result.OverCapacity,
+	})
+	checkCacheHits(t, res, recs)
+}
+
+// ollamaFake is Ollama with one slot and num_ctx 8192 (set in the model),
+// holding back every 16th token.
+func ollamaFake() fixtures.Model {
+	m := fixtures.DefaultModel()
+	m.Name = "tiny"
+	m.Flavor, m.Slots, m.MaxModelLen, m.TrainedLen, m.NumCtxSet, m.HoldBack = fixtures.FlavorOllama, 1, 8192, 65536, true, 16
+	m.Version = "0.17.4"
+	m.PrefillTokPerSec, m.PrefillSlowdown = 4000, 0 // 2K: about 0.5 s cold
+	m.FirstEventDelay = 10 * time.Millisecond
+	m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 5*time.Millisecond, 0, 0
+	return m
+}
+
+// TestOllama is the Ollama run: one slot, 8,192 tokens of context;
+// contexts 0 and 2K × 1, 2, 4 with 64 output tokens.
+func TestOllama(t *testing.T) {
+	sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 2048}, Concurrency: []int{1, 2, 4},
+		Window: 2 * time.Second, MaxOutput: 64, API: "chat"}
+	res, recs := runFake(t, ollamaFake(), sc, Config{Target: replay.Target{Model: "tiny"}})
+	// 2K × 4 needs 4 × 2,112 > 8,192 × 1 slot: over capacity. More requests
+	// than the one slot queue; a lone 2K request, warmed just before its
+	// window, finds its prompt in the slot (no re-prefill, not queued).
+	checkStatuses(t, res, cellWant{
+		{0, 1}: result.Valid, {0, 2}: result.RequestsQueued, {0, 4}: result.RequestsQueued,
+		{2048, 1}: result.Valid, {2048, 2}: result.RequestsQueued, {2048, 4}: result.OverCapacity,
+	})
+	if res.Settings.KVCapacity != 8192 {
+		t.Errorf("KV capacity %d, want 8,192 (context 8,192 × 1 slot)", res.Settings.KVCapacity)
+	}
+	// Every 16th token is held back and sent with the next, unannounced:
+	// the rates count usage's tokens, not events, so per-request tok/s is
+	// the model's 200.
+	c := res.Cell(0, 1)
+	if c == nil || c.PerRequestTokPerSec < 194 || c.PerRequestTokPerSec > 206 {
+		t.Errorf("0 × 1 per-request tok/s %+v, want 200 (5 ms per token) within 3%%", c)
+	}
+	held := 0
+	for _, r := range recs {
+		if r.Outcome == record.OK && r.Tag == "C=0 N=1" {
+			if r.ArrivedTokens() != r.CompletionTokens {
+				t.Errorf("record %s: events carry %d tokens, usage %d", r.ID, r.ArrivedTokens(), r.CompletionTokens)
+			}
+			if r.Events() < r.CompletionTokens {
+				held++
+			}
+		}
+	}
+	if held == 0 {
+		t.Error("no completed request had fewer events than tokens: the fake held nothing back")
+	}
+}
+
+// TestOllamaTruncation: an engine given a longer context than it runs at
+// (here by --max-model-len and --kv-capacity; the probe itself reads the
+// running context from /api/ps) cuts long prompts without an error: the
+// row is Failed with the engine's real context, never reported as the
+// context asked for.
+func TestOllamaTruncation(t *testing.T) {
+	m := ollamaFake()
+	m.MaxModelLen, m.NumCtxSet = 4096, false
+	sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 5120}, Concurrency: []int{1},
+		Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
+	res, _ := runFake(t, m, sc, Config{Target: replay.Target{Model: "tiny"}, MaxModelLen: 8192, KVCapacity: 16384})
+	checkStatuses(t, res, cellWant{{0, 1}: result.Valid, {5120, 1}: result.Failed})
+	if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "shortened") || c.Measured) {
+		t.Errorf("5K × 1: %+v", c)
+	}
+	if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != 4096 || !strings.Contains(p.Error, "shortened") {
+		t.Errorf("prefill row %+v", p)
+	}
+	if !strings.Contains(strings.Join(res.Notes, " "), "--max-model-len 4096") {
+		t.Errorf("notes %q: want the engine's real context", res.Notes)
+	}
+}
+
+// TestShortOutputsAreNotQueued: a closed loop of 16-token requests at N=1
+// leaves gaps between one request's end and the next one's first token,
+// so fewer than 1 request decodes on average, but nothing waited: Valid,
+// with a waiting gauge (the vLLM fake) and without one (the Ollama fake).
+func TestShortOutputsAreNotQueued(t *testing.T) {
+	sc := scenarios.Scenario{Name: "short", Contexts: []int{0}, Concurrency: []int{1}, Window: 2 * time.Second, MaxOutput: 16, API: "chat"}
+	for _, m := range []fixtures.Model{quickModel(), ollamaFake()} {
+		res, _ := runFake(t, m, sc, Config{})
+		c := res.Cell(0, 1)
+		if c == nil || c.Status != result.Valid {
+			t.Errorf("%s: %+v", m.Flavor, c)
+		}
+	}
+}
+
+func TestTruncated(t *testing.T) {
+	rec := func(prompt int, src record.Source) *record.Record {
+		return &record.Record{PromptTokens: prompt, PromptSource: src}
+	}
+	for _, tt := range []struct {
+		r      *record.Record
+		target int
+		want   bool
+	}{
+		{rec(4096, record.SourceUsage), 5199, true},    // Ollama's cut
+		{rec(5190, record.SourceUsage), 5199, false},   // within ±0.5% / 16 tokens
+		{rec(16310, record.SourceUsage), 16384, false}, // 74 short of 16K: within ±0.5% (81)
+		{rec(16200, record.SourceUsage), 16384, true},
+		{rec(4096, record.SourceCounted), 5199, false}, // no usage: the engine said nothing
+		{rec(0, record.SourceUsage), 5199, false},
+		{rec(4096, record.SourceUsage), 0, false},
+	} {
+		if got := truncated(tt.r, tt.target); got != tt.want {
+			t.Errorf("%d of %d (%s): %v, want %v", tt.r.PromptTokens, tt.target, tt.r.PromptSource, got, tt.want)
+		}
+	}
+}
