@@ -19,8 +19,9 @@
 // marker is positive for any input; each token the model must not emit
 // has output weight -forbidWeight there, the others 0, which puts the
 // forbidden logits about 3500 below the allowed ones, and provably more
-// than 300 below for any input (the tests derive that bound from the
-// written weights).
+// than 300 below for any input (the tests derive that bound from Default's
+// written weights; other shapes keep the construction, and the weight
+// scales, but their margin is not proved).
 //
 // The tokenizer is byte-level BPE (tokenizer.ggml.model "gpt2", the
 // llama-bpe pre-tokenizer, which llama.cpp and Ollama split text by alike):
