@@ -10,14 +10,18 @@
 // never emits an end-of-generation token, a special token, punctuation or a
 // lone byte, so every answer is printable ASCII that no tool-call,
 // reasoning or JSON parser takes for markup, and every generation runs to
-// its token limit. How: every token's embedding holds markerValue on the
+// its token limit (finish reason "length"). That holds for any sampler
+// settings, but a request can override it: a grammar or JSON schema
+// constrains the sampler to the tokens it allows, and a logit bias moves
+// logits. How: every token's embedding holds markerValue on the
 // last hidden dimension (the marker), which no layer writes to (those rows
 // of attn_output and ffn_down are zero), so after the final RMS norm the
 // marker is positive for any input; each token the model must not emit
 // has output weight -forbidWeight there, the others 0, which puts the
 // forbidden logits about 3500 below the allowed ones, and provably more
-// than 300 below for any input (the tests derive that bound from the
-// written weights).
+// than 300 below for any input (the tests derive that bound from Default's
+// written weights; other shapes keep the construction, and the weight
+// scales, but their margin is not proved).
 //
 // The tokenizer is byte-level BPE (tokenizer.ggml.model "gpt2", the
 // llama-bpe pre-tokenizer, which llama.cpp and Ollama split text by alike):
@@ -184,7 +188,8 @@ func (c Config) KVBytesPerToken() int { return 2 * c.Layers * c.KVHeads * c.Head
 // Text returns n words from the word list, picked at random by seed, each
 // after a space: " word word …". It tokenizes to exactly n tokens, also
 // after a newline as in a chat template, so a prompt of a known length is
-// Text of that length (plus the template's tokens).
+// Text of that length. As the one user message of a chat it makes n+19
+// prompt tokens: ChatML adds 19, as role names cost a token per letter.
 func (c Config) Text(n int, seed uint64) string {
 	words := c.WordList()
 	if len(words) == 0 {

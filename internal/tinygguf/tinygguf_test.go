@@ -309,6 +309,20 @@ func TestTokenizer(t *testing.T) {
 	if n != 500 {
 		t.Errorf("Text(500) is %d tokens", n)
 	}
+	// One user message in ChatML, split as the engines' pre-tokenizer and
+	// special-token parsing split it: the template's pieces cost 19.
+	sp := c.Specials()
+	overhead := 0
+	for _, piece := range []string{imStart, "user", "\n", imEnd, "\n", imStart, "assistant", "\n"} {
+		if id, ok := ids[piece]; ok && (id == sp.IMStart || id == sp.IMEnd) {
+			overhead++
+			continue
+		}
+		overhead += len(bpe(piece, ranks, ids))
+	}
+	if overhead != 19 {
+		t.Errorf("ChatML adds %d tokens to a user message; Text's comment says 19", overhead)
+	}
 	if a, b := c.Text(50, 1), c.Text(50, 1); a != b || a == c.Text(50, 2) {
 		t.Error("Text is not a function of its seed")
 	}
