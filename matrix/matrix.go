@@ -445,7 +445,7 @@ func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 			}
 			fail(msg)
 			return
-		case truncated(rec, target):
+		case r.cut(rec, target):
 			fail(fmt.Sprintf("the engine shortened the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens))
 			return
 		}
@@ -467,8 +467,34 @@ func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 // tolerance: an engine that cuts a prompt to its context without an error
 // (Ollama) must not have the shorter prompt reported as the one asked for.
 func truncated(rec *record.Record, target int) bool {
+	return truncatedBy(rec, target, prompts.Tolerance(target))
+}
+
+// estimateSlack is how far an estimated prompt length (Builder.Estimate:
+// another slot's count of as many words) may be from the engine's count
+// before a shorter count is taken for a cut: different words tokenize
+// differently (seen on Ollama with the live tier's model: 1,943 tokens for
+// an estimated 2,046). Where counts are estimated they come from the same
+// engine, so a prompt it cuts shows first as counts that stop growing
+// (prompts.CappedError); this catches what is left, a cut of more than a
+// tenth.
+const estimateSlack = 0.10
+
+// truncatedBy is truncated with the tolerance given.
+func truncatedBy(rec *record.Record, target, tol int) bool {
 	return target > 0 && rec.PromptSource == record.SourceUsage && rec.PromptTokens > 0 &&
-		rec.PromptTokens < target-prompts.Tolerance(target)
+		rec.PromptTokens < target-tol
+}
+
+// cut reports whether the engine cut the prompt of rec, whose length the
+// builder counted as target: counted exactly, beyond METHOD §4's tolerance;
+// estimated, beyond estimateSlack.
+func (r *runner) cut(rec *record.Record, target int) bool {
+	tol := prompts.Tolerance(target)
+	if r.build.Estimate {
+		tol = max(tol, int(estimateSlack*float64(target)))
+	}
+	return truncatedBy(rec, target, tol)
 }
 
 func (r *runner) isPrefillRow(c int) bool {
@@ -548,7 +574,7 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 				r.skip(c, n, result.OverCapacity, fmt.Sprintf("the engine refused one %s-token prompt: %s", TokenLabel(c), rec.Error))
 			}
 			return nil
-		case truncated(rec, decode[0].PromptTokens):
+		case r.cut(rec, decode[0].PromptTokens):
 			msg := r.cutShort(c, decode[0].PromptTokens, rec.PromptTokens)
 			for _, n := range ns {
 				r.skip(c, n, result.Failed, msg)
@@ -789,7 +815,7 @@ func (r *runner) judgeRecords(j *cell.Judge, recs []record.Record, w cell.Window
 			}
 			j.ContextExceeded++
 		}
-		if w.Contains(rec.Sent) && truncated(rec, target) {
+		if w.Contains(rec.Sent) && r.cut(rec, target) {
 			j.Truncated++
 			j.TruncatedTo = max(j.TruncatedTo, rec.PromptTokens)
 		}
