@@ -3,6 +3,7 @@
 #   make unit   unit tests only (fast loop while developing)
 #   make bench  benchmarks of the hot paths and of accuracy against the fake engine
 #   make fuzz   every fuzz target for FUZZTIME each
+#   make live   the live tier: real llama-server and Ollama (skipped, loudly, where absent)
 
 GO        ?= go
 PKG       := github.com/tokentap/tokentap
@@ -15,7 +16,14 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: build test unit race lint e2e bench fuzz deps tools clean demo
+# The live tier's engines: TOKENTAP_LLAMA_SERVER and TOKENTAP_OLLAMA name
+# their binaries; by default the ones in $(ENGINE_CACHE)/bin, where they exist.
+ENGINE_CACHE ?= $(or $(TOKENTAP_ENGINE_CACHE),$(HOME)/.cache/tokentap/engines)
+TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
+TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
+LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
+
+.PHONY: build test unit race lint e2e live bench fuzz deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
@@ -23,8 +31,9 @@ build:
 demo: build
 	./$(BIN) matrix
 
-# The one command that runs all tests (README, .ci/run).
-test: deps lint race e2e
+# The one command that runs all tests (README, .ci/run). The live tier
+# runs where the engines are (make live), and says it skipped where not.
+test: deps lint race e2e live
 
 unit:
 	$(GO) test ./...
@@ -41,6 +50,17 @@ lint: tools
 # Slow end-to-end checks: the built binary as a user runs it.
 e2e: build
 	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags e2e ./e2e/...
+
+# The live tier (build tag live): probes, proxy and matrix against a real
+# llama-server and Ollama serving a tiny model tokentap writes. The full log
+# goes to $(LIVE_LOG); the output ends with one line per engine.
+live:
+	@echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)); log: $(LIVE_LOG)"
+	@TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' \
+	  $(GO) test -tags live -count=1 -v -timeout 15m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
+	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
+	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
+	  grep '^live ' '$(LIVE_LOG)'; exit $$rc
 
 # One package at a time (-p 1): the benchmarks pin processes to CPUs and
 # measure CPU time, so two packages' benchmarks at once spoil each other.

@@ -1,0 +1,117 @@
+//go:build live
+
+package live
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// server is an engine process started for a test, on 127.0.0.1.
+type server struct {
+	name string
+	cmd  *exec.Cmd
+	log  string // its stdout and stderr
+	url  string
+	done chan error
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// start runs bin args with env added, logging to a file, and stops it with
+// SIGTERM (then SIGKILL) when the test ends.
+func start(t *testing.T, name, bin string, env []string, args ...string) *server {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	s := &server{name: name, cmd: cmd, log: logPath, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait(); lf.Close() }()
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+func (s *server) stop(t *testing.T) {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+	if t.Failed() {
+		t.Logf("%s log (tail):\n%s", s.name, s.tail(40))
+	}
+}
+
+// tail is the last n lines of the server's log.
+func (s *server) tail(n int) string {
+	b, _ := os.ReadFile(s.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitOK polls url until it answers 200, the process exits, or timeout.
+func (s *server) waitOK(t *testing.T, url string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("%s exited before it answered %s: %v\n%s", s.name, url, err, s.tail(40))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer %s within %v\n%s", s.name, url, timeout, s.tail(40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *server) String() string { return fmt.Sprintf("%s at %s", s.name, s.url) }
