@@ -395,9 +395,34 @@ type Judge struct {
 	// growth over the window (vLLM prefix_cache_hits / _queries), for an
 	// engine whose usage has no cached tokens; EngineQueries 0: none.
 	EngineHits, EngineQueries int64
+	// Running is what the engine said, while they ran, of the prefix cache
+	// of the window's requests (llama.cpp GET /slots): usage comes only at
+	// a request's end, and one cut at the window's close never reports.
+	Running RunningCache
 	// ColdTTFT is the context's cold prefill TTFT (the row's first warm-up
 	// request), 0 when unknown.
 	ColdTTFT time.Duration
+}
+
+// RunningCache counts the requests an engine reported on while they ran:
+// how many, how many found less than CacheHitShare of their prompt cached,
+// and their cached and prompt tokens.
+type RunningCache struct {
+	Requests, Misses int
+	Cached, Prompt   int64
+}
+
+// Add counts one request's prompt and cached tokens.
+func (c *RunningCache) Add(prompt, cached int) {
+	if prompt <= 0 {
+		return
+	}
+	c.Requests++
+	c.Cached += int64(cached)
+	c.Prompt += int64(prompt)
+	if float64(cached) < CacheHitShare*float64(prompt) {
+		c.Misses++
+	}
 }
 
 // Status is the cell's status, checked in METHOD §3's order: Over capacity
@@ -413,9 +438,10 @@ type Judge struct {
 //
 // Cache missed: for a context of at least CacheCheckFrom tokens, a request
 // found less than CacheHitShare of its prompt in the prefix cache (usage's
-// cached tokens), or, without those, the engine's counters show less than
-// that share over the window, or, with neither, a single request waited at
-// least ColdShare of a cold prefill for its first token.
+// cached tokens; without those, what the engine said of its running
+// requests), or, without either, the engine's counters show less than that
+// share over the window, or, with none, a single request waited at least
+// ColdShare of a cold prefill for its first token.
 func Status(f Figures, j Judge) result.Status {
 	switch {
 	case j.ContextExceeded > 0:
@@ -435,8 +461,11 @@ func Status(f Figures, j Judge) result.Status {
 // cacheMissed applies the Cache missed rule (see Status).
 func cacheMissed(f Figures, j Judge) bool {
 	switch {
-	case f.CacheCounted > 0:
-		return f.CacheMisses > 0
+	case f.CacheCounted > 0 || j.Running.Requests > 0:
+		// A request the engine reported on while it ran may also have
+		// ended in the window with usage: counted twice, it is one miss
+		// either way.
+		return f.CacheMisses > 0 || j.Running.Misses > 0
 	case j.EngineQueries > 0:
 		return float64(j.EngineHits) < CacheHitShare*float64(j.EngineQueries)
 	case j.N == 1 && j.ColdTTFT > 0 && f.TTFT > 0:
@@ -503,6 +532,9 @@ func cacheOf(f Figures, j Judge) *result.Cache {
 	case f.CacheCounted > 0:
 		rate, _ := f.CacheHitRate()
 		return &result.Cache{HitRate: rate, Requests: f.CacheCounted, Misses: f.CacheMisses, Source: result.CacheUsage}
+	case j.Running.Requests > 0:
+		return &result.Cache{HitRate: float64(j.Running.Cached) / float64(j.Running.Prompt), Requests: j.Running.Requests,
+			Misses: j.Running.Misses, Source: result.CacheRunning}
 	case j.EngineQueries > 0:
 		return &result.Cache{HitRate: float64(j.EngineHits) / float64(j.EngineQueries), Source: result.CacheCounters}
 	}
@@ -511,10 +543,13 @@ func cacheOf(f Figures, j Judge) *result.Cache {
 
 func cacheReason(f Figures, j Judge) string {
 	switch {
-	case f.CacheCounted > 0:
+	case f.CacheMisses > 0:
 		rate, _ := f.CacheHitRate()
 		return fmt.Sprintf("%d of %d requests found less than %.0f%% of their prompt in the prefix cache (%.1f%% of prompt tokens cached)",
 			f.CacheMisses, f.CacheCounted, CacheHitShare*100, rate*100)
+	case j.Running.Misses > 0:
+		return fmt.Sprintf("%d of %d requests found less than %.0f%% of their prompt in the prefix cache, as the engine reported while they ran (%.1f%% of prompt tokens cached)",
+			j.Running.Misses, j.Running.Requests, CacheHitShare*100, 100*float64(j.Running.Cached)/float64(j.Running.Prompt))
 	case j.EngineQueries > 0:
 		return fmt.Sprintf("the engine's prefix cache served %.1f%% of the window's prompt tokens, less than %.0f%%",
 			100*float64(j.EngineHits)/float64(j.EngineQueries), CacheHitShare*100)

@@ -404,6 +404,17 @@ func TestStatusOrder(t *testing.T) {
 		{"engine counters below 95%", ok, j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 940, 1000 }), result.CacheMissed},
 		{"engine counters at 95%", ok, j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 950, 1000 }), result.Valid},
 		{"per-request counts win over counters", with(ok, hits(4, 0)), j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 1, 1000 }), result.Valid},
+		{"no usage in the window: the engine's word on running requests", ok, j(func(j *Judge) {
+			j.CacheCheck = true
+			j.Running.Add(16384, 16383)
+			j.Running.Add(16384, 0)
+		}), result.CacheMissed},
+		{"running requests all cached", ok, j(func(j *Judge) {
+			j.CacheCheck = true
+			j.Running.Add(16384, 16383)
+			j.Running.Add(16384, 16383)
+		}), result.Valid},
+		{"a miss seen running counts beside usage's hits", with(ok, hits(2, 0)), j(func(j *Judge) { j.CacheCheck = true; j.Running.Add(16384, 0) }), result.CacheMissed},
 		// Seed 000's 32K × 1: 7,300 ms against a cold prefill of 7,302 ms.
 		{"N=1, no cache counts, TTFT of a cold prefill", Figures{OutputTokens: 10, PeakDecoding: 1, TTFT: 7300 * ms},
 			Judge{N: 1, MaxWaiting: 0, AvgRunning: -1, CacheCheck: true, ColdTTFT: 7302 * ms}, result.CacheMissed},
@@ -499,6 +510,8 @@ func TestFill(t *testing.T) {
 		{Figures{}, Judge{N: 1, MaxWaiting: 3}, result.RequestsQueued, "up to 3 waiting requests"},
 		{counted, Judge{N: 4, MaxWaiting: 0}, result.CacheMissed, "1 of 4 requests found less than 95% of their prompt in the prefix cache (75.0% of prompt tokens cached): TTFT includes prefill"},
 		{Figures{}, Judge{N: 4, MaxWaiting: 0, EngineHits: 500, EngineQueries: 1000}, result.CacheMissed, "served 50.0% of the window's prompt tokens"},
+		{Figures{}, Judge{N: 2, MaxWaiting: 0, Running: RunningCache{Requests: 2, Misses: 1, Cached: 8191, Prompt: 16384}}, result.CacheMissed,
+			"1 of 2 requests found less than 95% of their prompt in the prefix cache, as the engine reported while they ran (50.0% of prompt tokens cached)"},
 		{Figures{TTFT: 7300 * ms}, Judge{N: 1, MaxWaiting: 0, ColdTTFT: 7302 * ms}, result.CacheMissed, "the first token took 7.3s, as long as a cold prefill of this context (7.302s)"},
 		{Figures{}, Judge{N: 1, MaxWaiting: 0}, result.Valid, ""},
 	}

@@ -222,3 +222,31 @@ func ContextExceeded(r *record.Record) bool {
 	}
 	return false
 }
+
+// SlotCache is what llama-server's GET /slots says of one request it is
+// running: its task id, and how many of its prompt tokens it computed and
+// found in the slot's cache.
+type SlotCache struct {
+	Task              int
+	Processed, Cached int
+}
+
+// SlotCaches reads the prefix-cache figures of the requests llama-server
+// is running (GET /slots, on by default, --no-slots turns it off). They
+// say whether the cache served a request while it still runs, which its
+// usage says only at its end: a request cut at a window's close never
+// reports. ok is false where the engine has no such endpoint.
+func (in *Info) SlotCaches(ctx context.Context) ([]SlotCache, bool, error) {
+	if in.Kind != KindLlamaCpp || in.c == nil {
+		return nil, false, nil
+	}
+	r, err := in.c.get(ctx, "/slots")
+	if err != nil {
+		return nil, false, err
+	}
+	if !r.ok() {
+		return nil, false, nil
+	}
+	out, ok := parseSlotCaches(r.body)
+	return out, ok, nil
+}

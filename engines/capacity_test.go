@@ -1,6 +1,7 @@
 package engines
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -79,5 +80,27 @@ func TestPeakOverlap(t *testing.T) {
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("%s: %d %v, want %d %v", tt.name, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+func TestParseSlotCaches(t *testing.T) {
+	body := `[{"id":0,"n_ctx":16384,"is_processing":false},
+	{"id":1,"n_ctx":16384,"is_processing":true,"id_task":41,"n_prompt_tokens":2300,"n_prompt_tokens_processed":1,"n_prompt_tokens_cache":2047},
+	{"id":2,"n_ctx":16384,"is_processing":true,"id_task":42,"n_prompt_tokens":900,"n_prompt_tokens_processed":800,"n_prompt_tokens_cache":0},
+	{"id":3,"n_ctx":16384,"is_processing":false,"id_task":36,"n_prompt_tokens":9,"n_prompt_tokens_processed":0,"n_prompt_tokens_cache":0}]`
+	got, ok := parseSlotCaches([]byte(body))
+	want := []SlotCache{{Task: 41, Processed: 1, Cached: 2047}, {Task: 42, Processed: 800, Cached: 0}}
+	if !ok || len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("%+v %v, want %+v", got, ok, want)
+	}
+	sample, err := os.ReadFile("testdata/llamacpp/slots.json") // captured idle: nothing running
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := parseSlotCaches(sample); !ok || len(got) != 0 {
+		t.Errorf("captured idle /slots: %+v %v", got, ok)
+	}
+	if _, ok := parseSlotCaches([]byte(`[{"id":0}]`)); ok {
+		t.Error("an array without is_processing taken for llama-server's /slots")
 	}
 }

@@ -460,3 +460,43 @@ func parseApplyTemplate(body []byte) (string, bool) {
 	s, ok := m["prompt"].(string)
 	return s, ok
 }
+
+// parseSlotCaches reads the busy slots of GET /slots: id_task,
+// n_prompt_tokens_processed and n_prompt_tokens_cache of each slot that
+// is_processing.
+func parseSlotCaches(body []byte) ([]SlotCache, bool) {
+	var arr []struct {
+		Processing *bool        `json:"is_processing"`
+		Task       *json.Number `json:"id_task"`
+		Processed  *json.Number `json:"n_prompt_tokens_processed"`
+		Cached     *json.Number `json:"n_prompt_tokens_cache"`
+	}
+	if err := json.Unmarshal(body, &arr); err != nil {
+		return nil, false
+	}
+	var out []SlotCache
+	for _, s := range arr {
+		if s.Processing == nil {
+			return nil, false // not llama-server's /slots
+		}
+		if !*s.Processing || s.Task == nil || s.Processed == nil || s.Cached == nil {
+			continue
+		}
+		task, ok1 := asCount(*s.Task)
+		proc, ok2 := asCount(*s.Processed)
+		cached, ok3 := asCount(*s.Cached)
+		if !ok1 || !ok2 || !ok3 {
+			continue
+		}
+		out = append(out, SlotCache{Task: task, Processed: proc, Cached: cached})
+	}
+	return out, true
+}
+
+// asCount reads a JSON number as a count >= 0.
+func asCount(n json.Number) (int, bool) {
+	if n == "0" {
+		return 0, true
+	}
+	return asInt(n)
+}

@@ -38,6 +38,12 @@ func FuzzProbeJSON(f *testing.F) {
 			}
 		}
 		parseVersion(b)
+		if sc, ok := parseSlotCaches(b); ok {
+			for _, c := range sc {
+				check("slot processed", c.Processed)
+				check("slot cached", c.Cached)
+			}
+		}
 		if p, ok := parseProps(b); ok {
 			check("total_slots", p.TotalSlots)
 			check("n_ctx", p.NCtx)

@@ -83,8 +83,9 @@ func itoaPlain(n int) string { return strings.TrimSpace(strings.ReplaceAll(fmtIn
 // TestLlamaCppUnified is the llama-server run: 4 slots sharing a
 // 20,480-token KV cache, contexts 0, 2K, 8K × 1–8, 256 output tokens.
 func TestLlamaCppUnified(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	sc := scenarios.Scenario{Name: "llama", Contexts: []int{0, 2048, 8192}, Concurrency: []int{1, 2, 4, 8},
-		Prefill: []int{2048, 8192}, Window: 1500 * time.Millisecond, MaxOutput: 256, API: "chat"}
+		Prefill: []int{2048, 8192}, Window: time.Second, MaxOutput: 256, API: "chat"}
 	res, recs := runFake(t, llamaFake(true), sc, Config{})
 	// Capacity is between 20,480 and 81,920: nothing is planned over it but
 	// 8K × 8 (67,584) … which is tried only if 8K × 4 (33,792) fits. It
@@ -119,8 +120,9 @@ func TestLlamaCppUnified(t *testing.T) {
 // TestLlamaCppPerSlot: without -kvu each slot holds 5,120 tokens: 4K × 8
 // needs more than all four together and is not run; 2K × 8 runs, queued.
 func TestLlamaCppPerSlot(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	sc := scenarios.Scenario{Name: "llama", Contexts: []int{2048, 4096}, Concurrency: []int{1, 4, 8},
-		Window: 1500 * time.Millisecond, MaxOutput: 256, API: "completions"}
+		Window: time.Second, MaxOutput: 256, API: "completions"}
 	res, recs := runFake(t, llamaFake(false), sc, Config{})
 	checkStatuses(t, res, cellWant{
 		{2048, 1}: result.Valid, {2048, 4}: result.Valid, {2048, 8}: result.RequestsQueued,
@@ -145,6 +147,7 @@ func ollamaFake() fixtures.Model {
 // TestOllama is the Ollama run: one slot, 8,192 tokens of context;
 // contexts 0 and 2K × 1, 2, 4 with 64 output tokens.
 func TestOllama(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 2048}, Concurrency: []int{1, 2, 4},
 		Window: 2 * time.Second, MaxOutput: 64, API: "chat"}
 	res, recs := runFake(t, ollamaFake(), sc, Config{Target: replay.Target{Model: "tiny"}})
@@ -187,8 +190,10 @@ func TestOllama(t *testing.T) {
 // row is Failed with the engine's real context, never reported as the
 // context asked for.
 func TestOllamaTruncation(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	m := ollamaFake()
 	m.MaxModelLen, m.NumCtxSet = 4096, false
+	m.PrefillTokPerSec = 40000 // the counts that find the cap are real prefills
 	sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 5120}, Concurrency: []int{1},
 		Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
 	res, _ := runFake(t, m, sc, Config{Target: replay.Target{Model: "tiny"}, MaxModelLen: 8192, KVCapacity: 16384})
@@ -209,6 +214,7 @@ func TestOllamaTruncation(t *testing.T) {
 // so fewer than 1 request decodes on average, but nothing waited: Valid,
 // with a waiting gauge (the vLLM fake) and without one (the Ollama fake).
 func TestShortOutputsAreNotQueued(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	sc := scenarios.Scenario{Name: "short", Contexts: []int{0}, Concurrency: []int{1}, Window: 2 * time.Second, MaxOutput: 16, API: "chat"}
 	for _, m := range []fixtures.Model{quickModel(), ollamaFake()} {
 		res, _ := runFake(t, m, sc, Config{})

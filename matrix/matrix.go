@@ -685,6 +685,9 @@ type sampler struct {
 	running    float64
 	samples    int
 	err        error
+	// slots holds, per task, the last prefix-cache figures the engine
+	// gave for a request while it ran (llama.cpp GET /slots).
+	slots map[int]engines.SlotCache
 }
 
 // run scrapes every every until ctx ends: the first scrape soon after the
@@ -711,6 +714,16 @@ func (s *sampler) run(ctx context.Context, in *engines.Info, every time.Duration
 			s.samples++
 		}
 		s.mu.Unlock()
+		if sc, ok, _ := in.SlotCaches(ctx); ok && ctx.Err() == nil {
+			s.mu.Lock()
+			for _, c := range sc {
+				if s.slots == nil {
+					s.slots = map[int]engines.SlotCache{}
+				}
+				s.slots[c.Task] = c
+			}
+			s.mu.Unlock()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -762,6 +775,9 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	j := cell.Judge{N: n, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold}
 	if smp.samples > 0 {
 		j.AvgRunning = smp.running / float64(smp.samples)
+	}
+	for _, sc := range smp.slots {
+		j.Running.Add(sc.Processed+sc.Cached, sc.Cached)
 	}
 	lerr := smp.err
 	smp.mu.Unlock()

@@ -223,6 +223,7 @@ type Cache struct {
 // What Cache.Source says.
 const (
 	CacheUsage    = "usage cached_tokens"
+	CacheRunning  = "engine's running requests (GET /slots)"
 	CacheCounters = "engine prefix-cache counters"
 )
 

@@ -89,3 +89,32 @@ func TestHeldBackStream(t *testing.T) {
 		t.Fatalf("completion source %q, want usage", rec.CompletionSource)
 	}
 }
+
+func TestErrorMessage(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`, "Context size has been exceeded. (server_error, code 500)"},
+		{`{"error":{"message":"The engine ran out of KV cache blocks","type":"InternalServerError","code":"kv"}}`, "The engine ran out of KV cache blocks (InternalServerError, code kv)"},
+		{`{"error":"model not loaded"}`, "model not loaded"},
+		{`{"object":"error","message":"bad","type":"BadRequestError","code":400}`, "bad (BadRequestError, code 400)"},
+		{`{"detail":"Not Found"}`, "Not Found"},
+		{`{"error":{"code":500}}`, `{"error":{"code":500}}`}, // no message: an excerpt
+		{`overloaded`, "overloaded"},
+	} {
+		if got := ErrorMessage([]byte(tt.in)); got != tt.want {
+			t.Errorf("ErrorMessage(%s) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzErrorMessage: any engine error body gives a short single line.
+func FuzzErrorMessage(f *testing.F) {
+	f.Add([]byte(`{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`))
+	f.Add([]byte(`{"error":"x","message":{"a":1},"code":[1]}`))
+	f.Add([]byte("\x00\xff{"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := ErrorMessage(b)
+		if len(s) > 4*excerptLen+8 || strings.ContainsAny(s, "\n\r") {
+			t.Fatalf("ErrorMessage(%q) = %q: not a short line", b, s)
+		}
+	})
+}
