@@ -207,3 +207,31 @@ func TestCellColumnsFailedShowNoWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkdownTablesAreWellFormed: every Markdown table has as many cells
+// in its separator and every row as in its header, with and without the
+// prefix-cache column (a separator one short renders the table as text).
+func TestMarkdownTablesAreWellFormed(t *testing.T) {
+	docs := map[string]*result.Result{"run": loadRun(t), "seed 002": loadSeed(t, "002")}
+	for name, r := range docs {
+		var b strings.Builder
+		if err := Render(&b, r, "md"); err != nil {
+			t.Fatal(err)
+		}
+		cols := -1
+		for i, line := range strings.Split(b.String(), "\n") {
+			if !strings.HasPrefix(line, "|") {
+				cols = -1
+				continue
+			}
+			n := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|") - 1
+			if cols < 0 {
+				cols = n
+				continue
+			}
+			if n != cols {
+				t.Errorf("%s: line %d has %d cells, its table's header %d: %q", name, i+1, n, cols, line)
+			}
+		}
+	}
+}

@@ -124,7 +124,11 @@ func writeMarkdown(w io.Writer, v *view) error {
 	if len(v.All) > 0 {
 		e.printf("\n## All measurements\n\n%s\n\n", allNote)
 		mdRow(e, v.Columns)
-		mdAlign(e, []bool{false, true, true, false, true, true, true, true, true, true, true, true})
+		right := make([]bool, len(v.Columns))
+		for i := range right {
+			right[i] = i != 0 && i != 3 // Phase and Status read left to right; figures line up right
+		}
+		mdAlign(e, right)
 		for _, row := range v.All {
 			cells := make([]string, len(row))
 			for i, c := range row {
