@@ -34,8 +34,9 @@
 //   - Decoding: a request decodes from First to End, or to the window's end
 //     for a request still running (End before its last event, i.e. not set).
 //     AvgDecoding is the time each request spent decoding inside the window,
-//     summed and divided by the window's length; PeakDecoding is the most
-//     requests decoding at one instant of the window.
+//     summed and divided by the window's length. PeakDecoding is the most
+//     requests streaming at one instant of the window, a request streaming
+//     from its first token event to its last.
 //   - Average active requests: the time-average of the requests the engine
 //     was running over the window, as its running gauge says where it has
 //     one (the caller passes it, Judge.AvgRunning); without one,
@@ -235,7 +236,13 @@ func Decode(recs []record.Record, w Window) Figures {
 		}
 		if d := overlap(r.First, end, w); d > 0 {
 			active += d
-			edges = append(edges, edge{max(r.First, w.Start), +1}, edge{min(end, w.End), -1})
+		}
+		// For the peak, a request streams from its first token event to its
+		// last: the [DONE] after it is the engine's bookkeeping, and a
+		// one-slot engine may start the next request's first token before
+		// the previous one's [DONE] arrives (seen on Ollama).
+		if overlap(r.First, last, w) > 0 {
+			edges = append(edges, edge{max(r.First, w.Start), +1}, edge{min(last, w.End), -1})
 		}
 		// Token events inside the window.
 		lo, _ := slices.BinarySearch(r.Arrivals, w.Start)

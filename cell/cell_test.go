@@ -592,3 +592,19 @@ func BenchmarkDecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(events), "ns/event")
 }
+
+// TestPeakIgnoresTheDoneHandshake: on a one-slot engine the next request's
+// first token can come before the previous request's [DONE] (Ollama sends
+// [DONE] after freeing the slot); the two did not stream at once.
+func TestPeakIgnoresTheDoneHandshake(t *testing.T) {
+	a := steady(10000, 10010, 10, 15001, record.OK) // last token 15000, [DONE] at 15001 …
+	a.End = 15008                                    // … read 8 ms later
+	b := steady(10000, 15005, 10, 20000, record.Cancelled)
+	f := Decode([]record.Record{a, b}, w10)
+	if f.PeakDecoding != 1 {
+		t.Fatalf("peak %d, want 1: b's first token came after a's last", f.PeakDecoding)
+	}
+	if st := Status(f, Judge{N: 2, MaxWaiting: -1, AvgRunning: -1}); st != result.RequestsQueued {
+		t.Fatalf("status %s, want requests_queued", st)
+	}
+}
