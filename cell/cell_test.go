@@ -598,7 +598,7 @@ func BenchmarkDecode(b *testing.B) {
 // [DONE] after freeing the slot); the two did not stream at once.
 func TestPeakIgnoresTheDoneHandshake(t *testing.T) {
 	a := steady(10000, 10010, 10, 15001, record.OK) // last token 15000, [DONE] at 15001 …
-	a.End = 15008                                    // … read 8 ms later
+	a.End = 15008                                   // … read 8 ms later
 	b := steady(10000, 15005, 10, 20000, record.Cancelled)
 	f := Decode([]record.Record{a, b}, w10)
 	if f.PeakDecoding != 1 {
