@@ -111,7 +111,7 @@ func (l LimitFlags) apply(cfg *matrix.Config) error {
 			return fmt.Errorf("--model-config %s: %w", l.ModelConfig, err)
 		}
 		from := "--model-config " + l.ModelConfig
-		lim.Told = append(lim.Told, bandwidth.Told{Shape: s, WeightFrom: from + " (parameters counted from it × " + s.DType + ")", ShapeFrom: from})
+		lim.Told = append(lim.Told, bandwidth.Told{Shape: s, WeightFrom: from + ": its parameters × " + s.DType, ShapeFrom: from})
 	}
 	return nil
 }
