@@ -46,7 +46,7 @@ var timingMetrics = map[string][]timingMetric{
 	},
 	KindLlamaCpp: {
 		{part: result.PartPrefill, name: "llamacpp:prompt_seconds_total", counter: true,
-			note: "the growth of its prompt-processing seconds, over the requests that got a first token"},
+			note: "over the window's requests that got a first token"},
 	},
 }
 
@@ -111,7 +111,7 @@ func readTimings(kind string, m Metrics) Timings {
 
 func source(tm timingMetric, s string) string {
 	if tm.note != "" {
-		return s + " (" + tm.note + ")"
+		return s + ", " + tm.note
 	}
 	return s
 }
