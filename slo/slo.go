@@ -128,10 +128,12 @@ func Label(name string) string {
 	return name
 }
 
+// fmtDur writes an objective for people: whole or tenths of seconds from
+// 1 s ("5 s", "1.5 s"), milliseconds below ("500 ms", "1.5 ms").
 func fmtDur(d time.Duration) string {
 	ms := float64(d) / float64(time.Millisecond)
 	switch {
-	case d >= 10*time.Second:
+	case d >= time.Second && d%(100*time.Millisecond) == 0:
 		return strconv.FormatFloat(d.Seconds(), 'g', -1, 64) + " s"
 	case ms == math.Trunc(ms):
 		return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"

@@ -60,8 +60,8 @@ func TestParse(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	s, _ := Parse("ttft=500ms,tbt=1.5ms,e2e=30s")
-	if got, want := s.Describe(), "TTFT ≤ 500 ms, time between tokens ≤ 1.5 ms, end-to-end time ≤ 30 s"; got != want {
+	s, _ := Parse("ttft=500ms,tbt=1.5ms,e2e=30s,tpot=1500ms")
+	if got, want := s.Describe(), "TTFT ≤ 500 ms, time between tokens ≤ 1.5 ms, time per output token ≤ 1.5 s, end-to-end time ≤ 30 s"; got != want {
 		t.Errorf("Describe = %q, want %q", got, want)
 	}
 	if r := FromResult(s.Result()); r != s {
