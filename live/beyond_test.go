@@ -118,3 +118,36 @@ func llamaLimits(flags []string) (matrix.Limits, result.Engine) {
 	return matrix.Limits{GPU: bandwidth.GPUBandwidth{GBPerSec: 20, From: "given for the live tier (a CPU)"}, ReadModelFile: true},
 		result.Engine{LaunchCommand: "llama-server -m " + modelPath + " " + strings.Join(flags, " ")}
 }
+
+// ollamaBandwidthInputs: Ollama's /api/show gives the weights' bytes (its
+// tensors' types and shapes) and the KV layout (model_info), equal to what
+// tinygguf wrote; it says neither the KV cache type nor, on a CPU, any
+// GPU, so both are named missing and no cell gets a limit. It has no
+// TTFT figures either: the run says so once.
+func ollamaBandwidthInputs(t *testing.T, res *result.Result) {
+	b := res.Bandwidth
+	if b == nil || b.WeightBytes != modelCfg.WeightBytes() || b.Layers != modelCfg.Layers || b.KVHeads != modelCfg.KVHeads ||
+		b.HeadDim != modelCfg.HeadDim() || !strings.Contains(b.WeightSource, "/api/show") || !strings.Contains(b.ShapeSource, "/api/show") {
+		t.Fatalf("inputs %+v; tinygguf says %d bytes, %d layers, %d KV heads of %d", b, modelCfg.WeightBytes(), modelCfg.Layers, modelCfg.KVHeads, modelCfg.HeadDim())
+	}
+	missing := strings.Join(b.Missing, "; ")
+	if len(b.Missing) != 2 || !strings.Contains(missing, "GPU memory bandwidth") || !strings.Contains(missing, "KV cache dtype") {
+		t.Errorf("missing %q: want the GPU bandwidth and the KV cache dtype", b.Missing)
+	}
+	t.Logf("inputs: weights %d bytes (%s); %d layers × %d KV heads × %d (%s); missing: %s", b.WeightBytes, b.WeightSource,
+		b.Layers, b.KVHeads, b.HeadDim, b.ShapeSource, missing)
+	notes := 0
+	for _, n := range res.Notes {
+		if strings.Contains(n, "TTFT is not split") {
+			notes++
+		}
+	}
+	for _, c := range res.Decode {
+		if c.DecodeLimit != nil || c.TTFTSplit != nil {
+			t.Errorf("cell %s × %d has a limit or a split", matrix.TokenLabel(c.Context), c.Concurrency)
+		}
+	}
+	if notes != 1 {
+		t.Errorf("%d notes that TTFT is not split, want one: %q", notes, res.Notes)
+	}
+}
