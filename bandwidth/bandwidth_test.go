@@ -91,7 +91,7 @@ func TestParseBandwidthAndBytes(t *testing.T) {
 			t.Errorf("ParseBytes(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
 	}
-	for _, in := range []string{"", "GB", "-4GB", "4XB", "1e300GB"} {
+	for _, in := range []string{"", "GB", "-4GB", "4XB", "1e300GB", "0.0001B"} {
 		if _, err := ParseBytes(in); err == nil {
 			t.Errorf("ParseBytes(%q) accepted", in)
 		}
@@ -232,7 +232,8 @@ func TestFromHFConfig(t *testing.T) {
 	if s, err := FromHFConfig([]byte(mm)); err != nil || s.Layers != 40 || s.KVHeads != 8 || s.HeadDim != 128 || s.DType != "bfloat16" {
 		t.Errorf("text_config: %+v, %v", s, err)
 	}
-	for _, bad := range []string{`[]`, `{"model_type":"bert"}`, `not json`} {
+	for _, bad := range []string{`[]`, `{"model_type":"bert"}`, `not json`,
+		`{"architectures":["LlamaForCausalLM"],"num_hidden_layers":32,"num_attention_heads":32,"hidden_size":2000000000000,"intermediate_size":1,"vocab_size":1,"torch_dtype":"float16"}`} {
 		if _, err := FromHFConfig([]byte(bad)); err == nil {
 			t.Errorf("FromHFConfig(%s) accepted", bad)
 		}
@@ -356,6 +357,42 @@ func FuzzReadGGUF(f *testing.F) {
 		m, err := ReadGGUF(bytes.NewReader(b))
 		if err == nil {
 			m.Shape()
+		}
+	})
+}
+
+// FuzzFromHFConfig: any bytes give a shape or an error; a shape never has
+// negative figures, and weight bytes only with a known dtype.
+func FuzzFromHFConfig(f *testing.F) {
+	f.Add([]byte(llama3Config))
+	f.Add([]byte(`{"num_hidden_layers":2,"num_attention_heads":1,"text_config":{"num_hidden_layers":3}}`))
+	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"num_hidden_layers":1e9,"num_attention_heads":-4,"hidden_size":3}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := FromHFConfig(b)
+		if err != nil {
+			return
+		}
+		if s.WeightBytes < 0 || s.Layers < 0 || s.KVHeads < 0 || s.HeadDim < 0 {
+			t.Fatalf("shape %+v from %q", s, b)
+		}
+		if _, ok := DTypeBytes(s.DType); s.WeightBytes > 0 && !ok {
+			t.Fatalf("weight bytes %d with dtype %q", s.WeightBytes, s.DType)
+		}
+	})
+}
+
+// FuzzParseSizes: the size and bandwidth parsers never panic and never
+// give a non-positive value without an error.
+func FuzzParseSizes(f *testing.F) {
+	for _, s := range []string{"360GB/s", "4.9GB", "1e3", "8 GiB", "-1", "0.0001B", "9e18TB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if v, err := ParseBytes(s); err == nil && v <= 0 {
+			t.Fatalf("ParseBytes(%q) = %d", s, v)
+		}
+		if v, err := ParseBandwidth(s); err == nil && !(v > 0) {
+			t.Fatalf("ParseBandwidth(%q) = %v", s, v)
 		}
 	})
 }

@@ -123,11 +123,14 @@ func ParseBytes(s string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("size %q: unknown unit %q (use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB)", s, unit)
 	}
-	b := v * m
-	if b >= 1<<62 {
+	b := math.Round(v * m)
+	switch {
+	case b >= 1<<62:
 		return 0, fmt.Errorf("size %q is too large", s)
+	case b < 1:
+		return 0, fmt.Errorf("size %q is less than a byte", s)
 	}
-	return int64(math.Round(b)), nil
+	return int64(b), nil
 }
 
 // FormatBytes shows a size in decimal units, as vendors and engines state

@@ -114,6 +114,21 @@ func FromHFConfig(data []byte) (Shape, error) {
 	if c.Layers <= 0 || c.Heads <= 0 {
 		return Shape{}, fmt.Errorf("config.json has no num_hidden_layers and num_attention_heads: not a transformer language model's config")
 	}
+	kvh := 0
+	if c.KVHeads != nil {
+		kvh = *c.KVHeads
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+		most int
+	}{{"num_hidden_layers", c.Layers, 1 << 12}, {"num_attention_heads", c.Heads, 1 << 12}, {"num_key_value_heads", kvh, 1 << 12},
+		{"head_dim", c.HeadDim, 1 << 14}, {"hidden_size", c.HiddenSize, 1 << 20}, {"intermediate_size", c.IntermediateSize, 1 << 22},
+		{"vocab_size", c.Vocab, 1 << 24}} {
+		if v.n < 0 || v.n > v.most {
+			return Shape{}, fmt.Errorf("config.json %s %d is not a model's", v.name, v.n)
+		}
+	}
 	s := Shape{Layers: c.Layers, DType: c.TorchDType}
 	if s.DType == "" {
 		s.DType = c.DType
