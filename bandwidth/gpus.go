@@ -190,7 +190,7 @@ func Lookup(name, vram string) (g GPU, ok bool, reason string) {
 	case n == "":
 		return GPU{}, false, "no GPU was detected or given (give --gpu NAME or --gpu-bandwidth, e.g. 360GB/s)"
 	case strings.Contains(strings.ToLower(n), "simulated"):
-		return GPU{}, false, fmt.Sprintf("the GPU %q is simulated: it has no memory bandwidth (give --gpu-bandwidth to compare anyway)", n)
+		return GPU{}, false, fmt.Sprintf("the GPU %q is simulated (give --gpu-bandwidth to compare anyway)", n)
 	case strings.Contains(n, "×") || strings.Contains(n, " + ") || multiGPU.MatchString(n):
 		return GPU{}, false, fmt.Sprintf("%s: with several GPUs, the bandwidth the model is read with depends on how the engine splits it (give --gpu-bandwidth: the sum over the GPUs for tensor parallelism)", n)
 	}

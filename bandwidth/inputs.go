@@ -55,7 +55,7 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 		}
 	}
 	if doc.WeightBytes == 0 {
-		doc.Missing = append(doc.Missing, "model weight bytes: "+or(pick(why, "weight"), "the engine does not say them; give --weight-bytes (the size of the model's weight files), or --model-config with the model's config.json"))
+		doc.Missing = append(doc.Missing, "model weight bytes: "+or(pick(why, "weight"), "the engine does not say them (give --weight-bytes, or --model-config)"))
 	}
 
 	var shape Shape
@@ -72,7 +72,7 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 		}
 	}
 	if !shape.HasKV() {
-		doc.Missing = append(doc.Missing, "KV cache layout (layers, KV heads, head dim): "+or(pick(why, "KV"), "give --model-config with the model's config.json, or --layers, --kv-heads and --head-dim"))
+		doc.Missing = append(doc.Missing, "KV cache layout (layers, KV heads, head dim): "+or(pick(why, "KV"), "the engine does not say it (give --model-config, or --layers, --kv-heads and --head-dim)"))
 	}
 
 	kt, vt, from, model, modelFrom := "", "", "", "", ""
@@ -97,14 +97,14 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 	vb, vok := DTypeBytes(resolve(vt))
 	switch {
 	case kt == "":
-		doc.Missing = append(doc.Missing, "KV cache dtype: the engine does not say it; give --kv-dtype (e.g. f16, fp8, q8_0)")
+		doc.Missing = append(doc.Missing, "KV cache dtype: the engine does not say it (give --kv-dtype, e.g. f16, fp8, q8_0)")
 	case !kok || !vok:
 		what := kt
 		if vt != kt {
 			what = kt + "/" + vt
 		}
 		if strings.Contains(strings.ToLower(what), "auto") {
-			doc.Missing = append(doc.Missing, fmt.Sprintf("KV cache dtype: %s says %q, the model's own dtype, which nothing told (give --model-config with its config.json, or --kv-dtype)", from, what))
+			doc.Missing = append(doc.Missing, fmt.Sprintf("KV cache dtype: %s says %q, the model's own dtype, which nothing told (give --model-config, or --kv-dtype)", from, what))
 		} else {
 			doc.Missing = append(doc.Missing, fmt.Sprintf("KV cache dtype: %q (from %s) is not one tokentap knows the size of; give --kv-dtype", what, from))
 		}

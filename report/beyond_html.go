@@ -106,7 +106,7 @@ func splitBars(r *result.Result, contexts, conc []int) string {
 				continue
 			}
 			rows = append(rows, row{fmt.Sprintf("%s × %d", ctxLabel(c), n), cl.TTFTSplit})
-			top = math.Max(top, math.Max(cl.TTFTSplit.ClientMs, engineMs(cl.TTFTSplit)))
+			top = math.Max(top, barLength(cl.TTFTSplit))
 		}
 	}
 	if len(rows) == 0 || top <= 0 {
@@ -158,11 +158,22 @@ func splitBars(r *result.Result, contexts, conc []int) string {
 	return b.String()
 }
 
-func engineMs(s *result.TTFTSplit) float64 {
-	if s.EngineTTFT != nil {
-		return s.EngineTTFT.Ms
+// barLength is how long a split's bar is drawn: the client TTFT, or the
+// engine's parts where they add up to more (means over different
+// requests, as the split's note says).
+func barLength(s *result.TTFTSplit) float64 {
+	n := s.ClientMs
+	parts := 0.0
+	if s.Queue != nil {
+		parts += s.Queue.Ms
 	}
-	return 0
+	if s.Prefill != nil {
+		parts += s.Prefill.Ms
+	}
+	if s.EngineTTFT != nil {
+		parts = math.Max(parts, s.EngineTTFT.Ms)
+	}
+	return math.Max(n, parts)
 }
 
 func legend(items ...[2]string) string {
