@@ -69,13 +69,10 @@ func (r *runner) setupBeyond() {
 }
 
 func hardwareSource(h result.Hardware) string {
-	switch h.Source {
-	case "detected":
-		return "detected"
-	case "given":
+	if strings.Contains(h.Source, "given") {
 		return "given"
 	}
-	return "as the run's hardware says"
+	return "detected"
 }
 
 // engineTold is what the engine said of its model (engines.ModelFacts),

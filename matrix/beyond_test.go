@@ -199,7 +199,7 @@ func TestTTFTSplitKnownValues(t *testing.T) {
 				t.Fatalf("no ledger entry for %s", r.ResponseID)
 			}
 			n++
-			ttft += float64(le.FirstToken.Sub(le.Received)) / 1e6
+			ttft += float64(le.FirstToken.Sub(le.BodyRead)) / 1e6
 			queue += float64(le.Admitted.Sub(le.Queued)) / 1e6
 			prefill += float64(le.FirstToken.Sub(le.Admitted)) / 1e6
 		}

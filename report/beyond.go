@@ -103,8 +103,12 @@ func (b *beyondView) sloSection(r *result.Result, contexts, conc []int) {
 		"Goodput is the good requests, and their output tokens, per second of the window.")
 	o := r.SLO.Overall
 	if o.Judged > 0 {
+		tok := "0"
+		if o.GoodputTokPerSec > 0 {
+			tok = fmtHeadline(o.GoodputTokPerSec)
+		}
 		line := fmt.Sprintf("Overall: %s of %s judged requests met every SLO; goodput %s requests/s, %s output tok/s.",
-			attainment(&o), fmtInt(o.Judged), fmtReqRate(o.GoodputReqPerSec), fmtHeadline(o.GoodputTokPerSec))
+			attainment(&o), fmtInt(o.Judged), fmtReqRate(o.GoodputReqPerSec), tok)
 		if o.MostMissed != "" {
 			line += fmt.Sprintf(" Most missed: %s (%s requests).", slo.Label(o.MostMissed), fmtInt(o.Missed[o.MostMissed]))
 		}
