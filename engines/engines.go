@@ -98,6 +98,9 @@ type Info struct {
 	Tokenize bool
 	// Gauges is true when Load can read waiting/running gauges.
 	Gauges bool
+	// ModelFacts is what the engine says of its model's size and shape
+	// (model.go), for the decode limit.
+	ModelFacts ModelFacts
 	// BaseURL is the normalized target URL, credentials redacted.
 	BaseURL string
 	Facts   []result.Fact
@@ -284,6 +287,10 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 			in.KVCapacity = kv.Tokens
 			in.addInt(FactKVCapacity, kv.Tokens, "GET /metrics vllm:cache_config_info "+kv.Source)
 		}
+		if kv, _ := parseCacheConfig(metric); kv.DType != "" {
+			in.ModelFacts.KVDType, in.ModelFacts.KVDTypeSource = kv.DType, "GET /metrics vllm:cache_config_info label cache_dtype"
+			in.add(FactKVDType, kv.DType, in.ModelFacts.KVDTypeSource)
+		}
 	case KindSGLang:
 		if sgl.Version != "" {
 			in.Version = sgl.Version
@@ -317,6 +324,14 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 			in.addInt(FactMaxModelLen, nctx, src+" (per slot)")
 			in.llamaCapacity(nctx, props.TotalSlots, src)
 		}
+		if size, ok := parseLlamaModelMeta(models.body); ok {
+			in.ModelFacts.WeightBytes, in.ModelFacts.WeightSource = size, "GET /v1/models data[0].meta.size"
+			in.add(FactWeightBytes, fmt.Sprint(size), in.ModelFacts.WeightSource)
+		}
+		if props.ModelPath != "" {
+			in.ModelFacts.Path, in.ModelFacts.PathSource = props.ModelPath, "GET /props model_path"
+			in.add(FactModelPath, props.ModelPath, in.ModelFacts.PathSource)
+		}
 	case KindTGI:
 		if tgi.Version != "" {
 			in.Version = tgi.Version
@@ -342,6 +357,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 			return nil, err
 		}
 		in.ollamaCapacity()
+		if err := in.probeOllamaModel(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	// 5. Gauges and tokenize.
@@ -416,6 +434,32 @@ func (in *Info) probeOllamaContext(ctx context.Context, get func(string) (*respo
 	case show.TrainedCtx > 0:
 		in.MaxModelLen = show.TrainedCtx
 		in.addInt(FactMaxModelLen, show.TrainedCtx, "POST /api/show model_info."+show.TrainedSource+" (trained length; Ollama may run with less, see OLLAMA_CONTEXT_LENGTH)")
+	}
+	return nil
+}
+
+// probeOllamaModel reads the model's shape and weights' bytes from POST
+// /api/show (model_info and tensors).
+func (in *Info) probeOllamaModel(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	r, err := in.c.do(sctx, http.MethodPost, "/api/show", map[string]string{"model": in.Model})
+	if err != nil {
+		return err
+	}
+	m, ok := parseOllamaModel(r.body)
+	if !ok || !r.ok() {
+		return nil
+	}
+	f := &in.ModelFacts
+	if m.WeightBytes > 0 {
+		f.WeightBytes, f.WeightSource = m.WeightBytes, "POST /api/show tensors (types × shapes)"
+		in.add(FactWeightBytes, fmt.Sprint(m.WeightBytes), f.WeightSource)
+	}
+	if m.Layers > 0 && m.KVHeads > 0 && (m.HeadDim > 0 || m.KeyDim > 0) {
+		f.Layers, f.KVHeads, f.HeadDim, f.KeyDim, f.ValueDim = m.Layers, m.KVHeads, m.HeadDim, m.KeyDim, m.ValueDim
+		f.ShapeSource = "POST /api/show model_info (the GGUF's metadata)"
+		in.add(FactKVShape, describeShape(m.Layers, m.KVHeads, m.HeadDim, m.KeyDim, m.ValueDim), f.ShapeSource)
 	}
 	return nil
 }

@@ -129,6 +129,7 @@ type llamaProps struct {
 	TotalSlots int
 	BuildInfo  string
 	ModelAlias string
+	ModelPath  string // the GGUF file it serves
 }
 
 func parseProps(body []byte) (llamaProps, bool) {
@@ -147,6 +148,7 @@ func parseProps(body []byte) (llamaProps, bool) {
 	}
 	p.BuildInfo, _ = asString(m["build_info"])
 	p.ModelAlias, _ = asString(m["model_alias"])
+	p.ModelPath, _ = asString(m["model_path"])
 	return p, true
 }
 
@@ -321,6 +323,7 @@ type vllmCache struct {
 	Source    string // which labels it came from
 	Blocks    int
 	BlockSize int
+	DType     string // cache_dtype: "auto" (the model's dtype), "fp8", …
 }
 
 func parseCacheConfig(m Metrics) (vllmCache, bool) {
@@ -340,6 +343,7 @@ func parseCacheConfig(m Metrics) (vllmCache, bool) {
 	if v, ok := s.Label("block_size"); ok {
 		c.BlockSize, _ = asInt(v)
 	}
+	c.DType, _ = s.Label("cache_dtype")
 	if c.Tokens == 0 && c.Blocks > 0 && c.BlockSize > 0 && c.Blocks <= maxSane/c.BlockSize {
 		c.Tokens, c.Source = c.Blocks*c.BlockSize, "labels num_gpu_blocks × block_size"
 	}

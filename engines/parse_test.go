@@ -12,7 +12,7 @@ func FuzzProbeJSON(f *testing.F) {
 	for _, name := range []string{
 		"llamacpp/props.json", "llamacpp/slots.json", "llamacpp/models.json", "llamacpp/chat_nonstream.json",
 		"vllm/models.json", "vllm/version.json", "sglang/server_info.json", "sglang/models.json",
-		"tgi/info.json", "tgi/tokenize.json", "ollama/ps.json", "ollama/show.json", "ollama/models.json",
+		"tgi/info.json", "tgi/tokenize.json", "ollama/ps.json", "ollama/show.json", "ollama/models.json", "ollama/show_tensors.json",
 	} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
@@ -38,6 +38,16 @@ func FuzzProbeJSON(f *testing.F) {
 			}
 		}
 		parseVersion(b)
+		if size, ok := parseLlamaModelMeta(b); ok && (size <= 0 || size > 1<<50) {
+			t.Fatalf("weight bytes %d from %q", size, b)
+		}
+		if m, ok := parseOllamaModel(b); ok {
+			check("layers", m.Layers)
+			check("KV heads", m.KVHeads)
+			if m.WeightBytes < 0 || m.WeightBytes > 1<<50 {
+				t.Fatalf("weight bytes %d from %q", m.WeightBytes, b)
+			}
+		}
 		if sc, ok := parseSlotCaches(b); ok {
 			for _, c := range sc {
 				check("slot processed", c.Processed)

@@ -90,7 +90,9 @@ func TestLlamaServer(t *testing.T) {
 		recMu sync.Mutex
 		recs  []record.Record
 	)
+	limits, eng := llamaLimits([]string{"-c", "20480", "-np", "4", "-kvu", "--metrics"})
 	res, err := matrix.Run(ctx, matrix.Config{Target: replay.Target{BaseURL: s.url, IdleTimeout: idle}, Scenario: sc,
+		Limits: limits, Engine: eng,
 		OnRecords: func(r []record.Record) { recMu.Lock(); recs = append(recs, r...); recMu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +113,9 @@ func TestLlamaServer(t *testing.T) {
 		}
 	})
 	check(t, llamaServer, "cache hits in every valid cell", func(t *testing.T) { cacheHits(t, res, recs) })
+	check(t, llamaServer, "TTFT split from the engine's prompt seconds", func(t *testing.T) { llamaSplit(t, res, recs) })
+	check(t, llamaServer, "TTFT split from each response's timings", func(t *testing.T) { llamaSplitFromTimings(t, bin) })
+	check(t, llamaServer, "bandwidth inputs from the engine", func(t *testing.T) { llamaBandwidthInputs(t, res) })
 	check(t, llamaServer, "failed only where a request failed", func(t *testing.T) {
 		for _, c := range res.Decode {
 			if c.Status == result.Failed {

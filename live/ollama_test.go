@@ -137,6 +137,8 @@ func TestOllama(t *testing.T) {
 		})
 	})
 
+	check(t, ollama, "bandwidth inputs from the engine, and what it does not say", func(t *testing.T) { ollamaBandwidthInputs(t, res) })
+
 	// A user who gives a longer context than the engine runs at: the
 	// engine cuts the prompts, and the row says so instead of measuring
 	// another context.

@@ -41,6 +41,7 @@ import (
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
+	"github.com/tokentap/tokentap/slo"
 )
 
 // ErrInterrupted is returned with a partial result when the run's context
@@ -89,6 +90,12 @@ type Config struct {
 	// OnRecords, when set, is called with the records of every step
 	// (warm-up, prefill, cells), e.g. to write them as JSONL.
 	OnRecords func(recs []record.Record)
+
+	// SLO, when set, judges every cell's requests against these
+	// objectives (METHOD.md §6); Limits are the decode limit's inputs
+	// besides the engine's (§8). See beyond.go.
+	SLO    slo.Spec
+	Limits Limits
 }
 
 // CellRun is a measured cell with what it was judged from.
@@ -128,6 +135,8 @@ type runner struct {
 	// kvBelowAt says which cell taught it, for the reason of the cells it
 	// rules out.
 	kvBelowAt string
+
+	bey *beyond // SLO, TTFT split and decode limit (beyond.go)
 }
 
 func (r *runner) run(ctx context.Context) (*result.Result, error) {
@@ -251,6 +260,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	res.Decode = r.plan.cells
 	res.Prefill = r.plan.prefill
 	res.Notes = append(res.Notes, r.plan.notes...)
+	r.setupBeyond()
 
 	r.clock = record.NewClock()
 	r.build = prompts.NewBuilder(salt, info)
@@ -269,6 +279,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 
 	err = r.execute(ctx)
 	r.prog.close()
+	r.finishBeyond()
 	res.Ended = time.Now()
 	if err != nil && ctx.Err() != nil {
 		res.Interrupted = true
@@ -749,6 +760,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	win := r.sc.Window
 	r.drain(ctx)
 	hits0, queries0, cacheOK, _ := r.info.PrefixCache(ctx)
+	timings0 := r.beyondStart(ctx)
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -796,12 +808,14 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
 	}
+	r.beyondCell(ctx, out, recs, w, timings0)
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
 	if out.Status.ShowsFigures() {
 		summary = fmt.Sprintf("%-16s %8.1f tok/s  TTFT %.0f ms  TBT %.1f ms", out.Status.Label(), out.TotalTokPerSec, out.TTFTms, out.TBTms)
 		if out.Cache != nil {
 			summary += fmt.Sprintf("  cache %.0f%%", 100*out.Cache.HitRate)
 		}
+		summary += beyondSummary(out)
 	}
 	r.prog.cellDone(label, summary)
 	r.log.Debug().Int("context", c).Int("concurrency", n).Str("status", string(out.Status)).

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/slo"
 )
 
 // maxModels bounds the model label's cardinality: the model name comes from
@@ -61,6 +63,7 @@ type modelStats struct {
 	outcomes  map[record.Outcome]int64
 	promptSum int64
 	outputSum int64
+	slo       sloStats // slo.go
 }
 
 func newModelStats() *modelStats {
@@ -87,6 +90,7 @@ type metrics struct {
 	inFlight atomic.Int64 // measured requests between arrival and record
 	passed   atomic.Uint64
 	measErrs atomic.Uint64
+	slo      slo.Spec // objectives requests are judged against; zero: none (slo.go)
 }
 
 func newMetrics() *metrics {
@@ -117,6 +121,9 @@ func (m *metrics) add(r *record.Record) {
 	m.totals[outcomeKey{name, r.Outcome, r.Blame}]++
 	s.requests++
 	s.outcomes[r.Outcome]++
+	if !m.slo.IsZero() {
+		s.slo.add(m.slo.Judge(r), r.CompletionTokens)
+	}
 	if d, ok := r.TTFT(); ok {
 		s.ttft.observe(d.Seconds(), 1)
 		s.set.RecordTTFT(d)
@@ -204,6 +211,7 @@ func (m *metrics) writeProm(b *bytes.Buffer) {
 		b.WriteString(`tokentap_requests_total{model="` + escapeLabel(k.model) + `",outcome="` + escapeLabel(string(k.outcome)) +
 			`",blame="` + escapeLabel(blame) + `"} ` + strconv.FormatUint(m.totals[k], 10) + "\n")
 	}
+	m.writeSLOProm(b, names)
 	b.WriteString("# HELP tokentap_requests_in_flight Measured requests the proxy is serving now.\n# TYPE tokentap_requests_in_flight gauge\n")
 	b.WriteString("tokentap_requests_in_flight " + strconv.FormatInt(m.inFlight.Load(), 10) + "\n")
 	b.WriteString("# HELP tokentap_passthrough_requests_total Requests proxied without measurement (other paths and methods).\n# TYPE tokentap_passthrough_requests_total counter\n")
@@ -253,6 +261,8 @@ type Stats struct {
 	Until    time.Time              `json:"until"`
 	InFlight int64                  `json:"in_flight"`
 	Models   map[string]*ModelStats `json:"models"`
+	// SLO is the objectives each model's requests are judged against.
+	SLO *result.SLOSpec `json:"slo,omitempty"`
 }
 
 // ModelStats summarises one model's measured requests. Percentiles come
@@ -266,6 +276,9 @@ type ModelStats struct {
 	TBT          *Percentiles     `json:"tbt_ms,omitempty"`
 	E2E          *Percentiles     `json:"e2e_ms,omitempty"`
 	DecodeRate   *Percentiles     `json:"decode_tok_per_s,omitempty"`
+	// SLO is how the period's requests met the objectives: judged, good,
+	// attainment, goodput over the period.
+	SLO *result.SLO `json:"slo,omitempty"`
 }
 
 // Percentiles of one distribution; latencies in milliseconds, rates in
@@ -285,6 +298,10 @@ func (m *metrics) stats(reset bool) *Stats {
 	defer m.mu.Unlock()
 	now := time.Now()
 	st := &Stats{Since: m.since, Until: now, InFlight: m.inFlight.Load(), Models: map[string]*ModelStats{}}
+	if !m.slo.IsZero() {
+		spec := m.slo.Result()
+		st.SLO = &spec
+	}
 	for name, s := range m.models {
 		if s.requests == 0 {
 			continue
@@ -302,8 +319,12 @@ func (m *metrics) stats(reset bool) *Stats {
 				P50: float64(h.ValueAtQuantile(50)) / 1000, P90: float64(h.ValueAtQuantile(90)) / 1000,
 				P99: float64(h.ValueAtQuantile(99)) / 1000, Max: float64(h.Max()) / 1000}
 		}
+		if !m.slo.IsZero() {
+			ms.SLO = s.slo.figures(now.Sub(m.since).Seconds())
+		}
 		st.Models[name] = ms
 		if reset {
+			s.slo.stats = slo.Tally{}
 			s.set.Reset()
 			s.requests, s.promptSum, s.outputSum = 0, 0, 0
 			s.outcomes = map[record.Outcome]int64{}

@@ -30,6 +30,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/slo"
 	"github.com/tokentap/tokentap/tap"
 )
 
@@ -74,6 +75,10 @@ type Config struct {
 	Clock record.Clock
 	// Logger receives operational messages; secrets are never logged.
 	Logger zerolog.Logger
+	// SLO, when set, judges every finished record against these
+	// objectives: live good and judged counts by model on /metrics and
+	// /stats (slo.go, METHOD.md §6).
+	SLO slo.Spec
 	// OnRecord, when set, is called with every finished record, from one
 	// goroutine, in order of completion. The record is reused after the call
 	// returns: copy what must be kept.
@@ -171,6 +176,7 @@ func New(cfg Config) (*Proxy, error) {
 		recDone:  make(chan struct{}),
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 	}
+	p.m.slo = cfg.SLO
 	if prefix != "" {
 		p.prefix = []byte(prefix)
 	}

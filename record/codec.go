@@ -39,6 +39,7 @@ type wire struct {
 	CompletionSource Source    `json:"completion_source,omitempty"`
 	CachedTokens     int       `json:"cached_tokens,omitempty"`
 	CachedSource     Source    `json:"cached_source,omitempty"`
+	EnginePrefillNS  *int64    `json:"engine_prefill_ns,omitempty"`
 	Events           int       `json:"events"`
 	Arrivals         string    `json:"arrivals,omitempty"` // see wire
 	Tokens           string    `json:"tokens,omitempty"`   // base64 uvarints, one per event; absent when all are 1
@@ -55,6 +56,10 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		PromptTokens: r.PromptTokens, PromptSource: r.PromptSource,
 		CompletionTokens: r.CompletionTokens, CompletionSource: r.CompletionSource,
 		CachedTokens: r.CachedTokens, CachedSource: r.CachedSource, Events: len(r.Arrivals),
+	}
+	if r.EnginePrefillSet {
+		ns := int64(r.EnginePrefill)
+		w.EnginePrefillNS = &ns
 	}
 	if len(r.Arrivals) > 0 {
 		first := int64(r.First)
@@ -104,6 +109,9 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		PromptTokens: w.PromptTokens, PromptSource: w.PromptSource,
 		CompletionTokens: w.CompletionTokens, CompletionSource: w.CompletionSource,
 		CachedTokens: w.CachedTokens, CachedSource: w.CachedSource,
+	}
+	if w.EnginePrefillNS != nil && *w.EnginePrefillNS >= 0 {
+		r.EnginePrefill, r.EnginePrefillSet = time.Duration(*w.EnginePrefillNS), true
 	}
 	if w.Request != "" {
 		r.Request = []byte(w.Request)

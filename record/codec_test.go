@@ -41,6 +41,11 @@ var roundTrips = []struct {
 		ID: "p", Stream: true, Sent: ms(1), First: ms(2), End: ms(3), Outcome: Cancelled, Blame: BlameClient,
 		Arrivals: []time.Duration{ms(2)}, Request: []byte(`{"model":"m","messages":[{"role":"user","content":"héllo\n\"quoted\""}]}`),
 	}},
+	{"llama.cpp engine prefill", Record{
+		Stream: true, Sent: ms(1), First: ms(30), End: ms(40), Outcome: OK, CachedTokens: 14, CachedSource: SourceUsage,
+		EnginePrefill: 20684 * time.Microsecond, EnginePrefillSet: true, Arrivals: []time.Duration{ms(30)},
+	}},
+	{"engine prefill of zero", Record{EnginePrefillSet: true}},
 	{"negative offsets (sent before the clock)", Record{Sent: -ms(5), First: -ms(1), End: ms(2), Arrivals: []time.Duration{-ms(1), 0}}},
 }
 

@@ -125,6 +125,12 @@ type Record struct {
 	CachedTokens     int    // prompt tokens the engine reported served from its prefix cache
 	CachedSource     Source // SourceUsage when the engine reported CachedTokens (0 included), else SourceNone
 
+	// EnginePrefill is the engine's own time for processing this request's
+	// prompt where its response says it (llama.cpp timings.prompt_ms,
+	// METHOD.md §7); EnginePrefillSet says whether it did.
+	EnginePrefill    time.Duration
+	EnginePrefillSet bool
+
 	// Arrivals holds the arrival offset of every token event, in order.
 	Arrivals []time.Duration
 	// Tokens holds the tokens each event carried, parallel to Arrivals. It is

@@ -9,6 +9,8 @@ import (
 	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/slo"
 )
 
 // Quantiles are percentiles of one distribution, in the unit its field names.
@@ -51,6 +53,23 @@ type Summary struct {
 	LateMedianMs float64 `json:"late_median_ms"`
 
 	Hist *histo.Set `json:"histograms,omitempty"`
+
+	// SLOSpec and SLO are the objectives (--slo) and how the replayed
+	// requests met them, goodput over the span (METHOD.md §6).
+	SLOSpec *result.SLOSpec `json:"slo_spec,omitempty"`
+	SLO     *result.SLO     `json:"slo,omitempty"`
+}
+
+// AddSLO judges the replayed records against the objectives: every one
+// that ended (OK or failed) is judged; one cancelled (the replay stopped)
+// is not. Goodput is over the summary's span.
+func (s *Summary) AddSLO(recs []record.Record, spec slo.Spec) {
+	var t slo.Tally
+	for i := range recs {
+		t.Add(spec, &recs[i])
+	}
+	r := spec.Result()
+	s.SLOSpec, s.SLO = &r, t.Figures(s.SpanSeconds)
 }
 
 // Summarize computes the summary of replayed records.
@@ -149,5 +168,17 @@ func (s Summary) WriteText(w io.Writer) {
 	row("Time between tokens", s.TBTms, "ms")
 	row("End to end", s.E2Ems, "ms")
 	row("Per request", s.DecodeTokPerS, "tok/s")
+	if s.SLO != nil && s.SLOSpec != nil {
+		fmt.Fprintf(w, "\nSLO           %s\n", slo.FromResult(*s.SLOSpec).Describe())
+		att := "—"
+		if s.SLO.Attainment != nil {
+			att = fmt.Sprintf("%.1f%%", 100**s.SLO.Attainment)
+		}
+		fmt.Fprintf(w, "Met every SLO %s of %d requests judged (%d good, %d failed, %d not judged)\n", att, s.SLO.Judged, s.SLO.Good, s.SLO.Failed, s.SLO.Excluded)
+		fmt.Fprintf(w, "Goodput       %.2f good requests/s, %.1f good output tok/s\n", s.SLO.GoodputReqPerSec, s.SLO.GoodputTokPerSec)
+		if s.SLO.MostMissed != "" {
+			fmt.Fprintf(w, "Most missed   %s (by %d of %d judged)\n", slo.Label(s.SLO.MostMissed), s.SLO.Missed[s.SLO.MostMissed], s.SLO.Judged)
+		}
+	}
 	fmt.Fprintf(w, "\nSends ran behind the capture's schedule by %.1f ms (median), %.1f ms at most.\n", s.LateMedianMs, s.LateMaxMs)
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/csv"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/tokentap/tokentap/histo"
@@ -42,13 +43,15 @@ func pctMs(s *histo.Set, ttft bool, q float64) string {
 // (tokens, ms, seconds; no separators), empty where a figure is absent.
 func writeCSV(w io.Writer, r *result.Result) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(csvColumns); err != nil {
+	extra := csvExtra(r)
+	if err := cw.Write(append(slices.Clone(csvColumns), extra.head()...)); err != nil {
 		return err
 	}
 	for _, p := range r.Prefill {
 		row := []string{"prefill", strconv.Itoa(p.Context), "1", string(p.Status), num(p.TokPerSec), "",
 			num(p.TTFTms), "", "", strconv.Itoa(p.Requests), "", "",
 			strconv.Itoa(p.PromptTokens), "", "", "", "", "", "", "", "", "", "", p.Error}
+		row = append(row, make([]string, len(extra.head()))...)
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -78,6 +81,7 @@ func writeCSV(w io.Writer, r *result.Result) error {
 				pctMs(cell.Histograms, true, 0.90), pctMs(cell.Histograms, true, 0.99),
 				pctMs(cell.Histograms, false, 0.90), pctMs(cell.Histograms, false, 0.99), cache, cell.AvgActiveSource,
 				numInt(cell.PeakDecoding), cell.Reason}
+			row = append(row, extra.cell(cell)...)
 			if err := cw.Write(row); err != nil {
 				return err
 			}
@@ -92,4 +96,77 @@ func numInt(n int) string {
 		return ""
 	}
 	return strconv.Itoa(n)
+}
+
+// csvMore are the column groups a run adds where it has the figures
+// (METHOD.md §6–§8), after the seeds' columns.
+type csvMore struct{ slo, split, limit bool }
+
+func csvExtra(r *result.Result) csvMore {
+	var m csvMore
+	m.slo = r.SLO != nil
+	for _, c := range r.Decode {
+		m.split = m.split || c.TTFTSplit != nil
+		m.limit = m.limit || c.DecodeLimit != nil
+	}
+	return m
+}
+
+func (m csvMore) head() []string {
+	var h []string
+	if m.slo {
+		h = append(h, "slo_judged", "slo_good", "slo_attainment", "goodput_req_s", "goodput_tok_s", "slo_failed", "slo_most_missed", "slo_excluded")
+	}
+	if m.split {
+		h = append(h, "ttft_mean_ms", "engine_queue_ms", "engine_prefill_ms", "engine_ttft_ms", "outside_engine_ms", "unaccounted_ms")
+	}
+	if m.limit {
+		h = append(h, "bandwidth_limit_tok_s", "share_of_bandwidth_limit", "limit_batch", "limit_seq_tokens")
+	}
+	return h
+}
+
+// cell is a decode cell's values of the extra columns, empty where absent.
+func (m csvMore) cell(c *result.Cell) []string {
+	var out []string
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	if m.slo {
+		if s := c.SLO; s != nil {
+			att := ""
+			if s.Attainment != nil {
+				att = strconv.FormatFloat(*s.Attainment, 'f', 4, 64)
+			}
+			out = append(out, strconv.Itoa(s.Judged), strconv.Itoa(s.Good), att, f(s.GoodputReqPerSec), f(s.GoodputTokPerSec),
+				strconv.Itoa(s.Failed), s.MostMissed, strconv.Itoa(s.Excluded))
+		} else {
+			out = append(out, make([]string, 8)...)
+		}
+	}
+	if m.split {
+		if s := c.TTFTSplit; s != nil {
+			part := func(p *result.TTFTPart) string {
+				if p == nil {
+					return ""
+				}
+				return f(p.Ms)
+			}
+			ptr := func(p *float64) string {
+				if p == nil {
+					return ""
+				}
+				return f(*p)
+			}
+			out = append(out, f(s.ClientMs), part(s.Queue), part(s.Prefill), part(s.EngineTTFT), ptr(s.OutsideMs), ptr(s.UnaccountedMs))
+		} else {
+			out = append(out, make([]string, 6)...)
+		}
+	}
+	if m.limit {
+		if d := c.DecodeLimit; d != nil {
+			out = append(out, f(d.BandwidthLimitTokPerSec), strconv.FormatFloat(d.ShareOfBandwidthLimit, 'f', 4, 64), f(d.Batch), f(d.SeqTokens))
+		} else {
+			out = append(out, make([]string, 4)...)
+		}
+	}
+	return out
 }

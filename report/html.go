@@ -104,7 +104,7 @@ type htmlWriter struct{ errWriter }
 func (e *htmlWriter) head(title string) {
 	e.print("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	e.print("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-	e.printf("<title>%s</title>\n<style>%s</style>\n</head>\n<body>\n<main>\n", h(title), css)
+	e.printf("<title>%s</title>\n<style>%s%s</style>\n</head>\n<body>\n<main>\n", h(title), css, beyondCSS)
 }
 
 func (e *htmlWriter) foot(r *result.Result) {
@@ -179,6 +179,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 			}
 			e.print("</ul>\n")
 		}
+		e.beyondHTML(r, v)
 		e.percentileCards(v)
 	}
 	if len(v.All) > 0 {
@@ -284,8 +285,12 @@ func heatCell(g gridCell, top float64) string {
 		if m, _ := mark(g.Status); m != "" {
 			q = "<span class=\"q\">" + m + "</span>"
 		}
-		return fmt.Sprintf("<td style=\"background:%s;color:%s\" title=\"%s\"><span class=\"v\">%s</span>%s<span class=\"t\">%s TTFT</span></td>",
-			HeatColor(t), ink, h(title), h(g.TokS), q, h(g.TTFT))
+		bw := ""
+		if m := limitMark(g.Cell); m != "" {
+			bw = "<span class=\"bw\">" + h(m) + "</span>"
+		}
+		return fmt.Sprintf("<td style=\"background:%s;color:%s\" title=\"%s\"><span class=\"v\">%s</span>%s<span class=\"t\">%s TTFT</span>%s</td>",
+			HeatColor(t), ink, h(title), h(g.TokS), q, h(g.TTFT), bw)
 	case g.Status == result.OverCapacity:
 		return fmt.Sprintf("<td class=\"oc\" title=\"%s\">Over capacity</td>", h(title))
 	case g.Status == result.Failed:

@@ -106,7 +106,11 @@ func writeMarkdown(w io.Writer, v *view) error {
 		for _, row := range v.Grid {
 			cells := []string{row.Label}
 			for _, g := range row.Cells {
-				cells = append(cells, gridCellMD(g))
+				c := gridCellMD(g)
+				if m := v.LimitMarks[[2]int{row.Context, g.N}]; m != "" {
+					c += "<br>" + m
+				}
+				cells = append(cells, c)
 			}
 			mdRow(e, cells)
 		}
@@ -121,6 +125,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 			}
 		}
 	}
+	writeMarkdownBeyond(e, v)
 	if len(v.All) > 0 {
 		e.printf("\n## All measurements\n\n%s\n\n", allNote)
 		mdRow(e, v.Columns)
@@ -152,3 +157,68 @@ func writeMarkdown(w io.Writer, v *view) error {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// writeMarkdownBeyond writes the SLO, TTFT split and bandwidth-limit
+// sections where the run has them.
+func writeMarkdownBeyond(e *errWriter, v *view) {
+	b := v.Beyond
+	if b == nil {
+		return
+	}
+	table := func(head []string, rows [][]string) {
+		mdRow(e, head)
+		right := make([]bool, len(head))
+		for i := range right {
+			right[i] = i > 0
+		}
+		mdAlign(e, right)
+		for _, r := range rows {
+			cells := make([]string, len(r))
+			for i, c := range r {
+				cells[i] = mdEscape(c)
+			}
+			mdRow(e, cells)
+		}
+	}
+	if b.SLODesc != "" {
+		e.printf("\n## SLOs\n\n%s · share of judged requests that met every SLO · good requests/s\n\n", mdEscape(b.SLODesc))
+		head := []string{"Context"}
+		for _, n := range v.Conc {
+			head = append(head, itoa(n))
+		}
+		var rows [][]string
+		for _, r := range b.SLOGrid {
+			rows = append(rows, append([]string{r.Label}, r.Cells...))
+		}
+		table(head, rows)
+		e.print("\n")
+		for _, n := range b.SLONotes {
+			e.printf("- %s\n", n)
+		}
+	}
+	if len(b.SplitRows) > 0 {
+		e.print("\n## Where TTFT goes\n\nthe engine's own figures beside tokentap's\n\n")
+		table(b.SplitHead, b.SplitRows)
+		e.print("\n")
+		for _, n := range b.SplitNotes {
+			e.printf("- %s\n", n)
+		}
+		e.print("\nSources:\n\n")
+		for _, s := range b.SplitSources {
+			e.printf("- %s\n", s)
+		}
+	}
+	if len(b.LimitInputs) > 0 {
+		e.print("\n## Decode vs the GPU's bandwidth limit\n\n")
+		for _, kv := range b.LimitInputs {
+			e.printf("- **%s**: %s\n", kv.Key, kv.Value)
+		}
+		if len(b.LimitRows) > 0 {
+			e.print("\n")
+			table(limitHead, b.LimitRows)
+		}
+		for _, n := range b.LimitNotes {
+			e.printf("\n%s\n", n)
+		}
+	}
+}

@@ -4,7 +4,9 @@
 // content and order follow the seed speed-test-matrix pages (title, engine
 // line, Hardware, Engine, Run, Launch command, Prefill, Sustained decode,
 // All measurements), with numbers formatted as those pages format them.
-// Compare renders two runs side by side with per-cell ratios.
+// Compare renders two runs side by side with per-cell ratios. A run with
+// SLOs, the engine's TTFT figures or the decode limit's inputs (METHOD.md
+// §6–§8) gets their sections and columns as well (beyond.go).
 //
 // Everything is rendered from the document alone, so a run can be
 // re-rendered or compared long after it ran.

@@ -214,26 +214,29 @@ func writeText(w io.Writer, v *view) error {
 	if len(v.Grid) > 0 {
 		writeTextGrid(e, v)
 	}
+	writeTextBeyond(e, v)
 	if len(v.All) > 0 {
 		e.print("\nAll measurements · " + allNote + "\n")
 		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}
 		right := []bool{false, true, true, false, true, true, true, true, true, true, true, true}
-		if len(v.Columns) > len(allColumns) {
+		legend := "N: requests at once · Per req: per request tok/s · TBT: time between tokens · " +
+			"Active: average active requests · Done: completed requests · Output: output tokens · For: measured for"
+		// The SLO and bandwidth-limit columns have their own sections
+		// above: 100 columns hold the cache column, not those too.
+		keep := len(allColumns)
+		if len(v.Columns) > len(allColumns) && v.Columns[len(allColumns)] == cacheColumn {
 			head, right = append(head, "Cache"), append(right, true)
+			legend += " · Cache: prefix cache hits"
+			keep++
 		}
 		rows := make([][]string, len(v.All))
 		for i, r := range v.All {
-			rows[i] = append([]string(nil), r...)
+			rows[i] = append([]string(nil), r[:keep]...)
 			if rows[i][0] == "Sustained decode" {
 				rows[i][0] = "Decode"
 			}
 		}
 		table(e, "", head, rows, right)
-		legend := "N: requests at once · Per req: per request tok/s · TBT: time between tokens · " +
-			"Active: average active requests · Done: completed requests · Output: output tokens · For: measured for"
-		if len(v.Columns) > len(allColumns) {
-			legend += " · Cache: prefix cache hits"
-		}
 		for _, l := range wrapWords(legend, textWidth, "") {
 			e.print(l + "\n")
 		}
@@ -266,7 +269,7 @@ func writeTextGrid(e *errWriter, v *view) {
 		for _, g := range row.Cells {
 			if g.shows() {
 				_, m := mark(g.Status)
-				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen(m))
+				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen(m), runeLen(shortLimit(v.LimitMarks[[2]int{row.Context, g.N}])))
 			} else {
 				colW = max(colW, runeLen(textStatus(g.Status)))
 			}
@@ -293,7 +296,8 @@ func writeTextGrid(e *errWriter, v *view) {
 		first := make([]string, len(row.Cells))
 		second := make([]string, len(row.Cells))
 		third := make([]string, len(row.Cells))
-		queued := false
+		fourth := make([]string, len(row.Cells))
+		queued, limited := false, false
 		for i, g := range row.Cells {
 			if g.shows() {
 				first[i], second[i] = g.TokS, g.TTFT
@@ -304,11 +308,18 @@ func writeTextGrid(e *errWriter, v *view) {
 				third[i] = m
 				queued = true
 			}
+			if m := v.LimitMarks[[2]int{row.Context, g.N}]; m != "" {
+				fourth[i] = shortLimit(m)
+				limited = true
+			}
 		}
 		line(row.Label, first)
 		line("", second)
 		if queued {
 			line("", third)
+		}
+		if limited {
+			line("", fourth)
 		}
 	}
 	notes := append([]string(nil), v.Footnotes...)
@@ -329,12 +340,89 @@ func writeTextGrid(e *errWriter, v *view) {
 	for _, l := range wrapWords(v.TTFTNote, textWidth, "") {
 		e.print(l + "\n")
 	}
+	if len(v.LimitMarks) > 0 {
+		e.print("lim = the cell's total tok/s as a share of the GPU's bandwidth limit (below).\n")
+	}
 	if len(v.Failures) > 0 {
 		e.print("What went wrong:\n")
 		for _, f := range v.Failures {
 			for _, l := range wrapWords("- "+f, textWidth-2, "  ") {
 				e.print("  " + l + "\n")
 			}
+		}
+	}
+}
+
+// shortLimit is a grid cell's limit mark as the text grid prints it:
+// "62% lim".
+func shortLimit(m string) string { return strings.Replace(m, " of limit", " lim", 1) }
+
+// writeTextBeyond prints the SLO, TTFT split and bandwidth-limit sections
+// where the run has them.
+func writeTextBeyond(e *errWriter, v *view) {
+	b := v.Beyond
+	if b == nil {
+		return
+	}
+	para := func(s string) {
+		for _, l := range wrapWords(s, textWidth, "") {
+			e.print(l + "\n")
+		}
+	}
+	if b.SLODesc != "" {
+		e.print("\n")
+		for _, l := range wrapParts("SLOs · "+b.SLODesc+" · share of judged requests that met every SLO · good requests/s", textWidth) {
+			e.print(l + "\n")
+		}
+		head := []string{"Context"}
+		right := []bool{false}
+		for _, n := range v.Conc {
+			head, right = append(head, itoa(n)), append(right, true)
+		}
+		var rows [][]string
+		for _, r := range b.SLOGrid {
+			rows = append(rows, append([]string{r.Label}, r.Cells...))
+		}
+		table(e, "", head, rows, right)
+		for _, n := range b.SLONotes {
+			para(n)
+		}
+	}
+	if len(b.SplitRows) > 0 {
+		e.print("\nWhere TTFT goes · the engine's own figures beside tokentap's\n")
+		head := []string{"Context", "N", "TTFT", "Queue", "Prefill", "Engine TTFT", "Outside engine"}
+		table(e, "", head, b.SplitRows, []bool{false, true, true, true, true, true, true})
+		for _, n := range b.SplitNotes {
+			para(n)
+		}
+		e.print("Sources:\n")
+		for _, s := range b.SplitSources {
+			for _, l := range wrapWords("- "+s, textWidth-2, "  ") {
+				e.print("  " + l + "\n")
+			}
+		}
+	}
+	if len(b.LimitInputs) > 0 {
+		e.print("\nDecode vs the GPU's bandwidth limit\n")
+		keyW := 0
+		for _, kv := range b.LimitInputs {
+			keyW = max(keyW, runeLen(kv.Key))
+		}
+		for _, kv := range b.LimitInputs {
+			for i, l := range wrapWords(kv.Value, textWidth-keyW-4, "") {
+				k := ""
+				if i == 0 {
+					k = kv.Key
+				}
+				e.print("  " + pad(k, keyW, false) + "  " + l + "\n")
+			}
+		}
+		if len(b.LimitRows) > 0 {
+			table(e, "", []string{"Context", "N", "Tok/s", "Limit tok/s", "% of limit", "Active", "Mean seq"}, b.LimitRows,
+				[]bool{false, true, true, true, true, true, true})
+		}
+		for _, n := range b.LimitNotes {
+			para(n)
 		}
 	}
 }

@@ -89,6 +89,10 @@ type view struct {
 	All        [][]string
 	TTFTNote   string
 	Probes     []result.Fact
+	// Beyond is what METHOD §6–§8 add (SLOs, TTFT split, bandwidth
+	// limit), LimitMarks each grid cell's share of the limit; beyond.go.
+	Beyond     *beyondView
+	LimitMarks map[[2]int]string
 }
 
 func newView(r *result.Result) *view {
@@ -152,6 +156,19 @@ func newView(r *result.Result) *view {
 		v.Columns = append(slices.Clone(allColumns), cacheColumn)
 		v.TTFTNote = ttftNote + " " + cacheNote
 	}
+	withSLO, withLimit := hasSLO(r), hasLimit(r)
+	if withSLO {
+		v.Columns = append(slices.Clone(v.Columns), sloColumn)
+	}
+	if withLimit {
+		v.Columns = append(slices.Clone(v.Columns), limitColumn)
+	}
+	extra := len(v.Columns) - len(allColumns) // columns past the seeds', for prefill rows' dashes
+	if hasCache {
+		extra--
+	}
+	v.Beyond = newBeyondView(r)
+	v.LimitMarks = map[[2]int]string{}
 	present := map[result.Status]bool{}
 	for _, p := range r.Prefill {
 		it := prefillItem{Context: ctxLabel(p.Context), Status: p.Status}
@@ -159,7 +176,11 @@ func newView(r *result.Result) *view {
 			it.TokS, it.TTFT = fmtHeadline(p.TokPerSec), fmtMs(p.TTFTms)
 		}
 		v.Prefill = append(v.Prefill, it)
-		v.All = append(v.All, prefillColumns(p, hasCache))
+		row := prefillColumns(p, hasCache)
+		for range extra {
+			row = append(row, dash)
+		}
+		v.All = append(v.All, row)
 		present[p.Status] = true
 		if p.Status == result.Failed && p.Error != "" {
 			v.Failures = append(v.Failures, fmt.Sprintf("Prefill at %s: %s", ctxLabel(p.Context), p.Error))
@@ -177,7 +198,10 @@ func newView(r *result.Result) *view {
 				if g.shows() {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtMs(cell.TTFTms), cell.TotalTokPerSec
 				}
-				v.All = append(v.All, cellColumns(cell, hasCache))
+				v.All = append(v.All, append(cellColumns(cell, hasCache), beyondColumns(cell, withSLO, withLimit)...))
+				if m := limitMark(cell); m != "" {
+					v.LimitMarks[[2]int{c, n}] = m
+				}
 				if (cell.Status == result.Failed || cell.Status == result.CacheMissed) && cell.Reason != "" {
 					v.Failures = append(v.Failures, fmt.Sprintf("%s context, %d at once: %s", ctxLabel(c), n, cell.Reason))
 				}

@@ -74,6 +74,11 @@ type Result struct {
 	Notes []string `json:"notes,omitempty"`
 	// Interrupted is set when the run stopped before every cell ran.
 	Interrupted bool `json:"interrupted,omitempty"`
+
+	// SLO is the run's service-level objectives and how it met them
+	// (--slo); Bandwidth the inputs of the decode limit (beyond.go).
+	SLO       *SLORun    `json:"slo,omitempty"`
+	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
 }
 
 // Tool identifies the tokentap build that made the run.
@@ -198,6 +203,13 @@ type Cell struct {
 	Cache *Cache `json:"prefix_cache,omitempty"`
 
 	Histograms *histo.Set `json:"histograms,omitempty"`
+
+	// SLO, TTFTSplit and DecodeLimit are the figures of beyond.go: the
+	// run's objectives met, where the engine says TTFT went, and decode
+	// against the bandwidth limit. Nil where the run has none.
+	SLO         *SLO         `json:"slo,omitempty"`
+	TTFTSplit   *TTFTSplit   `json:"ttft_split,omitempty"`
+	DecodeLimit *DecodeLimit `json:"decode_limit,omitempty"`
 }
 
 // What Cell.AvgActiveSource says.

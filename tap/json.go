@@ -36,6 +36,8 @@ type chunk struct {
 	meta      counts
 	cacheN    int // llama.cpp timings.cache_n
 	cacheNSet bool
+	promptUS  int64 // llama.cpp timings.prompt_ms, in microseconds
+	promptSet bool
 }
 
 func (c *chunk) isError() bool { return c.errorKey || c.objectErr }
@@ -144,12 +146,15 @@ func parseChunk(r *jreader, b []byte, c *chunk) bool {
 				continue
 			}
 		case "timings":
-			c.cacheNSet = false
+			c.cacheNSet, c.promptSet = false, false
 			if r.peek() == '{' {
 				for more := r.objStart(); more; more = r.objNext() {
-					if string(r.key()) == "cache_n" {
+					switch string(r.key()) {
+					case "cache_n":
 						c.cacheN, c.cacheNSet = r.int()
-					} else {
+					case "prompt_ms":
+						c.promptUS, c.promptSet = r.micros()
+					default:
 						r.skip()
 					}
 				}
@@ -624,6 +629,42 @@ func (r *jreader) int() (n int, ok bool) {
 	}
 	n, _ = r.number()
 	return n, true
+}
+
+// micros consumes a value and, when it is a non-negative number of
+// milliseconds without an exponent (llama.cpp's timings: 20.684), returns
+// it in whole microseconds; ok is false for anything else.
+func (r *jreader) micros() (us int64, ok bool) {
+	c := r.peek()
+	if c < '0' || c > '9' {
+		r.skip()
+		return 0, false
+	}
+	start := r.i
+	r.number()
+	if r.bad {
+		return 0, false
+	}
+	b := r.b[start:r.i]
+	i, digits := 0, 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if digits++; digits > 12 {
+			return 0, false
+		}
+		us = us*10 + int64(b[i]-'0')
+	}
+	us *= 1000
+	if i < len(b) && b[i] == '.' {
+		scale := int64(100)
+		for i++; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			us += int64(b[i]-'0') * scale
+			scale /= 10
+		}
+	}
+	if i != len(b) { // an exponent
+		return 0, false
+	}
+	return us, true
 }
 
 // keyIs compares a string as on the wire with an ASCII literal, decoding

@@ -99,6 +99,15 @@ func oracle(b []byte) (c chunk, id string, ok bool) {
 	c.meta = readCounts(m["meta_info"])
 	if t, ok := obj(m["timings"]); ok {
 		c.cacheN, c.cacheNSet = integer(t["cache_n"])
+		if n, ok := t["prompt_ms"].(json.Number); ok {
+			whole, frac, _ := strings.Cut(string(n), ".")
+			frac = (frac + "000")[:3]
+			w, errW := strconv.ParseInt(whole, 10, 64)
+			f, errF := strconv.ParseInt(frac, 10, 64)
+			if errW == nil && errF == nil && !strings.HasPrefix(whole, "-") && len(whole) <= 12 {
+				c.promptUS, c.promptSet = w*1000+f, true
+			}
+		}
 	}
 	return c, id, true
 }
@@ -173,6 +182,8 @@ var chunkCases = []string{
 	`{"usage":{"completion_tokens":1.5,"prompt_tokens":-0,"cached_tokens":7},"meta_info":[]}`,
 	`{"usage":{"completion_tokens":12345678901234567890}}`,
 	`{"error":null}`, `{"error":{"message":"x"}}`, `{"timings":{"cache_n":14}}`,
+	`{"timings":{"prompt_ms":20.684,"cache_n":1}}`, `{"timings":{"prompt_ms":7}}`, `{"timings":{"prompt_ms":-1.5}}`,
+	`{"timings":{"prompt_ms":1.5e3}}`, `{"timings":{"prompt_ms":0.0004}}`, `{"timings":{"prompt_ms":"5"}}`,
 	`{"text":"cumulative","meta_info":{"completion_tokens":4,"cached_tokens":2}}`,
 	`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"a"}}]}`,
 	` {"id" : "a\"\u00e9b", "object":"text_completion","usage":{"completion_tokens":2},"choices":[{"text":"x"}],"id":"c"}`,

@@ -72,6 +72,8 @@ type Stream struct {
 	cachedSet  bool
 	cacheN     int // llama.cpp timings.cache_n
 	cacheNSet  bool
+	promptUS   int64 // llama.cpp timings.prompt_ms, µs
+	promptSet  bool
 	lastCum    int // completion_tokens at the last token event
 
 	fail    record.Outcome // Malformed once an event was bad, EngineErr once the engine sent an error
@@ -351,6 +353,9 @@ func (s *Stream) takeCounts(c *chunk) (cum int, ok bool) {
 	if c.cacheNSet {
 		s.cacheN, s.cacheNSet = c.cacheN, true
 	}
+	if c.promptSet {
+		s.promptUS, s.promptSet = c.promptUS, true
+	}
 	return cum, ok
 }
 
@@ -464,6 +469,9 @@ func (s *Stream) EndAt(err error, blame record.Blame, at time.Duration) {
 		r.CachedTokens, r.CachedSource = s.cached, record.SourceUsage
 	case s.cacheNSet:
 		r.CachedTokens, r.CachedSource = s.cacheN, record.SourceUsage
+	}
+	if s.promptSet {
+		r.EnginePrefill, r.EnginePrefillSet = time.Duration(s.promptUS)*time.Microsecond, true
 	}
 	if s.usage && r.Stream && s.done && s.completion > r.ArrivedTokens() {
 		heldBack(r, s.completion-r.ArrivedTokens())

@@ -119,7 +119,8 @@ type want struct {
 	responseID       string
 	outcome          record.Outcome
 	errContains      string
-	stripped         int // usage-only blocks StripUsage removes
+	stripped         int           // usage-only blocks StripUsage removes
+	prefill          time.Duration // llama.cpp timings.prompt_ms; 0: none
 }
 
 var files = []struct {
@@ -128,14 +129,14 @@ var files = []struct {
 	want   want
 }{
 	{"llamacpp_chat_stream_nousage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceCounted, cached: 14,
-		responseID: "chatcmpl-Vi7MeyElvGo2UcTETVnEfdt3DpNSqRlu", outcome: record.OK}},
+		responseID: "chatcmpl-Vi7MeyElvGo2UcTETVnEfdt3DpNSqRlu", outcome: record.OK, prefill: 6955 * time.Microsecond}},
 	{"llamacpp_chat_stream_usage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceUsage, prompt: 15,
-		promptSource: record.SourceUsage, cached: 14, responseID: "chatcmpl-yW4nY16yANOg1FMnqJXaD6dmZVl48CMo", outcome: record.OK, stripped: 1}},
+		promptSource: record.SourceUsage, cached: 14, responseID: "chatcmpl-yW4nY16yANOg1FMnqJXaD6dmZVl48CMo", outcome: record.OK, prefill: 20684 * time.Microsecond, stripped: 1}},
 	// llama.cpp puts usage on the last completions event even without include_usage.
 	{"llamacpp_completions_stream_nousage.txt", true, want{events: 3, completion: 3, completionSource: record.SourceUsage, prompt: 7,
-		promptSource: record.SourceUsage, cached: 6, responseID: "chatcmpl-6DduH4Oa8CZmrKRluWEGF8E4X79C4o5k", outcome: record.OK}},
+		promptSource: record.SourceUsage, cached: 6, responseID: "chatcmpl-6DduH4Oa8CZmrKRluWEGF8E4X79C4o5k", outcome: record.OK, prefill: 12208 * time.Microsecond}},
 	{"llamacpp_completions_stream_usage.txt", true, want{events: 4, completion: 4, completionSource: record.SourceUsage, prompt: 7,
-		promptSource: record.SourceUsage, cached: 0, responseID: "chatcmpl-yJwurTj12IY8AzezOjvSe0jXTnAnFUw4", outcome: record.OK}},
+		promptSource: record.SourceUsage, cached: 0, responseID: "chatcmpl-yJwurTj12IY8AzezOjvSe0jXTnAnFUw4", outcome: record.OK, prefill: 5207 * time.Microsecond}},
 	// Ollama repeats the role on every delta: each delta with content is a token.
 	{"ollama_chat_stream_usage.txt", true, want{events: 6, completion: 6, completionSource: record.SourceUsage, prompt: 15,
 		promptSource: record.SourceUsage, responseID: "chatcmpl-348", outcome: record.OK, stripped: 1}},
@@ -157,9 +158,9 @@ var files = []struct {
 	{"vllm_malformed.txt", true, want{events: 2, completion: 2, completionSource: record.SourceCounted,
 		responseID: "chatcmpl-5f4e3d2c1b0a99887766554433221100", outcome: record.Malformed, errContains: "malformed event (not a JSON object): {\"id\""}},
 	{"llamacpp_chat_nonstream.json", false, want{completion: 5, completionSource: record.SourceUsage, prompt: 15, promptSource: record.SourceUsage,
-		cached: 14, responseID: "chatcmpl-TfSzAKO4ytm5DpdqV0GcZHEbxR0WTsJJ", outcome: record.OK}},
+		cached: 14, responseID: "chatcmpl-TfSzAKO4ytm5DpdqV0GcZHEbxR0WTsJJ", outcome: record.OK, prefill: 2176 * time.Microsecond}},
 	{"llamacpp_completions_nonstream.json", false, want{completion: 5, completionSource: record.SourceUsage, prompt: 7, promptSource: record.SourceUsage,
-		cached: 6, responseID: "chatcmpl-ZcxoTh7qUMzoXbhZnQdD1MT3xoVT9Jia", outcome: record.OK}},
+		cached: 6, responseID: "chatcmpl-ZcxoTh7qUMzoXbhZnQdD1MT3xoVT9Jia", outcome: record.OK, prefill: 1626 * time.Microsecond}},
 }
 
 func check(t *testing.T, rec *record.Record, w want, done bool) {
@@ -181,6 +182,9 @@ func check(t *testing.T, rec *record.Record, w want, done bool) {
 		w.cached, w.responseID, w.outcome, blame)
 	if got != exp {
 		t.Fatalf("record\n got %s\nwant %s", got, exp)
+	}
+	if rec.EnginePrefill != w.prefill || rec.EnginePrefillSet != (w.prefill > 0) {
+		t.Fatalf("engine prefill %v (set %v), want %v", rec.EnginePrefill, rec.EnginePrefillSet, w.prefill)
 	}
 	if !strings.Contains(rec.Error, w.errContains) || (w.errContains == "") != (rec.Error == "") {
 		t.Fatalf("Error = %q, want it to contain %q", rec.Error, w.errContains)

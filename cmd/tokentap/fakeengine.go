@@ -25,6 +25,7 @@ type fakeEngineConfig struct {
 	NumCtxListed     bool          `env:"FAKE_NUM_CTX_LISTED"`
 	HoldBack         int           `env:"FAKE_HOLD_BACK"`
 	Name             string        `env:"FAKE_MODEL"`
+	StrictModel      bool          `env:"FAKE_STRICT_MODEL"`
 	Version          string        `env:"FAKE_VERSION"`
 	MaxModelLen      int           `env:"FAKE_MAX_MODEL_LEN"`
 	PrefillTokPerSec float64       `env:"FAKE_PREFILL_TOK_PER_SEC"`
@@ -65,7 +66,7 @@ func (c *fakeEngineConfig) model() (fixtures.Model, error) {
 	}
 	return fixtures.Model{
 		Flavor: fl, Slots: c.Slots, UnifiedKV: c.UnifiedKV, TrainedLen: c.TrainedLen, NumCtxSet: c.NumCtxListed, HoldBack: c.HoldBack,
-		Name: c.Name, Version: c.Version, MaxModelLen: c.MaxModelLen,
+		Name: c.Name, AnyModel: !c.StrictModel, Version: c.Version, MaxModelLen: c.MaxModelLen,
 		PrefillTokPerSec: c.PrefillTokPerSec, PrefillSlowdown: c.PrefillSlowdown,
 		FirstEventDelay: c.FirstEventDelay, TBTBase: c.TBTBase, TBTPerRunning: c.TBTPerRunning,
 		TBTPerKTokens: c.TBTPerKTokens, MaxRunning: c.MaxRunning, KVCapacity: c.KVCapacity,
@@ -113,7 +114,8 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 	fs.IntVar(&cfg.TrainedLen, "trained-len", cfg.TrainedLen, "ollama: the trained context /api/show reports; --max-model-len is the one it runs at [TOKENTAP_FAKE_TRAINED_LEN]")
 	fs.BoolVar(&cfg.NumCtxListed, "num-ctx-listed", cfg.NumCtxListed, "ollama: /api/show lists num_ctx (the model was created with it) [TOKENTAP_FAKE_NUM_CTX_LISTED]")
 	fs.IntVar(&cfg.HoldBack, "hold-back", cfg.HoldBack, "ollama: every Nth output token starts with '<' and is sent with the next one, unannounced; 0: never [TOKENTAP_FAKE_HOLD_BACK]")
-	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name; requests must name it [TOKENTAP_FAKE_MODEL]")
+	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name, as /v1/models lists it; requests naming another model are served as this one, as llama-server, SGLang and TGI do (see --strict-model) [TOKENTAP_FAKE_MODEL]")
+	fs.BoolVar(&cfg.StrictModel, "strict-model", cfg.StrictModel, "answer requests naming another model than --model with vLLM's 404 \"The model `x` does not exist.\" [TOKENTAP_FAKE_STRICT_MODEL]")
 	fs.StringVar(&cfg.Version, "engine-version", cfg.Version, "version GET /version reports [TOKENTAP_FAKE_VERSION]")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens of one request; longer gets HTTP 400 [TOKENTAP_FAKE_MAX_MODEL_LEN]")
 	fs.Float64Var(&cfg.PrefillTokPerSec, "prefill-tok-per-sec", cfg.PrefillTokPerSec, "prefill speed P for short prompts, tokens/s [TOKENTAP_FAKE_PREFILL_TOK_PER_SEC]")

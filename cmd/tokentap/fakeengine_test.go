@@ -18,8 +18,9 @@ func TestParseFakeEngine(t *testing.T) {
 		code  int // when done
 		msg   string
 	}{
-		{name: "defaults are DefaultModel", check: func(t *testing.T, s fakeEngineSetup) {
+		{name: "defaults are DefaultModel, answering to any model name", check: func(t *testing.T, s fakeEngineSetup) {
 			m := fixtures.DefaultModel()
+			m.AnyModel = true
 			if s.model != m || s.cfg.Listen != "127.0.0.1:8000" || s.cfg.Ledger || len(s.faults) != 0 {
 				t.Fatalf("setup %+v, want DefaultModel %+v", s, m)
 			}
@@ -38,6 +39,11 @@ func TestParseFakeEngine(t *testing.T) {
 					t.Fatalf("model %+v faults %+v", m, s.faults)
 				}
 			}},
+		{name: "strict model names", args: []string{"--strict-model"}, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel {
+				t.Fatalf("--strict-model: model %+v answers any name", s.model)
+			}
+		}},
 		{name: "bad fault", args: []string{"--fault", "explode=1"}, code: 2, msg: "--fault"},
 		{name: "invalid model", args: []string{"--kv-capacity", "1000"}, code: 2, msg: "KVCapacity 1000"},
 		{name: "bad env", env: map[string]string{"TOKENTAP_FAKE_TBT_BASE": "soon"}, code: 2, msg: "TOKENTAP_FAKE_TBT_BASE"},

@@ -66,6 +66,7 @@ type matrixFlags struct {
 	Revision      string `env:"REVISION"`
 	By            string `env:"BY"`
 
+	LimitFlags
 	LogFlags
 }
 
@@ -116,6 +117,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.ModelName, "model-name", f.ModelName, "model display name for the report (default: the served name) [TOKENTAP_MODEL_NAME]")
 	fs.StringVar(&f.Revision, "revision", f.Revision, "model revision for the report [TOKENTAP_REVISION]")
 	fs.StringVar(&f.By, "by", f.By, "who ran the matrix, for the report [TOKENTAP_BY]")
+	f.LimitFlags.register(fs)
 	f.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -173,6 +175,11 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap matrix: run settings: %v\n", err)
 		return 2
 	}
+	if err := f.LimitFlags.apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
+		return 2
+	}
+	cfg.Limits.ReadModelFile = demo || isLocal(f.Target)
 	cfg.Scenario = sc
 	// A real run takes long: keep its result even when --out was not given
 	// (and after Ctrl-C). The demo writes nothing unless asked.

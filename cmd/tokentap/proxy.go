@@ -30,6 +30,7 @@ type proxyConfig struct {
 	MaxBodySize    byteSize      `env:"MAX_BODY_SIZE"`
 	MaxConns       int           `env:"MAX_CONNS"`
 	Procs          int           `env:"PROCS"`
+	SLO            string        `env:"SLO"`
 	LogFlags
 }
 
@@ -130,6 +131,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&cfg.MaxBodySize, "max-body-size", "largest request body accepted, bytes with optional K/M/G (default 128M) [TOKENTAP_MAX_BODY_SIZE]")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
 	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS), besides the event loop that passes streams on; 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
+	fs.StringVar(&cfg.SLO, "slo", cfg.SLO, sloHelp+"; live good and judged request counts per model on /metrics and /stats")
 	cfg.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -146,12 +148,17 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: --upstream is required: the engine's base URL, e.g. --upstream http://127.0.0.1:8000\n")
 		return 2
 	}
+	objectives, err := parseSLO(cfg.SLO)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
+		return 2
+	}
 	log, err := cfg.LogFlags.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
 		return 2
 	}
-	pc := proxy.Config{
+	pc := proxy.Config{SLO: objectives,
 		Upstream: cfg.Upstream, IdleTimeout: cfg.IdleTimeout, MaxBodySize: int(cfg.MaxBodySize),
 		MaxConns: cfg.MaxConns, NoInject: cfg.NoInject, CapturePrompts: cfg.CapturePrompts, Logger: log,
 	}

@@ -28,6 +28,7 @@ type replayFlags struct {
 	Format      string        `env:"FORMAT" envDefault:"text"`
 	Salt        string        `env:"SALT"`
 	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
+	SLO         string        `env:"SLO"`
 	LogFlags
 }
 
@@ -56,6 +57,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Records, "records", f.Records, "write the replayed requests' records here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "summary format on stdout: text or json [TOKENTAP_FORMAT]")
 	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run) [TOKENTAP_SALT]")
+	fs.StringVar(&f.SLO, "slo", f.SLO, sloHelp)
 	f.LogFlags.register(fs)
 	// Accept the capture file before or after the flags.
 	files, code, done := parseArgs(fs, args)
@@ -88,6 +90,11 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		api = record.API(f.API)
 	default:
 		fmt.Fprintf(stderr, "tokentap replay: --api %q: use chat or completions\n", f.API)
+		return 2
+	}
+	objectives, err := parseSLO(f.SLO)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
 		return 2
 	}
 	log, err := f.logger(stderr)
@@ -165,6 +172,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	sum.Target = info.BaseURL
 	sum.LateMaxMs = float64(late.Max.Microseconds()) / 1000
 	sum.LateMedianMs = float64(late.Median.Microseconds()) / 1000
+	if !objectives.IsZero() {
+		sum.AddSLO(recs, objectives)
+	}
 
 	code = 0
 	if runErr != nil {

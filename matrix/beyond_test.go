@@ -1,0 +1,370 @@
+package matrix
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/bandwidth"
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
+	"github.com/tokentap/tokentap/slo"
+)
+
+// shortScenario: a 0-context row at 1 and 2 streams of 24 tokens, so
+// requests end inside a 1.2 s window and are judged.
+func shortScenario() scenarios.Scenario {
+	return scenarios.Scenario{Name: "short", Contexts: []int{0}, Concurrency: []int{1, 2}, Window: 1200 * time.Millisecond, MaxOutput: 24, API: "chat"}
+}
+
+// TestSLOPerCell: with lenient objectives every judged request is good;
+// with a 1 ms TTFT none is, and TTFT is what they missed. Judged are the
+// requests that ended in the window (the completed ones, none failed);
+// those the window's end cut are not judged. The run's figures add the
+// cells up.
+func TestSLOPerCell(t *testing.T) {
+	m := quickModel()
+	m.TBTBase = 2 * time.Millisecond
+	m.TBTPerRunning = 0
+	eng := fixtures.StartTest(t, m)
+	for _, tc := range []struct {
+		spec string
+		good bool
+	}{{"ttft=5s,tbt=1s", true}, {"ttft=1ms", false}} {
+		spec, err := slo.Parse(tc.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(), SLO: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.SLO == nil || res.SLO.Spec.Text != spec.String() || res.SLO.Spec.Target != 0.9 {
+			t.Fatalf("%s: run SLO %+v", tc.spec, res.SLO)
+		}
+		judged, good, secs := 0, 0, 0.0
+		for _, c := range res.Decode {
+			s := c.SLO
+			if c.Status != result.Valid || s == nil || s.Attainment == nil {
+				t.Fatalf("%s: cell %d × %d: %s, SLO %+v", tc.spec, c.Context, c.Concurrency, c.Status, s)
+			}
+			if s.Judged != c.Completed || s.Judged == 0 || s.Excluded == 0 || s.Failed != 0 {
+				t.Errorf("%s: cell × %d judged %d (completed %d), excluded %d", tc.spec, c.Concurrency, s.Judged, c.Completed, s.Excluded)
+			}
+			want := 0.0
+			if tc.good {
+				want = 1
+			}
+			if *s.Attainment != want {
+				t.Errorf("%s: cell × %d attainment %v, want %v", tc.spec, c.Concurrency, *s.Attainment, want)
+			}
+			if tc.good {
+				// Every good request ran its 24 tokens inside the window.
+				if s.GoodputReqPerSec <= 0 || math.Abs(s.GoodputTokPerSec-24*s.GoodputReqPerSec) > 1e-9 {
+					t.Errorf("%s: goodput %v req/s, %v tok/s", tc.spec, s.GoodputReqPerSec, s.GoodputTokPerSec)
+				}
+			} else if s.MostMissed != result.SLOTTFT || s.Missed[result.SLOTTFT] != s.Judged || s.GoodputReqPerSec != 0 {
+				t.Errorf("%s: missed %v, most %q, goodput %v", tc.spec, s.Missed, s.MostMissed, s.GoodputReqPerSec)
+			}
+			judged += s.Judged
+			good += s.Good
+			secs += c.MeasuredForSeconds
+		}
+		o := res.SLO.Overall
+		if o.Judged != judged || o.Good != good || math.Abs(o.GoodputReqPerSec-float64(good)/secs) > 1e-9 {
+			t.Errorf("%s: overall %+v, want %d judged, %d good over %.2f s", tc.spec, o, judged, good, secs)
+		}
+		wantCap := 0
+		if tc.good {
+			wantCap = 2
+		}
+		if len(res.SLO.Capacity) != 1 || res.SLO.Capacity[0].Concurrency != wantCap {
+			t.Errorf("%s: capacity %+v, want %d at context 0", tc.spec, res.SLO.Capacity, wantCap)
+		}
+	}
+}
+
+// delayForwarder passes TCP connections to upstream, holding every chunk
+// a client sends for delay first: time a request spends outside the
+// engine, which the TTFT split must find there.
+func delayForwarder(t *testing.T, upstream string, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close() // idle keep-alive connections would wait for the engine
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(c, u); c.Close() }()
+			go func() {
+				defer wg.Done()
+				defer u.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						time.Sleep(delay)
+						if _, werr := u.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestTTFTSplitKnownValues: against the fake (vLLM's histograms) behind a
+// forwarder that holds every request 40 ms, the split's engine figures are
+// exactly what the fake's ledger says of the window's requests, and the
+// time outside the engine is at least the forwarder's 40 ms.
+func TestTTFTSplitKnownValues(t *testing.T) {
+	m := quickModel()
+	m.TBTBase = 2 * time.Millisecond
+	eng := fixtures.StartTest(t, m)
+	const hold = 40 * time.Millisecond
+	target := delayForwarder(t, strings.TrimPrefix(eng.URL(), "http://"), hold)
+	var (
+		mu   sync.Mutex
+		runs []CellRun
+	)
+	sc := shortScenario()
+	sc.MaxOutput = 200 // outlives the window: queue and prefill are read after the cancelled ones end
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: target}, Scenario: sc,
+		OnCell: func(c CellRun) { mu.Lock(); runs = append(runs, c); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(runs) != 2 {
+		t.Fatalf("%d cells ran", len(runs))
+	}
+	for _, run := range runs {
+		c := res.Cell(run.Cell.Context, run.Cell.Concurrency)
+		s := c.TTFTSplit
+		if s == nil || s.Queue == nil || s.Prefill == nil || s.EngineTTFT == nil || s.OutsideMs == nil {
+			t.Fatalf("cell × %d: split %+v", c.Concurrency, s)
+		}
+		// The ledger's view of the same requests.
+		var ttft, queue, prefill float64
+		var n int
+		for _, r := range run.Records {
+			if !run.Window.Contains(r.Sent) || r.Events() == 0 {
+				continue
+			}
+			le, ok := eng.LedgerEntryByID(r.ResponseID)
+			if !ok {
+				t.Fatalf("no ledger entry for %s", r.ResponseID)
+			}
+			n++
+			ttft += float64(le.FirstToken.Sub(le.BodyRead)) / 1e6
+			queue += float64(le.Admitted.Sub(le.Queued)) / 1e6
+			prefill += float64(le.FirstToken.Sub(le.Admitted)) / 1e6
+		}
+		if s.ClientRequests != n || s.EngineTTFT.Requests != n || s.Queue.Requests != n || s.Prefill.Requests != n || s.Note != "" {
+			t.Errorf("cell × %d: counts client %d, engine %d/%d/%d, ledger %d; note %q", c.Concurrency, s.ClientRequests,
+				s.EngineTTFT.Requests, s.Queue.Requests, s.Prefill.Requests, n, s.Note)
+		}
+		for _, p := range []struct {
+			name      string
+			got, want float64
+		}{{"engine TTFT", s.EngineTTFT.Ms, ttft / float64(n)}, {"queue", s.Queue.Ms, queue / float64(n)}, {"prefill", s.Prefill.Ms, prefill / float64(n)}} {
+			if math.Abs(p.got-p.want) > 0.001 {
+				t.Errorf("cell × %d: %s %.4f ms, the ledger says %.4f ms", c.Concurrency, p.name, p.got, p.want)
+			}
+		}
+		// Prefill is the fake's 20 ms first-event delay (the prompt is
+		// cached); the forwarder's hold is outside.
+		if s.Prefill.Ms < 20 || *s.OutsideMs < float64(hold/time.Millisecond) || *s.OutsideMs > 40+500 {
+			t.Errorf("cell × %d: prefill %.1f ms, outside %.1f ms; want ≥ 20 and 40 ms + loopback", c.Concurrency, s.Prefill.Ms, *s.OutsideMs)
+		}
+		if math.Abs(s.ClientMs-*s.OutsideMs-s.EngineTTFT.Ms) > 1e-9 || !strings.Contains(s.EngineTTFT.Source, "vllm:time_to_first_token_seconds") {
+			t.Errorf("cell × %d: client %.3f ≠ outside %.3f + engine %.3f, or source %q", c.Concurrency, s.ClientMs, *s.OutsideMs, s.EngineTTFT.Ms, s.EngineTTFT.Source)
+		}
+	}
+	for _, n := range res.Notes {
+		if strings.Contains(n, "not split") {
+			t.Errorf("note %q with every cell split", n)
+		}
+	}
+}
+
+// llama3Config is Meta-Llama-3-8B's config.json, the fields that matter.
+const llama3Config = `{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,
+ "num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"vocab_size":128256,"torch_dtype":"bfloat16","tie_word_embeddings":false}`
+
+// TestDecodeLimit: given the bandwidth and a config.json, every measured
+// cell gets the limit for its average active requests and mean sequence
+// length, and its share; the fake's cache_dtype "auto" is the config's
+// bfloat16. Without them, no cell gets one and a note says what is
+// missing.
+func TestDecodeLimit(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	shape, err := bandwidth.FromHFConfig([]byte(llama3Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := shortScenario()
+	sc.Contexts = []int{0, 512}
+	var (
+		mu   sync.Mutex
+		runs = map[[2]int]CellRun{}
+	)
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
+		Limits: Limits{GPU: bandwidth.GPUBandwidth{GBPerSec: 360, From: "flag"}, Told: []bandwidth.Told{{Shape: shape, WeightFrom: "cfg", ShapeFrom: "cfg"}}},
+		OnCell: func(c CellRun) { mu.Lock(); runs[[2]int{c.Cell.Context, c.Cell.Concurrency}] = c; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Bandwidth
+	if b == nil || len(b.Missing) > 0 || b.WeightBytes != 2*8_030_261_248 || b.KVDType != "bfloat16" || b.KVBytesPerToken != 131072 ||
+		!strings.Contains(b.KVDTypeSource, "cache_dtype") {
+		t.Fatalf("bandwidth inputs %+v", b)
+	}
+	in, _ := bandwidth.FromResult(b)
+	for _, c := range res.Decode {
+		d := c.DecodeLimit
+		if d == nil {
+			t.Fatalf("cell %d × %d has no limit", c.Context, c.Concurrency)
+		}
+		run := runs[[2]int{c.Context, c.Concurrency}]
+		seq := cellSeq(run)
+		if d.Batch != c.AvgActive || math.Abs(d.SeqTokens-seq) > 1e-9 || d.SeqTokens < float64(c.Context) {
+			t.Errorf("cell %d × %d: batch %v (active %v), seq %v (records say %v)", c.Context, c.Concurrency, d.Batch, c.AvgActive, d.SeqTokens, seq)
+		}
+		want := 360e9 * c.AvgActive / (16_060_522_496 + c.AvgActive*seq*131072)
+		if math.Abs(d.BandwidthLimitTokPerSec-want) > 1e-9*want || math.Abs(d.BandwidthLimitTokPerSec-in.Limit(c.AvgActive, seq)) > 1e-9 ||
+			math.Abs(d.ShareOfBandwidthLimit-c.TotalTokPerSec/want) > 1e-9 {
+			t.Errorf("cell %d × %d: limit %+v, want %.3f tok/s", c.Context, c.Concurrency, d, want)
+		}
+	}
+
+	// Nothing given: the fake's simulated GPU has no bandwidth, and its
+	// model says no size.
+	res, err = Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(),
+		Hardware: result.Hardware{GPU: "simulated, shaped like an RTX 3060", VRAM: "12 GB (simulated)"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Decode {
+		if c.DecodeLimit != nil {
+			t.Errorf("cell × %d has a limit with inputs missing", c.Concurrency)
+		}
+	}
+	note := strings.Join(res.Notes, "\n")
+	for _, want := range []string{"simulated", "model weight bytes", "KV cache layout", "the model's own dtype"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("notes do not say %q is missing:\n%s", want, note)
+		}
+	}
+}
+
+// cellSeq is MeanSeqTokens computed here by hand: every token of the
+// window at its request's prompt plus the tokens before it.
+func cellSeq(run CellRun) float64 {
+	var sum, n float64
+	for _, r := range run.Records {
+		before := 0
+		for j, at := range r.Arrivals {
+			k := r.EventTokens(j)
+			for x := 0; x < k; x++ {
+				if run.Window.Contains(at) {
+					sum += float64(r.PromptTokens + before)
+					n++
+				}
+				before++
+			}
+		}
+	}
+	return sum / n
+}
+
+// TestDecodeLimitFromLlamaCpp: against the llama.cpp flavour, the weights'
+// bytes come from /v1/models meta.size, the KV layout from the GGUF file
+// /props names (tinygguf's, on this machine), the KV dtype from the launch
+// command's default; only the bandwidth is given.
+func TestDecodeLimitFromLlamaCpp(t *testing.T) {
+	cfg := tinygguf.Default()
+	cfg.Words = []string{"alpha", "beta", "gamma"}
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	var buf bytes.Buffer
+	if err := tinygguf.Write(&buf, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := quickModel()
+	m.Flavor, m.Slots, m.KVCapacity = fixtures.FlavorLlamaCpp, 2, 8192
+	m.WeightBytes, m.ModelPath = cfg.WeightBytes(), path
+	eng := fixtures.StartTest(t, m)
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(),
+		Engine: result.Engine{LaunchCommand: "llama-server -m tiny.gguf -np 2 --metrics"},
+		Limits: Limits{GPU: bandwidth.GPUBandwidth{GBPerSec: 100, From: "flag"}, ReadModelFile: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Bandwidth
+	if b == nil || len(b.Missing) > 0 || b.WeightBytes != cfg.WeightBytes() || b.Layers != cfg.Layers || b.KVHeads != cfg.KVHeads ||
+		b.HeadDim != cfg.HeadDim() || b.KVBytesPerToken != float64(cfg.KVBytesPerToken()) || b.KVDType != "f16" ||
+		!strings.Contains(b.WeightSource, "meta.size") || !strings.Contains(b.ShapeSource, "GGUF metadata of "+path) ||
+		!strings.Contains(b.KVDTypeSource, "llama.cpp's default") {
+		t.Fatalf("inputs %+v", b)
+	}
+	for _, c := range res.Decode {
+		if c.DecodeLimit == nil {
+			t.Errorf("cell × %d: no limit", c.Concurrency)
+		}
+	}
+	// Not on this machine: the file is not read, and the note says why.
+	res, err = Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(),
+		Limits: Limits{GPU: bandwidth.GPUBandwidth{GBPerSec: 100, From: "flag"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(res.Notes, " "), "only where the engine runs on this one") {
+		t.Errorf("notes %q", res.Notes)
+	}
+}

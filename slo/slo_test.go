@@ -1,0 +1,198 @@
+package slo
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
+)
+
+const ms = time.Millisecond
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Spec
+		str  string
+	}{
+		{"ttft=500ms,tbt=50ms", Spec{TTFT: 500 * ms, TBT: 50 * ms, Target: 0.9}, "ttft=500ms,tbt=50ms"},
+		{" TTFT = 2s , e2e=1m ", Spec{TTFT: 2 * time.Second, E2E: time.Minute, Target: 0.9}, "ttft=2s,e2e=1m0s"},
+		{"tpot=40ms,target=95%", Spec{TPOT: 40 * ms, Target: 0.95}, "tpot=40ms,target=95%"},
+		{"tpot=40ms,target=0.5", Spec{TPOT: 40 * ms, Target: 0.5}, "tpot=40ms,target=50%"},
+		{"ttft=1ms,", Spec{TTFT: ms, Target: 0.9}, "ttft=1ms"},
+		{"", Spec{Target: 0.9}, ""},
+	}
+	for _, tt := range tests {
+		got, err := Parse(tt.in)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tt.in, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("Parse(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		if s := got.String(); s != tt.str {
+			t.Errorf("Parse(%q).String() = %q, want %q", tt.in, s, tt.str)
+		}
+	}
+	bad := []struct{ in, says string }{
+		{"ttft", "want name=duration"},
+		{"ttft=500", "give a unit, e.g. ttft=500ms"},
+		{"ttft=fast", "want a duration"},
+		{"ttft=-1s", "positive duration"},
+		{"ttft=0s", "positive duration"},
+		{"ttft=48h", "at most 24h"},
+		{"itl=5ms", `unknown objective "itl"`},
+		{"ttft=1s,ttft=2s", "given twice"},
+		{"target=90%", "sets no objective"},
+		{"ttft=1s,target=150%", "at most 100%"},
+		{"ttft=1s,target=x", "want a share"},
+		{",", "sets no objective"},
+	}
+	for _, tt := range bad {
+		_, err := Parse(tt.in)
+		if err == nil || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("Parse(%q) = %v, want an error saying %q", tt.in, err, tt.says)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	s, _ := Parse("ttft=500ms,tbt=1.5ms,e2e=30s,tpot=1500ms")
+	if got, want := s.Describe(), "TTFT ≤ 500 ms, time between tokens ≤ 1.5 ms, time per output token ≤ 1.5 s, end-to-end time ≤ 30 s"; got != want {
+		t.Errorf("Describe = %q, want %q", got, want)
+	}
+	if r := FromResult(s.Result()); r != s {
+		t.Errorf("round trip through the result document: %+v, want %+v", r, s)
+	}
+}
+
+// rec builds an OK streaming record sent at 0 with events at the given
+// millisecond offsets, ending at end ms.
+func rec(end int, events ...int) record.Record {
+	r := record.Record{Outcome: record.OK, Stream: true, End: time.Duration(end) * ms}
+	for _, e := range events {
+		r.AddEvent(time.Duration(e)*ms, 1)
+	}
+	r.CompletionTokens = r.ArrivedTokens()
+	return r
+}
+
+func TestJudge(t *testing.T) {
+	multi := rec(300, 100)
+	multi.AddEvent(200*ms, 4) // a 100 ms gap over 4 tokens: 25 ms each
+	multi.CompletionTokens = 5
+	failed := rec(50, 10)
+	failed.Outcome = record.EngineErr
+	cancelled := rec(50, 10)
+	cancelled.Outcome = record.Cancelled
+	noToken := rec(10)
+	tests := []struct {
+		name   string
+		spec   string
+		r      record.Record
+		judged bool
+		good   bool
+		missed []string
+	}{
+		{"meets all", "ttft=100ms,tbt=10ms,tpot=10ms,e2e=1s", rec(130, 100, 110, 120), true, true, nil},
+		{"ttft at the limit", "ttft=100ms", rec(130, 100, 110), true, true, nil},
+		{"ttft over", "ttft=99ms", rec(130, 100, 110), true, false, []string{"ttft"}},
+		{"one slow gap misses tbt, not tpot", "tbt=20ms,tpot=20ms", rec(200, 100, 110, 120, 130, 160, 170, 180), true, false, []string{"tbt"}},
+		{"tpot is the mean after the first", "tpot=14ms", rec(200, 100, 110, 120, 130, 160), true, false, []string{"tpot"}},
+		{"multi-token event's gap split", "tbt=25ms,tpot=25ms", multi, true, true, nil},
+		{"multi-token gap over", "tbt=24ms", multi, true, false, []string{"tbt"}},
+		{"e2e", "e2e=299ms", multi, true, false, []string{"e2e"}},
+		{"several missed in order", "e2e=1ms,ttft=1ms", multi, true, false, []string{"ttft", "e2e"}},
+		{"failed is judged, not good", "ttft=1s", failed, true, false, nil},
+		{"cancelled is not judged", "ttft=1s", cancelled, false, false, nil},
+		{"no token misses ttft", "ttft=1s", noToken, true, false, []string{"ttft"}},
+		{"no token, no ttft objective", "e2e=1s,tbt=1ms", noToken, true, true, nil},
+	}
+	for _, tt := range tests {
+		s, err := Parse(tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.Judge(&tt.r)
+		if v.Judged != tt.judged || v.Good != tt.good || strings.Join(v.Missed, ",") != strings.Join(tt.missed, ",") {
+			t.Errorf("%s: %+v, want judged %v good %v missed %v", tt.name, v, tt.judged, tt.good, tt.missed)
+		}
+	}
+}
+
+// TestWindow: requests sent in the window that ended in it are judged,
+// those cut by its end are not, failures count as not good, and goodput
+// is over the window's seconds.
+func TestWindow(t *testing.T) {
+	s, _ := Parse("ttft=50ms")
+	at := func(sent, first, end int, o record.Outcome, b record.Blame) record.Record {
+		r := record.Record{Sent: time.Duration(sent) * ms, End: time.Duration(end) * ms, Outcome: o, Blame: b}
+		if first >= 0 {
+			r.AddEvent(time.Duration(first)*ms, 1)
+			r.AddEvent(time.Duration(first+5)*ms, 1)
+		}
+		r.CompletionTokens = r.ArrivedTokens()
+		return r
+	}
+	recs := []record.Record{
+		at(1000, 1030, 1100, record.OK, ""),                        // good
+		at(1000, 1070, 1200, record.OK, ""),                        // misses ttft
+		at(1200, 1220, 1300, record.OK, ""),                        // good
+		at(1300, -1, 1310, record.HTTPError, record.BlameEngine),   // failed
+		at(1500, 1520, 3000, record.Cancelled, record.BlameClient), // cut at the end
+		at(1600, 1610, 3000, record.Broken, record.BlameClient),    // our own cut, classified broken
+		at(1700, 1710, 3000, record.OK, ""),                        // ended at the close: cut
+		at(500, 520, 1200, record.OK, ""),                          // sent before the window
+		at(3000, 3010, 3100, record.OK, ""),                        // sent after it
+	}
+	tl := s.Window(recs, 1000*ms, 3000*ms)
+	if tl.Judged != 4 || tl.Good != 2 || tl.Failed != 1 || tl.Excluded != 3 || tl.GoodTokens != 4 || tl.Missed["ttft"] != 1 {
+		t.Fatalf("tally %+v", tl)
+	}
+	f := tl.Figures(2)
+	if f.Attainment == nil || *f.Attainment != 0.5 || f.GoodputReqPerSec != 1 || f.GoodputTokPerSec != 2 || f.MostMissed != "ttft" {
+		t.Errorf("figures %+v", f)
+	}
+	var none Tally
+	if f := none.Figures(2); f.Attainment != nil || f.GoodputReqPerSec != 0 || f.MostMissed != "" {
+		t.Errorf("nothing judged: %+v, want no attainment", f)
+	}
+}
+
+func TestMergeAndMostMissed(t *testing.T) {
+	a := Tally{Judged: 2, Good: 1, GoodTokens: 10, Missed: map[string]int{result.SLOTBT: 1}}
+	b := Tally{Judged: 3, Good: 0, Failed: 1, Excluded: 2, Missed: map[string]int{result.SLOTTFT: 1, result.SLOTBT: 1, result.SLOE2E: 2}}
+	a.Merge(b)
+	if a.Judged != 5 || a.Good != 1 || a.Failed != 1 || a.Excluded != 2 || a.Missed[result.SLOTBT] != 2 {
+		t.Errorf("merged %+v", a)
+	}
+	// tbt and e2e tie at 2: the first in Names order wins.
+	if got := MostMissed(a.Missed); got != result.SLOTBT {
+		t.Errorf("MostMissed = %q, want tbt", got)
+	}
+}
+
+// FuzzParse: Parse never panics, and a spec it accepts prints as text it
+// reads back to the same spec.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"ttft=500ms,tbt=50ms", "e2e=1m,target=95%", "tpot=1.5ms", "ttft=", "=", ",,", "target=0.5,ttft=1h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := Parse(in)
+		if err != nil || s.IsZero() {
+			return
+		}
+		back, err := Parse(s.String())
+		if err != nil {
+			t.Fatalf("Parse(%q).String() = %q does not parse: %v", in, s.String(), err)
+		}
+		if back.TTFT != s.TTFT || back.TBT != s.TBT || back.TPOT != s.TPOT || back.E2E != s.E2E ||
+			back.Target-s.Target > 1e-12 || s.Target-back.Target > 1e-12 {
+			t.Fatalf("Parse(%q) = %+v, printed %q, read back %+v", in, s, s.String(), back)
+		}
+	})
+}
