@@ -41,6 +41,10 @@ var roundTrips = []struct {
 		ID: "p", Stream: true, Sent: ms(1), First: ms(2), End: ms(3), Outcome: Cancelled, Blame: BlameClient,
 		Arrivals: []time.Duration{ms(2)}, Request: []byte(`{"model":"m","messages":[{"role":"user","content":"héllo\n\"quoted\""}]}`),
 	}},
+	{"retried by the proxy", Record{
+		ID: "px-7", API: Chat, Sent: ms(1), End: ms(3006), Outcome: Connect, Blame: BlameEngine, Retries: 1,
+		Error: "the engine closed the connection before answering",
+	}},
 	{"negative offsets (sent before the clock)", Record{Sent: -ms(5), First: -ms(1), End: ms(2), Arrivals: []time.Duration{-ms(1), 0}}},
 }
 
