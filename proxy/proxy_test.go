@@ -637,7 +637,7 @@ func TestMetricsStatsAndCapture(t *testing.T) {
 		`tokentap_output_tokens_sum{model="fake-4b"} 30`,
 		`tokentap_prompt_tokens_count{model="fake-4b"} 3`,
 		`tokentap_requests_total{model="fake-4b",outcome="ok",blame="none"} 3`,
-		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="engine"} 1`,
+		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="client"} 1`, // a 404: the client named no model the engine has
 		"tokentap_requests_in_flight 0",
 		"# TYPE tokentap_time_between_tokens_seconds histogram",
 	} {
