@@ -58,6 +58,7 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 		msg = "tokentap proxy: the request is not valid HTTP/1.1 (" + redact(err.Error()) + ")"
 	}
 	p.m.rejected(reason)
+	p.log.Debug().Str("client", ctx.RemoteAddr().String()).Str("reason", rejectReasonNames[reason]).Int("status", status).Msg(msg)
 	setLinger(ctx.Conn())
 	if ctx.IsPost() && measuredPath(ctx.Path()) {
 		p.refusedRecord(ctx, status, msg)
