@@ -531,7 +531,7 @@ func TestClientLimits(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	slack := time.Duration(raceSlowdown) * 300 * time.Millisecond
+	slack := time.Second + raceSlowdown*300*time.Millisecond // a busy machine's
 	t.Run("slowloris", func(t *testing.T) {
 		c := dial(t)
 		io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
@@ -572,7 +572,7 @@ func TestClientLimits(t *testing.T) {
 		if _, err := br.ReadByte(); err != io.EOF {
 			t.Fatalf("idle connection: %v, want the proxy to close it", err)
 		}
-		if took := time.Since(start); took < keepAlive-50*time.Millisecond || took > keepAlive+slack {
+		if took := time.Since(start); took < keepAlive/2 || took > keepAlive+slack {
 			t.Fatalf("idle connection closed after %v, want %v", took, keepAlive)
 		}
 	})

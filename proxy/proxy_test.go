@@ -206,9 +206,21 @@ func TestNoInjectLeavesRequestAlone(t *testing.T) {
 	}
 }
 
-// TestTimingMatchesLedger checks the proxy's TTFT and time between tokens
-// against when the fake really wrote each event.
-func TestTimingMatchesLedger(t *testing.T) {
+// timingAgainstLedger runs 8 streams of 60 tokens through a proxy twice
+// (the first run opens the connections) and compares the second run's
+// records with when the fake really wrote each event.
+type timingErrors struct {
+	firstLag, lag         time.Duration // medians of arrival stamps behind the fake's writes
+	tbt, tbtTruth         time.Duration // median gap, pooled over the requests
+	meanTBT, meanTruth    time.Duration // mean gap, pooled
+	forward               time.Duration // median time to pass a request on to the engine
+	ttftShort             time.Duration // the most any TTFT fell below the fake's
+	records               int
+	recordsWithoutLedger  int
+	eventsDifferFromTruth int
+}
+
+func timingAgainstLedger(t testing.TB) timingErrors {
 	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
 	h := startProxy(t, e.URL(), nil)
 	const n = 8
@@ -227,16 +239,19 @@ func TestTimingMatchesLedger(t *testing.T) {
 	h.waitRecords(t, n)
 	run()
 	recs := h.waitRecords(t, 2*n)[n:]
-	within := func(got, want time.Duration) bool {
-		tol := raceSlowdown * max(want/50, 200*time.Microsecond)
-		return got-want <= tol && want-got <= tol
-	}
 	clock := h.p.Clock()
-	var firstLags, lags, forwards []time.Duration
+	var te timingErrors
+	var firstLags, lags, forwards, gaps, truthGaps []time.Duration
 	for _, r := range recs {
+		te.records++
 		le, ok := e.LedgerEntryByID(r.ResponseID)
-		if !ok || r.Outcome != record.OK || len(le.Events) != r.Events() {
-			t.Fatalf("record %s (%s) has no matching ledger entry", r.ID, r.Outcome)
+		if !ok || r.Outcome != record.OK {
+			te.recordsWithoutLedger++
+			continue
+		}
+		if len(le.Events) != r.Events() {
+			te.eventsDifferFromTruth++
+			continue
 		}
 		// The proxy's TTFT is First - Sent. Sent is taken as the request
 		// reaches the proxy; the fake's ledger knows when it wrote each event,
@@ -245,7 +260,6 @@ func TestTimingMatchesLedger(t *testing.T) {
 		// At is taken when its write returned, so a reader may see the bytes
 		// slightly before it: lags can be a little negative.
 		forwards = append(forwards, le.Received.Sub(clock.Start().Add(r.Sent)))
-		var gaps, truthGaps []time.Duration
 		for i := range r.Arrivals {
 			lag := clock.Start().Add(r.Arrivals[i]).Sub(le.Events[i].At)
 			lags = append(lags, lag)
@@ -256,28 +270,72 @@ func TestTimingMatchesLedger(t *testing.T) {
 			gaps = append(gaps, r.Arrivals[i]-r.Arrivals[i-1])
 			truthGaps = append(truthGaps, le.Events[i].At.Sub(le.Events[i-1].At))
 		}
-		if g, w := median(gaps), median(truthGaps); !within(g, w) {
-			t.Errorf("median TBT %v, fake's %v", g, w)
-		}
-		if g, w := mean(gaps), mean(truthGaps); !within(g, w) {
-			t.Errorf("mean TBT %v, fake's %v", g, w)
-		}
 		got, _ := r.TTFT()
 		truth := le.FirstToken.Sub(clock.Start().Add(r.Sent))
-		if got < truth-raceSlowdown*max(truth/50, 200*time.Microsecond) {
-			t.Errorf("TTFT %v is below the fake's first write %v after the request reached the proxy", got, truth)
-		}
+		te.ttftShort = max(te.ttftShort, truth-got)
 	}
-	// Medians over requests: a busy machine delays single wake-ups, the
-	// proxy's stamps must not be off systematically.
-	if m := median(firstLags); !within(m, 0) {
-		t.Errorf("first token events arrive a median %v after the fake wrote them", m)
+	if len(lags) == 0 {
+		return te
 	}
-	if m := median(lags); !within(m, 0) {
-		t.Errorf("token events arrive a median %v after the fake wrote them", m)
+	te.firstLag, te.lag, te.forward = median(firstLags), median(lags), median(forwards)
+	te.tbt, te.tbtTruth = median(gaps), median(truthGaps)
+	te.meanTBT, te.meanTruth = mean(gaps), mean(truthGaps)
+	return te
+}
+
+// TestTimingMatchesLedger checks the proxy's TTFT and time between tokens
+// against when the fake really wrote each event: medians over all
+// requests, so one late wake-up does not decide, within a tolerance a busy
+// 2-core machine keeps (there, under -race with a core spinning, first
+// events came a median 2-4 ms late, as the proxy reads when it gets the
+// CPU). What it catches is a systematic error: stamps taken at the wrong
+// time or event. BenchmarkTimingAccuracy reports the figures themselves.
+func TestTimingMatchesLedger(t *testing.T) {
+	te := timingAgainstLedger(t)
+	if te.recordsWithoutLedger > 0 || te.eventsDifferFromTruth > 0 {
+		t.Fatalf("%d of %d records have no matching ledger entry, %d another event count", te.recordsWithoutLedger, te.records, te.eventsDifferFromTruth)
+	}
+	// Under -race (raceSlowdown 10) half the usual widening: 5 ms still
+	// tells an event's stamp from the next one's (10 ms apart here).
+	slack := time.Duration(max(1, raceSlowdown/2))
+	within := func(got, want time.Duration) bool {
+		tol := slack * max(want/20, time.Millisecond)
+		return got-want <= tol && want-got <= tol
+	}
+	if !within(te.tbt, te.tbtTruth) {
+		t.Errorf("median TBT %v, fake's %v", te.tbt, te.tbtTruth)
+	}
+	if !within(te.meanTBT, te.meanTruth) {
+		t.Errorf("mean TBT %v, fake's %v", te.meanTBT, te.meanTruth)
+	}
+	if tol := slack * time.Millisecond; te.ttftShort > tol {
+		t.Errorf("a TTFT is %v below the fake's first write after the request reached the proxy", te.ttftShort)
+	}
+	if !within(te.firstLag, 0) {
+		t.Errorf("first token events arrive a median %v after the fake wrote them", te.firstLag)
+	}
+	if !within(te.lag, 0) {
+		t.Errorf("token events arrive a median %v after the fake wrote them", te.lag)
 	}
 	t.Logf("median lag of arrivals behind the fake's writes: first %v, all %v; request forwarding to the engine: median %v",
-		median(firstLags), median(lags), median(forwards))
+		te.firstLag, te.lag, te.forward)
+}
+
+// BenchmarkTimingAccuracy reports how far the proxy's stamps are from the
+// fake's ledger (TestTimingMatchesLedger's figures): on an idle machine
+// first events lag a median of tens of µs.
+func BenchmarkTimingAccuracy(b *testing.B) {
+	var first, all, tbtErr, short []time.Duration
+	for i := 0; i < b.N; i++ {
+		te := timingAgainstLedger(b)
+		first, all, short = append(first, te.firstLag), append(all, te.lag), append(short, te.ttftShort)
+		tbtErr = append(tbtErr, max(te.tbt-te.tbtTruth, te.tbtTruth-te.tbt))
+	}
+	b.ReportMetric(float64(median(first).Microseconds()), "first_lag_p50_us")
+	b.ReportMetric(float64(median(all).Microseconds()), "lag_p50_us")
+	b.ReportMetric(float64(median(tbtErr).Microseconds()), "tbt_err_us")
+	b.ReportMetric(float64(median(short).Microseconds()), "ttft_short_max_us")
+	b.ReportMetric(0, "ns/op")
 }
 
 func median(d []time.Duration) time.Duration {
@@ -375,8 +433,11 @@ func TestSentIsWhenTheRequestArrived(t *testing.T) {
 	if took := first.End - first.Sent; took < 100*time.Millisecond {
 		t.Fatalf("the first request took %v, too short to tell", took)
 	}
-	if d := second.Sent - first.Sent; d < 0 || d > 50*time.Millisecond {
-		t.Errorf("the second request's Sent is %v after the first's; both arrived together (the first took %v)", d, first.End-first.Sent)
+	// Stamped by their arrival, both are (near) equal; stamped by the
+	// handler's start, the second's is the first's whole duration later.
+	// Half that tells the two apart however slow the machine is.
+	if d, took := second.Sent-first.Sent, first.End-first.Sent; d < 0 || d > took/2 {
+		t.Errorf("the second request's Sent is %v after the first's; both arrived together (the first took %v)", d, took)
 	}
 }
 
