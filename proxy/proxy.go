@@ -74,9 +74,10 @@ type Config struct {
 	// beyond it wait for a free connection.
 	MaxConns int
 	// ReadHeaderTimeout is how long a client has to send a request's
-	// headers, from its connection's opening (first request) or its first
-	// byte (later ones); a client still sending then is closed. The body
-	// then has IdleTimeout. Default DefaultReadHeaderTimeout; negative: none.
+	// headers from the request's first byte (a new connection that sends
+	// nothing is closed after it too); a client still sending then gets a
+	// 408 and is closed. The body then has IdleTimeout. Default
+	// DefaultReadHeaderTimeout; negative: none.
 	ReadHeaderTimeout time.Duration
 	// KeepAliveTimeout is how long an idle client connection is kept open
 	// between requests. Default DefaultKeepAliveTimeout.
