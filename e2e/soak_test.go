@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,13 +59,16 @@ func TestSoak(t *testing.T) {
 
 	var sent, completed, cancelled, failed atomic.Int64
 	var firstFailure atomic.Value
-	ctx, stop := context.WithTimeout(context.Background(), duration)
+	start := time.Now()
+	ctx, stop := context.WithDeadline(context.Background(), start.Add(duration))
 	defer stop()
 	var wg sync.WaitGroup
 	for i := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Streams arrive over 10 s, as clients do, not in one instant.
+			time.Sleep(time.Duration(i) * 10 * time.Second / time.Duration(streams))
 			rng := rand.New(rand.NewPCG(uint64(i), 13))
 			for ctx.Err() == nil {
 				kind := rng.IntN(100) // 0: leaves mid-stream, 1: not streamed, else a whole stream
@@ -88,26 +92,27 @@ func TestSoak(t *testing.T) {
 	samples := map[string]soakUsage{"idle before": idle}
 	report := func(name string, u soakUsage) {
 		samples[name] = u
-		t.Logf("%-12s RSS %6.1f MiB  fds %5d  goroutines %5d  client conns %4d  | sent %d, completed %d, left early %d, failed %d",
-			name, u.rssMiB, u.fds, u.goroutines, u.clients, sent.Load(), completed.Load(), cancelled.Load(), failed.Load())
+		t.Logf("%-12s RSS %6.1f MiB (heap in use %5.1f)  fds %5d  goroutines %5d  client conns %4d  | sent %d, completed %d, left early %d, failed %d",
+			name, u.rssMiB, u.heapMiB, u.fds, u.goroutines, u.clients, sent.Load(), completed.Load(), cancelled.Load(), failed.Load())
 	}
-	start := time.Now()
 	at := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) }
-	at(min(30*time.Second, duration/10))
-	report("start", soakSample(t, p, pid, false))
-	for m := time.Minute; m < duration; m += time.Minute {
-		at(m)
-		if m == duration/2 {
-			report("middle", soakSample(t, p, pid, false))
-		} else {
-			report(fmt.Sprintf("%v", m), soakSample(t, p, pid, false))
+	// A sample every minute, and the three the targets compare.
+	points := map[time.Duration]string{min(30*time.Second, duration/10): "start", duration / 2: "middle"}
+	for m := time.Minute; m < duration-5*time.Second; m += time.Minute {
+		if _, ok := points[m]; !ok {
+			points[m] = m.String()
 		}
 	}
-	if _, ok := samples["middle"]; !ok {
-		at(duration / 2)
-		report("middle", soakSample(t, p, pid, false))
+	var times []time.Duration
+	for d := range points {
+		times = append(times, d)
 	}
-	at(duration - 2*time.Second)
+	slices.Sort(times)
+	for _, d := range times {
+		at(d)
+		report(points[d], soakSample(t, p, pid, false))
+	}
+	at(duration - 5*time.Second)
 	report("end", soakSample(t, p, pid, false))
 	wg.Wait()
 	client.CloseIdleConnections() // the clients leave; their connections close
@@ -185,7 +190,7 @@ func soakRequest(c *http.Client, url string, kind, tokens, slot int) error {
 }
 
 type soakUsage struct {
-	rssMiB                   float64
+	rssMiB, heapMiB          float64
 	fds, goroutines, clients int
 }
 
@@ -197,7 +202,8 @@ func soakSample(t *testing.T, p *proxyProc, pid int, quiet bool) soakUsage {
 	read := func() soakUsage {
 		m := p.metrics(t)
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		return soakUsage{rssMiB: rssMiB(pid), fds: len(fds), goroutines: int(m["go_goroutines"]), clients: int(m["tokentap_client_connections"])}
+		return soakUsage{rssMiB: rssMiB(pid), heapMiB: m["go_memstats_heap_inuse_bytes"] / (1 << 20), fds: len(fds),
+			goroutines: int(m["go_goroutines"]), clients: int(m["tokentap_client_connections"])}
 	}
 	if !quiet {
 		return read()

@@ -366,6 +366,10 @@ func (st *Stats) encode() []byte {
 func writeProcessMetrics(b *bytes.Buffer) {
 	b.WriteString("# HELP go_goroutines Number of goroutines that currently exist.\n# TYPE go_goroutines gauge\n")
 	b.WriteString("go_goroutines " + strconv.Itoa(runtime.NumGoroutine()) + "\n")
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.WriteString("# HELP go_memstats_heap_inuse_bytes Number of heap bytes that are in use.\n# TYPE go_memstats_heap_inuse_bytes gauge\n")
+	b.WriteString("go_memstats_heap_inuse_bytes " + strconv.FormatUint(ms.HeapInuse, 10) + "\n")
 	if n, ok := openFDs(); ok {
 		b.WriteString("# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\n")
 		b.WriteString("process_open_fds " + strconv.Itoa(n) + "\n")

@@ -139,6 +139,9 @@ type Proxy struct {
 	failLogged  atomic.Int64 // unix ns of the last "engine did not answer" line
 }
 
+// upstreamDialer opens connections to the engine.
+var upstreamDialer = net.Dialer{Timeout: 5 * time.Second}
+
 var (
 	chatPath        = []byte("/v1/chat/completions")
 	completionsPath = []byte("/v1/completions")
@@ -198,7 +201,10 @@ func New(cfg Config) (*Proxy, error) {
 			SecureErrorLogMessage:    true,
 			TLSConfig:                upstreamTLS(u.Hostname(), cfg.UpstreamCAs),
 			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-				c, err := fasthttp.DialTimeout(addr, 5*time.Second)
+				// net's dialer, not fasthttp's: that one caps dials in flight
+				// at 1,000, and a thousand clients arriving at once (the
+				// soak's start) made some wait past the timeout: 502s.
+				c, err := upstreamDialer.Dial("tcp", addr)
 				if err != nil || u.Scheme == "https" {
 					return c, err
 				}
