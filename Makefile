@@ -41,7 +41,9 @@ lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags 'e2e soak fuzzproxy' ./e2e/
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
+	$$($(GO) env GOPATH)/bin/staticcheck -tags 'e2e soak fuzzproxy' ./e2e/
 
 # Slow end-to-end checks: the built binary as a user runs it. The fault
 # suite's proxies run side by side (-parallel): most of its time is waiting.

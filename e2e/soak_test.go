@@ -89,12 +89,13 @@ func TestSoak(t *testing.T) {
 		}()
 	}
 
-	samples := map[string]soakUsage{"idle before": idle}
+	samples := map[string]soakUsage{}
 	report := func(name string, u soakUsage) {
 		samples[name] = u
 		t.Logf("%-12s RSS %6.1f MiB (heap in use %5.1f)  fds %5d  goroutines %5d  client conns %4d  | sent %d, completed %d, left early %d, failed %d",
 			name, u.rssMiB, u.heapMiB, u.fds, u.goroutines, u.clients, sent.Load(), completed.Load(), cancelled.Load(), failed.Load())
 	}
+	report("idle before", idle)
 	at := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) }
 	// A sample every minute, and the three the targets compare.
 	points := map[time.Duration]string{min(30*time.Second, duration/10): "start", duration / 2: "middle"}

@@ -193,6 +193,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // whether any byte of the request reached the connection.
 func (x *exchange) send() (written bool, err error) {
 	conn, idle := x.conn, x.p.cfg.IdleTimeout
+	x.src.got, x.src.err = false, nil
 	now := time.Now()
 	if err := conn.SetWriteDeadline(now.Add(idle)); err != nil {
 		return false, err
@@ -337,7 +338,7 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 		msg = fmt.Sprintf("tokentap proxy: all %d connections to the engine are busy (raise --max-conns)", x.p.cfg.MaxConns)
 	case errors.As(err, &nr):
 		kind = "upstream_closed"
-		msg = fmt.Sprintf("tokentap proxy: the engine at %s %v", x.p.cfg.Upstream, err)
+		msg = fmt.Sprintf("tokentap proxy: %v (engine at %s)", err, x.p.cfg.Upstream)
 	case errors.As(err, &he):
 		kind = "upstream_bad_response"
 		msg = fmt.Sprintf("tokentap proxy: the engine at %s answered with a response tokentap cannot pass on: %v", x.p.cfg.Upstream, err)
