@@ -267,9 +267,12 @@ func TestRetries(t *testing.T) {
 // ends): the next request must find that out before writing, and go on a
 // new connection with no retry and no error.
 func TestStaleConnectionIsNotARetry(t *testing.T) {
+	closed := make(chan struct{}, 3)
 	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
 		writeJSON(c, 200, `{"ok":true}`)
-		return false // close after the answer, without Connection: close
+		c.Close() // after the answer, without Connection: close
+		closed <- struct{}{}
+		return false
 	})
 	h := startProxy(t, e.url, nil)
 	for i := range 3 {
@@ -277,7 +280,7 @@ func TestStaleConnectionIsNotARetry(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("request %d: %v %v", i, resp, err)
 		}
-		time.Sleep(50 * time.Millisecond) // the engine's FIN arrives
+		<-closed // on loopback the FIN is in the proxy's socket once close returns
 	}
 	if len(e.requests()) != 3 {
 		t.Fatalf("the engine read %d requests, want 3", len(e.requests()))
@@ -670,9 +673,10 @@ func TestBodyTooLarge(t *testing.T) {
 	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool { writeJSON(c, 200, `{}`); return true })
 	h := startProxy(t, e.url, func(c *Config) { c.MaxBodySize = 1024 })
 	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {
-		// Far more than a socket buffer: the client is still writing when
-		// the proxy answers, and must still read the answer.
-		resp, body, err := do(t, "POST", h.url+path, strings.Repeat("x", 4<<20))
+		// More than the socket buffers take: the client is still writing
+		// when the proxy answers, and must still read the answer (the
+		// proxy reads and drops up to lingerBytes before it closes).
+		resp, body, err := do(t, "POST", h.url+path, strings.Repeat("x", lingerBytes/2))
 		if err != nil || resp.StatusCode != 413 {
 			t.Fatalf("%s: %v %v, want a 413", path, resp, err)
 		}

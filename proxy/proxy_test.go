@@ -287,19 +287,25 @@ func timingAgainstLedger(t testing.TB) timingErrors {
 // against when the fake really wrote each event: medians over all
 // requests, so one late wake-up does not decide, within a tolerance a busy
 // 2-core machine keeps (there, under -race with a core spinning, first
-// events came a median 2-4 ms late, as the proxy reads when it gets the
-// CPU). What it catches is a systematic error: stamps taken at the wrong
+// events came a median 2.4-2.9 ms late, as the proxy reads when it gets
+// the CPU). What it catches is a systematic error: stamps taken at the wrong
 // time or event. BenchmarkTimingAccuracy reports the figures themselves.
 func TestTimingMatchesLedger(t *testing.T) {
 	te := timingAgainstLedger(t)
 	if te.recordsWithoutLedger > 0 || te.eventsDifferFromTruth > 0 {
 		t.Fatalf("%d of %d records have no matching ledger entry, %d another event count", te.recordsWithoutLedger, te.records, te.eventsDifferFromTruth)
 	}
-	// Under -race (raceSlowdown 10) half the usual widening: 5 ms still
-	// tells an event's stamp from the next one's (10 ms apart here).
-	slack := time.Duration(max(1, raceSlowdown/2))
+	// 2 ms, 6 ms under -race (not the usual x10): still less than the
+	// ~10 ms between one event and the next here. Seen on this shared
+	// 2-core machine: first events a median 1.0 ms late without -race
+	// (the loop parks in the netpoller between events of a few streams),
+	// 2.9 ms under -race with a core spinning.
+	slack := time.Duration(1)
+	if raceSlowdown > 1 {
+		slack = 3
+	}
 	within := func(got, want time.Duration) bool {
-		tol := slack * max(want/20, time.Millisecond)
+		tol := slack * max(want/10, 2*time.Millisecond)
 		return got-want <= tol && want-got <= tol
 	}
 	if !within(te.tbt, te.tbtTruth) {
@@ -308,7 +314,7 @@ func TestTimingMatchesLedger(t *testing.T) {
 	if !within(te.meanTBT, te.meanTruth) {
 		t.Errorf("mean TBT %v, fake's %v", te.meanTBT, te.meanTruth)
 	}
-	if tol := slack * time.Millisecond; te.ttftShort > tol {
+	if tol := slack * 2 * time.Millisecond; te.ttftShort > tol {
 		t.Errorf("a TTFT is %v below the fake's first write after the request reached the proxy", te.ttftShort)
 	}
 	if !within(te.firstLag, 0) {
