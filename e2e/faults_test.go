@@ -149,8 +149,8 @@ func (p *proxyProc) metrics(t *testing.T) map[string]float64 {
 type usage struct{ fds, goroutines int }
 
 // settled waits until the proxy has no client connection and its usage
-// holds still for a second (idle fasthttp workers end within 4 s, a
-// lingering close within 2 s), and returns it.
+// holds still for 3 s (idle fasthttp workers end within 2 s of their last
+// request, a lingering close within 2 s), and returns it.
 func (p *proxyProc) settled(t *testing.T) usage {
 	t.Helper()
 	var last usage
@@ -160,7 +160,7 @@ func (p *proxyProc) settled(t *testing.T) usage {
 		m := p.metrics(t)
 		u := usage{int(m["process_open_fds"] - m["tokentap_client_connections"] - m["tokentap_upstream_connections"]), int(m["go_goroutines"])}
 		if m["tokentap_client_connections"] == 0 && u == last {
-			if same++; same == 5 {
+			if same++; same == 12 {
 				return u
 			}
 		} else {
@@ -340,7 +340,14 @@ func ledgerEnd(t *testing.T, fake string, minPrompt, maxPrompt int) (string, tim
 // TestProxyFaults is the fault suite: four proxies run their classes at
 // once (each class's timing is generous for a busy machine).
 func TestProxyFaults(t *testing.T) {
-	fake, _ := startFake(t, "--ledger", "--prefill-tok-per-sec", "2000", "--prefill-slowdown", "0")
+	// Each group has a fake engine of its own: the fake, like an engine,
+	// stalls every stream while it prefills one long prompt, and one
+	// group's 4 s prefill must not cut another's streams at the proxy's
+	// 3 s idle timeout (it did, in a CI run with a core spinning).
+	ownFake := func(t *testing.T) string {
+		u, _ := startFake(t, "--ledger", "--prefill-tok-per-sec", "2000", "--prefill-slowdown", "0")
+		return u
+	}
 	t.Cleanup(func() {
 		if !t.Failed() && !debugSeen.Load() {
 			t.Error("no proxy logged at debug: the search for keys saw no debug log")
@@ -349,6 +356,7 @@ func TestProxyFaults(t *testing.T) {
 
 	t.Run("matrix through the proxy", func(t *testing.T) {
 		t.Parallel()
+		fake := ownFake(t)
 		p := startProxyProc(t, fake, faultFlags...)
 		dir := t.TempDir()
 		result := filepath.Join(dir, "run.json")
@@ -386,6 +394,7 @@ func TestProxyFaults(t *testing.T) {
 
 	t.Run("engine errors", func(t *testing.T) {
 		t.Parallel()
+		fake := ownFake(t)
 		p := startProxyProc(t, fake, faultFlags...)
 		runFaults(t, p, []faultClass{
 			{"5xx and 429 with bodies", func(t *testing.T, p *proxyProc) {
@@ -404,6 +413,7 @@ func TestProxyFaults(t *testing.T) {
 
 	t.Run("engine stalls", func(t *testing.T) {
 		t.Parallel()
+		fake := ownFake(t)
 		p := startProxyProc(t, fake, faultFlags...)
 		runFaults(t, p, []faultClass{
 			{"stall before headers", func(t *testing.T, p *proxyProc) {
@@ -426,6 +436,7 @@ func TestProxyFaults(t *testing.T) {
 
 	t.Run("engine errors 2", func(t *testing.T) {
 		t.Parallel()
+		fake := ownFake(t)
 		p := startProxyProc(t, fake, faultFlags...)
 		runFaults(t, p, []faultClass{
 			{"malformed SSE", func(t *testing.T, p *proxyProc) {
@@ -452,25 +463,9 @@ func TestProxyFaults(t *testing.T) {
 
 	t.Run("client gone", func(t *testing.T) {
 		t.Parallel()
+		fake := ownFake(t)
 		p := startProxyProc(t, fake, faultFlags...)
 		runFaults(t, p, []faultClass{
-			{"client gone in prefill", func(t *testing.T, p *proxyProc) {
-				// 8,000 words: a 4 s prefill at 2,000 tok/s.
-				c, err := net.Dial("tcp", p.addr())
-				if err != nil {
-					t.Fatal(err)
-				}
-				b := chat(5, strings.Repeat(" word", 8000))
-				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", marker, len(b), b)
-				time.Sleep(500 * time.Millisecond)
-				left := time.Now()
-				c.Close()
-				outcome, end := ledgerEnd(t, fake, 7000, 9000)
-				if outcome != "cancelled" || end.Sub(left) > time.Second {
-					t.Errorf("the engine's request ended %s %v after the client left, want cancelled at once", outcome, end.Sub(left))
-				}
-				wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
-			}},
 			{"client gone mid-stream", func(t *testing.T, p *proxyProc) {
 				c, err := net.Dial("tcp", p.addr())
 				if err != nil {
@@ -496,11 +491,31 @@ func TestProxyFaults(t *testing.T) {
 				}
 				wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
 			}},
+			// Last: the fake spends the whole prefill even when its client
+			// left (as the audit saw), which would stall a class after it.
+			{"client gone in prefill", func(t *testing.T, p *proxyProc) {
+				// 8,000 words: a 4 s prefill at 2,000 tok/s.
+				c, err := net.Dial("tcp", p.addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := chat(5, strings.Repeat(" word", 8000))
+				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", marker, len(b), b)
+				time.Sleep(500 * time.Millisecond)
+				left := time.Now()
+				c.Close()
+				outcome, end := ledgerEnd(t, fake, 7000, 9000)
+				if outcome != "cancelled" || end.Sub(left) > time.Second {
+					t.Errorf("the engine's request ended %s %v after the client left, want cancelled at once", outcome, end.Sub(left))
+				}
+				wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
+			}},
 		})
 	})
 
 	t.Run("client limits", func(t *testing.T) {
 		t.Parallel()
+		fake := ownFake(t)
 		p := startProxyProc(t, fake, faultFlags...)
 		runFaults(t, p, []faultClass{
 			{"slowloris", func(t *testing.T, p *proxyProc) {

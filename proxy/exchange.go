@@ -106,8 +106,8 @@ func (x *exchange) replayable() bool {
 type notResentError struct{ err error }
 
 func (e *notResentError) Error() string {
-	return "the engine closed the connection after the request was sent, before answering (" + e.err.Error() +
-		"); not sent again, since the engine may have run it (a request with an Idempotency-Key header would be)"
+	return "not sent again: the engine dropped the connection after the request was sent, before answering, and may have run it " +
+		"(a request with an Idempotency-Key header would be sent again): " + e.err.Error()
 }
 
 func (e *notResentError) Unwrap() error { return e.err }

@@ -31,9 +31,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // watching is possible (a TCP or Unix socket).
 func (w *watcher) start(conn net.Conn, gone func()) bool {
 	if tc, ok := conn.(*tls.Conn); ok {
-		// The socket under TLS: a close shows there as plainly. (A client
-		// that sends close_notify first looks like one sending more, and
-		// is seen at the next write.)
+		// The socket under TLS: a close shows there as plainly (after a
+		// close_notify, by the FIN behind it; see run).
 		conn = tc.NetConn()
 	}
 	sc, ok := conn.(syscall.Conn)
