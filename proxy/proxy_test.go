@@ -956,9 +956,9 @@ func TestEngineClosesRightAfterData(t *testing.T) {
 }
 
 // TestSlowClient has one client stop reading a fast engine's 16 MiB stream
-// for two seconds while another streams 20 events 10 ms apart through the
-// same proxy: the slow one gets every byte, in order, and the other's
-// events are not held up behind it (the event loop that passes both bodies
+// until another has streamed 20 events 10 ms apart through the same proxy:
+// the slow one gets every byte, in order, and the other's events are not
+// held up behind it (the event loop that passes both bodies
 // on never waits for a client; the handler's goroutine takes over the slow
 // one's backlog).
 func TestSlowClient(t *testing.T) {
@@ -993,6 +993,7 @@ func TestSlowClient(t *testing.T) {
 	h := startProxy(t, up.URL, func(c *Config) { c.NoInject = true })
 
 	slow := make(chan error, 1)
+	otherDone, heldUp := make(chan struct{}), make(chan bool, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody("m", 10, true, "")))
 		req.Header.Set("X-Kind", "big")
@@ -1020,7 +1021,13 @@ func TestSlowClient(t *testing.T) {
 				return
 			}
 			if i == 0 {
-				time.Sleep(2 * time.Second) // stalled, while the other stream runs
+				// Stalled until the other stream is over. Were it held up
+				// behind this one, it would never be: the cap says so.
+				select {
+				case <-otherDone:
+				case <-time.After(30 * time.Second):
+					heldUp <- true
+				}
 			}
 		}
 		if got.String() != big.String() {
@@ -1046,14 +1053,19 @@ func TestSlowClient(t *testing.T) {
 			late = max(late, time.Since(<-written))
 		}
 	}
+	close(otherDone)
 	if events != 20 {
 		t.Fatalf("the other client got %d events, want 20", events)
 	}
-	// Held up behind the slow client, they would come at its stall's end,
-	// over 1.5 s late; a loaded machine under -race made them up to 308 ms
-	// late (when the bound was 300 ms and the stall 1 s).
-	if late > time.Second {
-		t.Errorf("the other client's events came up to %v after the engine wrote them: held up behind the slow client", late)
+	// Whether the other stream got through while the slow client stalled
+	// is the check: how late its events came depends on the machine (up
+	// to 1.8 s in a make test beside chromium and other race tests, when
+	// this was a 1 s bound against a 2 s stall), so it is only logged.
+	t.Logf("the other client's events came at most %v after the engine wrote them", late)
+	select {
+	case <-heldUp:
+		t.Errorf("the other client's stream did not end in 30 s while the slow client stalled: held up behind it")
+	default:
 	}
 	if err := <-slow; err != nil {
 		t.Fatal(err)
