@@ -4,6 +4,8 @@
 #   make bench  benchmarks of the hot paths and of accuracy against the fake engine
 #   make fuzz   every fuzz target for FUZZTIME each
 #   make live   the live tier: real llama-server and Ollama (skipped, loudly, where absent)
+#   make soak   (not in CI) 1,024 streams through the proxy for 10 minutes: memory, descriptors, records
+#   make fuzz-proxy  (not in CI) mutated requests and responses against a running proxy for FUZZ_PROXY_TIME
 
 GO        ?= go
 PKG       := github.com/tokentap/tokentap
@@ -14,6 +16,9 @@ LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.d
 BIN       := bin/tokentap
 FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
+SOAK_DURATION   ?= 10m
+SOAK_STREAMS    ?= 1024
+FUZZ_PROXY_TIME ?= 10m
 STATICCHECK_VERSION ?= v0.8.2
 
 # The live tier's engines: TOKENTAP_LLAMA_SERVER and TOKENTAP_OLLAMA name
@@ -23,7 +28,7 @@ TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
 TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
 
-.PHONY: build test unit race lint e2e live bench fuzz deps tools clean demo
+.PHONY: build test unit race lint e2e live bench fuzz soak fuzz-proxy deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
@@ -45,11 +50,27 @@ lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags 'e2e soak fuzzproxy' ./e2e/
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
+	$$($(GO) env GOPATH)/bin/staticcheck -tags 'e2e soak fuzzproxy' ./e2e/
 
-# Slow end-to-end checks: the built binary as a user runs it.
+# Slow end-to-end checks: the built binary as a user runs it. The fault
+# suite's proxies run side by side (-parallel): most of its time is waiting.
 e2e: build
-	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags e2e ./e2e/...
+	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -parallel 8 -tags e2e ./e2e/...
+
+# Not in CI: SOAK_STREAMS streams through the built proxy for SOAK_DURATION
+# against the fake engine; prints RSS, descriptors and goroutines at start,
+# middle and end, and records written against requests sent.
+soak: build
+	TOKENTAP_BIN=$(CURDIR)/$(BIN) TOKENTAP_SOAK_DURATION=$(SOAK_DURATION) TOKENTAP_SOAK_STREAMS=$(SOAK_STREAMS) \
+	  $(GO) test -count=1 -timeout 0 -tags 'e2e soak' -run '^TestSoak$$' -v ./e2e/
+
+# Not in CI: mutated requests and engine responses, at the socket level,
+# against the built proxy for FUZZ_PROXY_TIME (TOKENTAP_FUZZ_SEED replays).
+fuzz-proxy: build
+	TOKENTAP_BIN=$(CURDIR)/$(BIN) TOKENTAP_FUZZ_TIME=$(FUZZ_PROXY_TIME) \
+	  $(GO) test -count=1 -timeout 0 -tags 'e2e fuzzproxy' -run '^TestFuzzProxy$$' -v ./e2e/
 
 # The live tier (build tag live): probes, proxy and matrix against a real
 # llama-server and Ollama serving a tiny model tokentap writes. The full log

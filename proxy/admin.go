@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"net/http"
+	"strconv"
 )
 
 // AdminHandler serves the admin endpoints:
@@ -20,6 +21,8 @@ func (p *Proxy) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		var b bytes.Buffer
 		p.m.writeProm(&b)
+		b.WriteString("# HELP tokentap_upstream_connections Connections to the engine open now, busy or idle.\n# TYPE tokentap_upstream_connections gauge\n")
+		b.WriteString("tokentap_upstream_connections " + strconv.Itoa(p.hc.ConnsCount()) + "\n")
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_, _ = w.Write(b.Bytes())
 	})

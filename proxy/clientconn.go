@@ -1,41 +1,183 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/tokentap/tokentap/internal/rawio"
 	"github.com/tokentap/tokentap/record"
 )
 
 // clientListener hands fasthttp client connections whose writes go to the
-// socket by rawio.Write (see clientConn).
-type clientListener struct{ net.Listener }
+// socket by rawio.Write (see clientConn). It also keeps the per-address
+// connection cap (Config.MaxConnsPerIP) and the count of open client
+// connections; every connection it hands out calls closed once when it
+// closes.
+type clientListener struct {
+	net.Listener
+	p     *Proxy
+	perIP int // the cap; 0: none
 
-func (l clientListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return c, err
+	mu    sync.Mutex
+	conns map[string]int // open connections per client address (with a cap)
+}
+
+func newClientListener(ln net.Listener, p *Proxy) *clientListener {
+	l := &clientListener{Listener: ln, p: p}
+	if p != nil {
+		l.perIP = p.cfg.MaxConnsPerIP
 	}
+	if l.perIP > 0 {
+		l.conns = map[string]int{}
+	}
+	return l
+}
+
+func (l *clientListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return c, err
+		}
+		ip := ""
+		if l.perIP > 0 {
+			ip = hostOf(c.RemoteAddr())
+			l.mu.Lock()
+			over := l.conns[ip] >= l.perIP
+			if !over {
+				l.conns[ip]++
+			}
+			l.mu.Unlock()
+			if over {
+				l.reject(c)
+				continue
+			}
+		}
+		if l.p != nil {
+			l.p.m.clientConns.Add(1)
+		}
+		return l.wrap(c, ip), nil
+	}
+}
+
+// wrap makes the connection fasthttp serves: a clientConn where raw
+// writes work, else the connection with its close counted.
+func (l *clientListener) wrap(c net.Conn, ip string) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok || !rawio.Supported {
-		return c, nil
+		return &countedConn{Conn: c, l: l, ip: ip}
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
-		return c, nil
+		return &countedConn{Conn: c, l: l, ip: ip}
 	}
-	cc := &clientConn{TCPConn: tc, rc: rc}
+	cc := &clientConn{TCPConn: tc, rc: rc, l: l, ip: ip}
 	cc.wfn = cc.writeFD
 	cc.rfn = cc.readFD
 	if rawio.Stamps {
 		// Best effort: without stamps a read is timed at its return.
 		_ = rc.Control(func(fd uintptr) { _ = rawio.StampReads(int(fd)) })
 	}
-	return cc, nil
+	return cc
+}
+
+// closed is called once for every connection Accept handed out.
+func (l *clientListener) closed(ip string) {
+	if l.p != nil {
+		l.p.m.clientConns.Add(-1)
+	}
+	if l.perIP > 0 {
+		l.mu.Lock()
+		if l.conns[ip]--; l.conns[ip] <= 0 {
+			delete(l.conns, ip)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// reject answers a connection over the per-address cap with a 429 (not
+// over TLS, where nothing is readable before the handshake) and closes it,
+// on a goroutine of its own: the accept loop never waits for a client.
+func (l *clientListener) reject(c net.Conn) {
+	if l.p != nil {
+		l.p.m.rejected(rejectConnsPerIP)
+	}
+	msg := fmt.Sprintf("tokentap proxy: this address already has %d open connections (--max-conns-per-ip); close some or raise the limit", l.perIP)
+	body := openAIError(msg, "too_many_connections", fasthttp.StatusTooManyRequests)
+	go func() {
+		if l.p == nil || l.p.cfg.TLS == nil {
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+		}
+		lingerClose(c)
+	}()
+}
+
+// hostOf is the IP of a client address, without the port.
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	h, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return h
+}
+
+// countedConn is a client connection served as it is (no raw writes),
+// whose close is counted.
+type countedConn struct {
+	net.Conn
+	l      *clientListener
+	ip     string
+	once   sync.Once
+	linger atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	err := net.ErrClosed
+	c.once.Do(func() {
+		if c.linger.Load() {
+			go func() { lingerClose(c.Conn); c.l.closed(c.ip) }()
+			err = nil
+			return
+		}
+		err = c.Conn.Close()
+		c.l.closed(c.ip)
+	})
+	return err
+}
+
+// Linger times: how long, and for how many bytes, a connection closed
+// after an error answer is read and discarded first.
+const (
+	lingerTime  = 2 * time.Second
+	lingerBytes = 4 << 20
+)
+
+// lingerClose closes a connection whose client may still be sending (a
+// request refused before its body was read): it sends FIN after the
+// answer, then reads and discards what the client still sends, for at
+// most lingerTime and lingerBytes, so the close does not become a reset
+// that destroys the answer in the client's receive buffer before it read
+// it (nginx's lingering_close).
+func lingerClose(c net.Conn) {
+	type closeWriter interface{ CloseWrite() error }
+	if cw, ok := c.(closeWriter); ok {
+		_ = cw.CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.CopyN(io.Discard, c, lingerBytes)
+	}
+	_ = c.Close()
 }
 
 // clientConn is an accepted TCP connection whose Write is a raw write
@@ -54,6 +196,10 @@ func (l clientListener) Accept() (net.Conn, error) {
 // goroutine, which writes the backlog with flushBacklog.
 type clientConn struct {
 	*net.TCPConn
+	l        *clientListener
+	ip       string
+	once     sync.Once
+	linger   atomic.Bool // the connection closes after an error answer: lingerClose
 	rc       syscall.RawConn
 	nonblock bool
 	backlog  []byte
@@ -113,6 +259,23 @@ func (c *clientConn) readFD(fd uintptr) bool {
 		c.rn, c.arrived = n, at
 	}
 	return true
+}
+
+// Close closes the connection (once), lingering after an error answer.
+func (c *clientConn) Close() error {
+	err := net.ErrClosed
+	c.once.Do(func() {
+		if c.linger.Load() {
+			// The raw reads and writes are done: lingerClose reads the
+			// *net.TCPConn itself.
+			go func() { lingerClose(c.TCPConn); c.l.closed(c.ip) }()
+			err = nil
+			return
+		}
+		err = c.TCPConn.Close()
+		c.l.closed(c.ip)
+	})
+	return err
 }
 
 // sent is when the request being handled reached the proxy: the arrival of

@@ -24,7 +24,7 @@ func acceptPair(t *testing.T) (net.Conn, net.Conn) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cl := clientListener{ln}
+	cl := newClientListener(ln, nil)
 	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

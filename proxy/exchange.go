@@ -2,33 +2,50 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/tokentap/tokentap/internal/evloop"
 	"github.com/tokentap/tokentap/record"
 )
 
-// roundTrip sends the request on a pooled connection and reads the
-// response headers. A request that fails on a reused keep-alive connection
-// before any response (the engine closed it while idle) is sent once more on
-// a fresh one.
+// maxResends bounds how often one request is sent again.
+const maxResends = 2
+
+// roundTrip sends the request and reads the response head. It sends the
+// request again, on another connection, only where that cannot make the
+// engine run it twice, as Go's net/http does (and nginx, which has not
+// passed a sent POST on since 1.9.13): after a reused keep-alive
+// connection failed either before any byte of the request was written, or,
+// for a replayable request (an Idempotency-Key or X-Idempotency-Key header;
+// GET, HEAD, OPTIONS or TRACE without a body), before any byte of an
+// answer. A POST the engine read and then dropped is not sent again: the
+// client gets the engine's failure. A reused connection the engine closed
+// while it sat idle is seen before anything is written on it, and dropped.
+// Every resend is counted in the record and in /metrics.
 func (x *exchange) roundTrip() error {
-	for attempt := 0; ; attempt++ {
+	for {
 		reused, err := x.acquire()
 		if err != nil {
 			return err
 		}
-		err = x.send()
+		if reused && !connAlive(x.conn) {
+			// Closed (or sending unasked) while idle: nothing was sent on it.
+			x.releaseConn(true)
+			x.p.m.staleConns.Add(1)
+			continue
+		}
+		written, err := x.send()
 		if err == nil {
 			return nil
 		}
@@ -36,23 +53,64 @@ func (x *exchange) roundTrip() error {
 		if x.gone.Load() {
 			return errClientGone
 		}
-		if attempt == 0 && reused && staleConn(err) {
-			continue
+		reason := -1
+		switch {
+		case !reused || x.resends >= maxResends:
+		case !written:
+			reason = resendUnwritten
+		case x.replayable() && !x.src.got && !isTimeout(err):
+			reason = resendReplayable
 		}
-		return err
+		if reason < 0 {
+			if written && !x.src.got && !isTimeout(err) && !x.replayable() {
+				err = &notResentError{err: err}
+			}
+			return err
+		}
+		x.resends++
+		x.p.m.resends[reason].Add(1)
+		if x.rec != nil {
+			x.rec.Retries++
+		}
 	}
 }
 
-// staleConn reports errors of a keep-alive connection the engine closed.
-func staleConn(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, fasthttp.ErrConnectionClosed) || isNothingRead(err)
+// Why a request was sent again (metrics label).
+const (
+	resendUnwritten  = iota // none of it had been written
+	resendReplayable        // replayable, and no byte of an answer came
+	nResendReasons
+)
+
+var resendReasonNames = [nResendReasons]string{"nothing_written", "replayable"}
+
+// replayable says whether the request may be sent again after it was
+// written: net/http's rule (Request.isReplayable).
+func (x *exchange) replayable() bool {
+	h := &x.req.Header
+	if h.Peek("Idempotency-Key") != nil || h.Peek("X-Idempotency-Key") != nil {
+		return true
+	}
+	if len(x.req.Body()) > 0 {
+		return false
+	}
+	switch string(h.Method()) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace:
+		return true
+	}
+	return false
 }
 
-func isNothingRead(err error) bool {
-	var nr fasthttp.ErrNothingRead
-	return errors.As(err, &nr)
+// notResentError is a written, non-replayable request's failure before
+// any answer: the engine may have run it, so it was not sent again.
+type notResentError struct{ err error }
+
+func (e *notResentError) Error() string {
+	return "not sent again: the engine dropped the connection after the request was sent, before answering, and may have run it " +
+		"(a request with an Idempotency-Key header would be sent again): " + e.err.Error()
 }
+
+func (e *notResentError) Unwrap() error { return e.err }
 
 func (x *exchange) acquire() (reused bool, err error) {
 	hc := x.p.hc
@@ -79,35 +137,99 @@ func (x *exchange) acquire() (reused bool, err error) {
 	return reused, nil
 }
 
-func (x *exchange) send() error {
-	hc, conn, idle := x.p.hc, x.conn, x.p.cfg.IdleTimeout
+// connAlive says whether an idle upstream connection can take a request:
+// nothing, not even a close, waits to be read on it (over TLS, bytes may
+// wait: a session ticket, say; only a close or an error count).
+func connAlive(c net.Conn) bool {
+	if ec, ok := c.(*evloop.Conn); ok {
+		return ec.Alive()
+	}
+	isTLS := false
+	if tc, ok := c.(*tls.Conn); ok {
+		c, isTLS = tc.NetConn(), true
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok || !peekSupported {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	alive := true
+	var b [1]byte
+	if err := rc.Control(func(fd uintptr) {
+		n, err := peek(fd, b[:])
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		case err != nil || n == 0:
+			alive = false
+		default:
+			alive = isTLS // unasked bytes on plain HTTP: the connection is out of step
+		}
+	}); err != nil {
+		return false
+	}
+	return alive
+}
+
+// testBeforeSend lets a test break the connection a request is about to
+// be written on.
+var testBeforeSend atomic.Pointer[func(net.Conn)]
+
+// countWriter counts the bytes its connection took.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// send writes the request and reads the response head. written says
+// whether any byte of the request reached the connection.
+func (x *exchange) send() (written bool, err error) {
+	conn, idle := x.conn, x.p.cfg.IdleTimeout
+	x.src.got, x.src.err = false, nil
 	now := time.Now()
 	if err := conn.SetWriteDeadline(now.Add(idle)); err != nil {
-		return err
+		return false, err
 	}
-	bw := hc.AcquireWriter(conn)
-	err := x.req.Write(bw)
+	if hook := testBeforeSend.Load(); hook != nil {
+		(*hook)(conn)
+	}
+	x.cw = countWriter{w: conn}
+	if x.bw == nil {
+		x.bw = bufio.NewWriterSize(&x.cw, upstreamBufferSize)
+	} else {
+		x.bw.Reset(&x.cw)
+	}
+	err = x.req.Write(x.bw)
 	if err == nil {
-		err = bw.Flush()
+		err = x.bw.Flush()
 	}
-	hc.ReleaseWriter(bw)
+	x.bw.Reset(nil)
+	written = x.cw.n > 0
+	x.cw.w = nil
 	if err != nil {
-		return err
+		return written, fmt.Errorf("writing the request to the engine: %w", err)
 	}
 	x.readDL = now.Add(idle)
 	if err := conn.SetReadDeadline(x.readDL); err != nil {
-		return err
+		return true, err
 	}
-	x.src.conn, x.src.fd = conn, -1
+	x.src.conn, x.src.fd, x.src.got, x.src.err = conn, -1, false, nil
 	if x.br == nil {
 		x.br = bufio.NewReaderSize(&x.src, upstreamBufferSize)
 	} else {
 		x.br.Reset(&x.src)
 	}
 	for {
-		x.hdr.Reset()
-		if err := x.hdr.Read(x.br); err != nil {
-			return err
+		if err := x.readHead(); err != nil {
+			return true, err
 		}
 		if sc := x.hdr.StatusCode(); sc >= 200 || sc == fasthttp.StatusSwitchingProtocols {
 			break
@@ -124,7 +246,50 @@ func (x *exchange) send() error {
 	default:
 		x.body.reset(x.br, frameLength, int64(cl))
 	}
-	return nil
+	return true, nil
+}
+
+// headError is a response head the proxy cannot read: too long, or not
+// HTTP/1.1.
+type headError struct{ err error }
+
+func (e *headError) Error() string { return e.err.Error() }
+func (e *headError) Unwrap() error { return e.err }
+
+// errHeadTooLarge is an engine's response head over MaxHeaderBytes.
+var errHeadTooLarge = &headError{fmt.Errorf("the engine's response status line and headers exceed %d KiB", MaxHeaderBytes>>10)}
+
+// readHead reads one response head. A head longer than the exchange's
+// small buffer moves, with what was read of it, to a buffer of
+// MaxHeaderBytes for the rest of this exchange. fasthttp's errors are
+// turned back into what happened on the socket: a timeout stays a timeout
+// (the record says timeout, as it does mid-stream), and a close before any
+// byte is not confused with a malformed head.
+func (x *exchange) readHead() error {
+	x.hdr.Reset()
+	err := x.hdr.Read(x.br)
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) && x.br.Size() < MaxHeaderBytes {
+		held, _ := x.br.Peek(x.br.Buffered())
+		x.src.pre = append(x.src.pre[:0], held...)
+		x.br = bufio.NewReaderSize(&x.src, MaxHeaderBytes)
+		x.hdr.Reset()
+		err = x.hdr.Read(x.br)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &small):
+		return errHeadTooLarge
+	case x.src.err != nil && isTimeout(x.src.err), errors.Is(err, fasthttp.ErrTimeout):
+		return fmt.Errorf("the engine sent no response for %v (--idle-timeout): %w", x.p.cfg.IdleTimeout, os.ErrDeadlineExceeded)
+	case x.src.err != nil && !x.src.got:
+		return x.src.err // the socket's own error: a reset, a close (io.EOF)
+	case x.src.err != nil:
+		return fmt.Errorf("the engine's response head was cut off: %w", x.src.err)
+	default:
+		return &headError{fmt.Errorf("the engine's response head is not valid HTTP/1.1: %w", err)}
+	}
 }
 
 // releaseConn gives the upstream connection back to the pool, or closes it.
@@ -161,15 +326,27 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	}
 	status, kind := fasthttp.StatusBadGateway, "upstream_unreachable"
 	msg := fmt.Sprintf("tokentap proxy: no response from the engine at %s: %v", x.p.cfg.Upstream, err)
-	if isTimeout(err) {
+	var nr *notResentError
+	var he *headError
+	switch {
+	case isTimeout(err):
 		status, kind = fasthttp.StatusGatewayTimeout, "upstream_timeout"
 		msg = fmt.Sprintf("tokentap proxy: the engine at %s sent nothing for %v (the proxy's idle timeout; raise --idle-timeout for longer prefills)",
 			x.p.cfg.Upstream, x.p.cfg.IdleTimeout)
-	} else if errors.Is(err, fasthttp.ErrNoFreeConns) {
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		kind = "upstream_busy"
 		msg = fmt.Sprintf("tokentap proxy: all %d connections to the engine are busy (raise --max-conns)", x.p.cfg.MaxConns)
+	case errors.As(err, &nr):
+		kind = "upstream_closed"
+		msg = fmt.Sprintf("tokentap proxy: %v (engine at %s)", err, x.p.cfg.Upstream)
+	case errors.As(err, &he):
+		kind = "upstream_bad_response"
+		msg = fmt.Sprintf("tokentap proxy: the engine at %s answered with a response tokentap cannot pass on: %v", x.p.cfg.Upstream, err)
 	}
 	x.end(err, record.BlameEngine)
+	if he != nil && x.rec != nil && x.measure {
+		x.rec.Outcome = record.Malformed // the engine answered, not in HTTP
+	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
@@ -398,7 +575,18 @@ func (x *exchange) end(err error, blame record.Blame) {
 		x.rec.End = x.p.clock.Now()
 		x.rec.Outcome, x.rec.Blame = record.Broken, record.BlameTokentap
 		x.rec.Error = "measurement failed inside tokentap; the client's stream was passed on unmeasured"
+		return
 	}
+	if r := x.rec; r.Outcome == record.HTTPError && clientStatus(r.Status) {
+		r.Blame = record.BlameClient // the engine refused what the client sent
+	}
+}
+
+// clientStatus says whether an engine's status blames the request: a 4xx
+// (RFC 9110 §15.5), except 408 and 429, which say the engine was slow or
+// full.
+func clientStatus(code int) bool {
+	return code >= 400 && code < 500 && code != fasthttp.StatusRequestTimeout && code != fasthttp.StatusTooManyRequests
 }
 
 // CloseWithError is called by fasthttp when it is done with the body
@@ -426,17 +614,14 @@ func (x *exchange) finish() {
 		// comes after this: it too gives up on a client that stopped
 		// reading. serve clears the deadline for the next request.
 		_ = x.client.SetWriteDeadline(time.Now().Add(x.p.cfg.IdleTimeout))
-		if cc, ok := x.client.(*clientConn); ok {
+		if cc := baseConn(x.client); cc != nil {
 			cc.deadline = true
 		}
 	}
 	if x.rec != nil {
 		p.m.inFlight.Add(-1)
-		p.recMu.RLock()
-		if !p.recClosed {
-			p.recs <- x.rec
-		}
-		p.recMu.RUnlock()
+		x.rec.Error = scrubSecrets(x.rec.Error, &x.req.Header)
+		p.emit(x.rec)
 		x.rec = nil
 	}
 	x.put()
@@ -506,8 +691,3 @@ func (x *exchange) measureFailed(r any) {
 			Msg("measurement failed inside tokentap (please report); the stream goes on unmeasured; further failures are counted in tokentap_measurement_errors_total, not logged")
 	}
 }
-
-// fasthttpLogger routes fasthttp's messages to zerolog at debug level.
-type fasthttpLogger struct{ log zerolog.Logger }
-
-func (l fasthttpLogger) Printf(format string, args ...any) { l.log.Debug().Msgf(format, args...) }

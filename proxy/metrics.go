@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -91,7 +93,15 @@ type metrics struct {
 	passed   atomic.Uint64
 	measErrs atomic.Uint64
 	slo      slo.Spec // objectives requests are judged against; zero: none (slo.go)
+
+	clientConns atomic.Int64                  // open client connections
+	rejects     [nRejectReasons]atomic.Uint64 // refused requests and connections, by reason
+	resends     [nResendReasons]atomic.Uint64 // requests sent to the engine again, by reason
+	staleConns  atomic.Uint64                 // idle upstream connections found closed before use
 }
+
+// rejected counts a refused request or connection.
+func (m *metrics) rejected(r rejectReason) { m.rejects[r].Add(1) }
 
 func newMetrics() *metrics {
 	return &metrics{models: map[string]*modelStats{}, totals: map[outcomeKey]uint64{}, since: time.Now()}
@@ -218,6 +228,19 @@ func (m *metrics) writeProm(b *bytes.Buffer) {
 	b.WriteString("tokentap_passthrough_requests_total " + strconv.FormatUint(m.passed.Load(), 10) + "\n")
 	b.WriteString("# HELP tokentap_measurement_errors_total Streams whose measurement failed inside tokentap; the client's stream went on unmeasured.\n# TYPE tokentap_measurement_errors_total counter\n")
 	b.WriteString("tokentap_measurement_errors_total " + strconv.FormatUint(m.measErrs.Load(), 10) + "\n")
+	b.WriteString("# HELP tokentap_upstream_retries_total Requests sent to the engine again, by why that was safe: nothing of them had been written, or they are replayable (Idempotency-Key; GET, HEAD, OPTIONS, TRACE) and no answer had begun.\n# TYPE tokentap_upstream_retries_total counter\n")
+	for i, name := range resendReasonNames {
+		b.WriteString(`tokentap_upstream_retries_total{reason="` + name + `"} ` + strconv.FormatUint(m.resends[i].Load(), 10) + "\n")
+	}
+	b.WriteString("# HELP tokentap_upstream_stale_connections_total Idle connections to the engine found closed before a request was written on them (dropped unused).\n# TYPE tokentap_upstream_stale_connections_total counter\n")
+	b.WriteString("tokentap_upstream_stale_connections_total " + strconv.FormatUint(m.staleConns.Load(), 10) + "\n")
+	b.WriteString("# HELP tokentap_client_connections Client connections open now.\n# TYPE tokentap_client_connections gauge\n")
+	b.WriteString("tokentap_client_connections " + strconv.FormatInt(m.clientConns.Load(), 10) + "\n")
+	b.WriteString("# HELP tokentap_client_rejected_total Client requests and connections the proxy refused, by reason.\n# TYPE tokentap_client_rejected_total counter\n")
+	for i, name := range rejectReasonNames {
+		b.WriteString(`tokentap_client_rejected_total{reason="` + name + `"} ` + strconv.FormatUint(m.rejects[i].Load(), 10) + "\n")
+	}
+	writeProcessMetrics(b)
 }
 
 func escapeLabel(s string) string {
@@ -356,4 +379,34 @@ func latencyPercentiles(h hdrLike) *Percentiles {
 func (st *Stats) encode() []byte {
 	b, _ := json.MarshalIndent(st, "", "  ")
 	return append(b, '\n')
+}
+
+// writeProcessMetrics adds the process's goroutines and open descriptors,
+// under the names Prometheus's Go client uses: a leak shows as a line that
+// only grows.
+func writeProcessMetrics(b *bytes.Buffer) {
+	b.WriteString("# HELP go_goroutines Number of goroutines that currently exist.\n# TYPE go_goroutines gauge\n")
+	b.WriteString("go_goroutines " + strconv.Itoa(runtime.NumGoroutine()) + "\n")
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.WriteString("# HELP go_memstats_heap_inuse_bytes Number of heap bytes that are in use.\n# TYPE go_memstats_heap_inuse_bytes gauge\n")
+	b.WriteString("go_memstats_heap_inuse_bytes " + strconv.FormatUint(ms.HeapInuse, 10) + "\n")
+	if n, ok := openFDs(); ok {
+		b.WriteString("# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\n")
+		b.WriteString("process_open_fds " + strconv.Itoa(n) + "\n")
+	}
+}
+
+// openFDs counts the process's open descriptors where /proc tells.
+func openFDs() (int, bool) {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return 0, false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return 0, false
+	}
+	return len(names) - 1, true // less the directory being read
 }

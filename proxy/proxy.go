@@ -15,9 +15,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/url"
 	"strconv"
@@ -36,15 +39,22 @@ import (
 
 // Defaults of Config's zero values.
 const (
-	DefaultIdleTimeout = 10 * time.Minute
-	DefaultMaxBodySize = 128 << 20
-	DefaultMaxConns    = 4096
+	DefaultIdleTimeout       = 10 * time.Minute
+	DefaultMaxBodySize       = 128 << 20
+	DefaultMaxConns          = 4096
+	DefaultReadHeaderTimeout = 30 * time.Second
+	DefaultKeepAliveTimeout  = 90 * time.Second
+	// MaxHeaderBytes bounds a request's line and headers, and a response's
+	// status line and headers, each way: a large JWT or an engine's long
+	// headers pass, as they would reach the engine without tokentap.
+	MaxHeaderBytes = 72 << 10
 	// keepAliveIdle is how long an idle upstream connection is kept. Below
 	// uvicorn's (vLLM, SGLang) 5 s keep-alive, so the proxy rarely sends on a
 	// connection the engine is closing.
 	keepAliveIdle = 4 * time.Second
-	// upstreamBufferSize is the upstream read buffer (fasthttp's default):
-	// the response headers must fit in it.
+	// upstreamBufferSize is the upstream read buffer every exchange keeps:
+	// most response heads fit in it; a longer one moves to a buffer of
+	// MaxHeaderBytes for that exchange only (see readHead).
 	upstreamBufferSize = 4096
 )
 
@@ -64,6 +74,23 @@ type Config struct {
 	// MaxConns caps connections to the engine (default 4096); requests
 	// beyond it wait for a free connection.
 	MaxConns int
+	// ReadHeaderTimeout is how long a client has to send a request's
+	// headers from the request's first byte (a new connection that sends
+	// nothing is closed after it too); a client still sending then gets a
+	// 408 and is closed. The body then has IdleTimeout. Default
+	// DefaultReadHeaderTimeout; negative: none.
+	ReadHeaderTimeout time.Duration
+	// KeepAliveTimeout is how long an idle client connection is kept open
+	// between requests. Default DefaultKeepAliveTimeout.
+	KeepAliveTimeout time.Duration
+	// MaxConnsPerIP caps a client address's open connections; 0: no cap.
+	// A connection over it gets a 429 and is closed.
+	MaxConnsPerIP int
+	// UpstreamCAs, when set, are the roots an https engine's certificate
+	// must chain to (in place of the system's). Verification is never off.
+	UpstreamCAs *x509.CertPool
+	// TLS, when set, serves clients over TLS (it must hold a certificate).
+	TLS *tls.Config
 	// NoInject turns off asking the engine for usage on behalf of streaming
 	// clients that did not ask for it; their token counts are then counted.
 	NoInject bool
@@ -117,6 +144,9 @@ type Proxy struct {
 	failLogged  atomic.Int64 // unix ns of the last "engine did not answer" line
 }
 
+// upstreamDialer opens connections to the engine.
+var upstreamDialer = net.Dialer{Timeout: 5 * time.Second}
+
 var (
 	chatPath        = []byte("/v1/chat/completions")
 	completionsPath = []byte("/v1/completions")
@@ -136,6 +166,18 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ReadHeaderTimeout == 0 {
+		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if cfg.KeepAliveTimeout <= 0 {
+		cfg.KeepAliveTimeout = DefaultKeepAliveTimeout
+	}
+	if cfg.UpstreamCAs != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("upstream %q is plain http: a CA for the engine's certificate needs an https:// upstream", cfg.Upstream)
+	}
+	if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil {
+		return nil, errors.New("TLS for clients needs a certificate and its key")
 	}
 	clock := cfg.Clock
 	if clock.Start().IsZero() {
@@ -161,8 +203,13 @@ func New(cfg Config) (*Proxy, error) {
 			MaxConns:                 cfg.MaxConns,
 			MaxConnWaitTimeout:       cfg.IdleTimeout,
 			MaxIdleConnDuration:      keepAliveIdle,
+			SecureErrorLogMessage:    true,
+			TLSConfig:                upstreamTLS(u.Hostname(), cfg.UpstreamCAs),
 			DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-				c, err := fasthttp.DialTimeout(addr, 5*time.Second)
+				// net's dialer, not fasthttp's: that one caps dials in flight
+				// at 1,000, and a thousand clients arriving at once (the
+				// soak's start) made some wait past the timeout: 502s.
+				c, err := upstreamDialer.Dial("tcp", addr)
 				if err != nil || u.Scheme == "https" {
 					return c, err
 				}
@@ -194,22 +241,46 @@ func (p *Proxy) Clock() record.Clock { return p.clock }
 func (p *Proxy) Handler() fasthttp.RequestHandler { return p.serve }
 
 // NewServer returns a fasthttp server configured for proxying: large
-// request bodies, no whole-response deadlines, upstream headers kept as
-// they are.
+// request bodies and headers, no whole-response deadlines, upstream headers
+// kept as they are, the client limits of Config, and errors in OpenAI's
+// JSON shape.
 func (p *Proxy) NewServer() *fasthttp.Server {
-	return &fasthttp.Server{
+	srv := &fasthttp.Server{
 		Handler:               p.serve,
+		ErrorHandler:          p.clientError,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		MaxRequestBodySize:    p.cfg.MaxBodySize,
-		IdleTimeout:           90 * time.Second,
+		ReadBufferSize:        MaxHeaderBytes,
+		// A connection gives its read buffer back between requests, so
+		// 1,000 idle or streaming clients do not hold 72 KiB each.
+		ReduceMemoryUsage: true,
+		IdleTimeout:       p.cfg.KeepAliveTimeout,
+		// Idle worker goroutines end within 2 s (fasthttp keeps them 10 s),
+		// so after a burst the goroutine count is soon back where it was: a
+		// leak then shows (the fault suite and the soak check it). A worker
+		// serves a connection for its life, so this costs a goroutine start
+		// per new connection at most.
+		MaxIdleWorkerDuration: time.Second,
 		CloseOnShutdown:       true,
+		// fasthttp's own error texts then carry no request bytes (headers
+		// with keys); the logger redacts besides.
+		SecureErrorLogMessage: true,
 		Logger:                fasthttpLogger{p.log},
 	}
+	if t := p.cfg.ReadHeaderTimeout; t > 0 {
+		srv.ReadTimeout = t
+		// The body has the idle timeout, from the end of the headers.
+		srv.HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: p.cfg.IdleTimeout}
+		}
+	}
+	return srv
 }
 
-// Serve proxies the clients accepted on ln until Close.
+// Serve proxies the clients accepted on ln until Close (over TLS when
+// Config.TLS is set).
 func (p *Proxy) Serve(ln net.Listener) error {
 	srv := p.NewServer()
 	p.mu.Lock()
@@ -219,7 +290,15 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 	p.srv = srv
 	p.mu.Unlock()
-	return srv.Serve(clientListener{ln})
+	var cl net.Listener = newClientListener(ln, p)
+	if p.cfg.TLS != nil {
+		tc := p.cfg.TLS.Clone()
+		if len(tc.NextProtos) == 0 {
+			tc.NextProtos = []string{"http/1.1"}
+		}
+		cl = tls.NewListener(cl, tc)
+	}
+	return srv.Serve(cl)
 }
 
 // Close stops serving (giving open streams up to the context's deadline to
@@ -302,7 +381,10 @@ type exchange struct {
 	mu      sync.Mutex // guards conn and release against the watcher
 	conn    net.Conn
 	release func(discard bool)
-	br      *bufio.Reader // reads src; kept with the pooled exchange
+	br      *bufio.Reader // reads src; kept with the pooled exchange (when small)
+	bw      *bufio.Writer // writes the request through cw
+	cw      countWriter
+	resends int // times the request was sent again
 	src     upstreamSource
 	sink    loopSink // the body the event loop passes on (writeToLoop)
 	gone    atomic.Bool
@@ -344,7 +426,11 @@ func (x *exchange) put() {
 	x.req.Reset()
 	x.hdr.Reset()
 	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
-	x.head, x.wroteBytes = false, 0
+	x.head, x.wroteBytes, x.resends = false, 0, 0
+	if x.br != nil && x.br.Size() > upstreamBufferSize {
+		x.br = nil // a long response head's buffer
+	}
+	x.src.pre, x.src.err = x.src.pre[:0], nil
 	x.readDL, x.writeDL = time.Time{}, time.Time{}
 	x.endLater, x.held = false, x.held[:0]
 	x.gone.Store(false)
@@ -359,23 +445,40 @@ func (x *exchange) put() {
 // serve is the fasthttp handler.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	sent := p.clock.Now()
+	if ctx.IsConnect() {
+		p.refuse(ctx, fasthttp.StatusMethodNotAllowed, rejectBadTarget,
+			"tokentap proxy: CONNECT is for forward proxies; tokentap is a reverse proxy in front of one engine: send requests such as POST /v1/chat/completions to it")
+		return
+	}
+	target, slash, ok := originForm(ctx.Request.Header.RequestURI())
+	if !ok {
+		p.refuse(ctx, fasthttp.StatusBadRequest, rejectBadTarget,
+			"tokentap proxy: the request target is not a path (/v1/...) or an http(s):// URL; send requests such as POST /v1/chat/completions")
+		return
+	}
 	p.active.Add(1)
 	x := p.getExchange()
 	x.client = ctx.Conn()
-	if cc, ok := x.client.(*clientConn); ok {
+	cc := baseConn(x.client)
+	if cc != nil {
 		sent = cc.sent(p.clock, sent)
 		if cc.deadline {
 			// The last exchange on this connection left a write deadline
 			// for fasthttp's final flush (finish); this one starts without.
-			_ = cc.SetWriteDeadline(time.Time{})
+			_ = x.client.SetWriteDeadline(time.Time{})
 			cc.deadline = false
 		}
+	}
+	if p.cfg.ReadHeaderTimeout > 0 {
+		// The request is in: the body's read deadline must not end the
+		// client watcher's wait (a prefill may take longer).
+		_ = x.client.SetReadDeadline(time.Time{})
 	}
 	x.head = ctx.IsHead()
 	body := ctx.Request.Body()
 	path := ctx.Path()
-	measured := ctx.IsPost() && (bytes.Equal(path, chatPath) || bytes.Equal(path, completionsPath))
-	x.buildRequest(ctx, body)
+	measured := ctx.IsPost() && measuredPath(path)
+	x.buildRequest(ctx, target, slash, body)
 	if measured {
 		x.begin(body, path, sent)
 	} else {
@@ -398,6 +501,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
+	delConnectionNamed(&resp.Header, x.hdr.All())
 	resp.Header.ResetConnectionClose()
 	if x.measure {
 		x.status(x.hdr.StatusCode())
@@ -429,6 +533,20 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	resp.SetBodyStream(x, size)
 }
 
+func measuredPath(path []byte) bool {
+	return bytes.Equal(path, chatPath) || bytes.Equal(path, completionsPath)
+}
+
+// baseConn is the clientConn under a client connection (a TLS one's
+// socket), or nil.
+func baseConn(c net.Conn) *clientConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	cc, _ := c.(*clientConn)
+	return cc
+}
+
 // hopHeaders are connection-level headers a proxy must not forward
 // (RFC 9110 §7.6.1), plus Expect, which fasthttp answers itself.
 var hopHeaders = []string{
@@ -436,27 +554,85 @@ var hopHeaders = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-func (x *exchange) buildRequest(ctx *fasthttp.RequestCtx, body []byte) {
-	req := &x.req
-	ctx.Request.Header.CopyTo(&req.Header)
-	// Headers named in Connection are hop-by-hop too.
-	if c := ctx.Request.Header.Peek("Connection"); len(c) > 0 {
-		for _, name := range bytes.Split(c, []byte(",")) {
+// headerDeleter is a request or response header.
+type headerDeleter interface{ DelBytes(key []byte) }
+
+// delConnectionNamed deletes from h the headers named in any Connection
+// header of all (RFC 9110 §7.6.1: they are hop-by-hop too).
+func delConnectionNamed(h headerDeleter, all iter.Seq2[[]byte, []byte]) {
+	var names [][]byte
+	for k, v := range all {
+		if !bytes.EqualFold(k, connectionHeader) {
+			continue
+		}
+		for name := range bytes.SplitSeq(v, []byte(",")) {
 			if name = bytes.TrimSpace(name); len(name) > 0 {
-				req.Header.DelBytes(name)
+				names = append(names, name)
 			}
 		}
 	}
+	for _, name := range names {
+		h.DelBytes(name)
+	}
+}
+
+var connectionHeader = []byte("Connection")
+
+// originForm returns the request target to send the engine. An
+// origin-form target (/path?query) goes as it is; an absolute-form one
+// (http://host/path?query, which RFC 9112 §3.2.2 has servers accept) goes
+// as its path and query, since the engine is the only place tokentap sends
+// anything (slash: a "/" must come first, the URL having no path). ok is
+// false for every other form: authority-form (CONNECT's), asterisk-form,
+// anything else.
+func originForm(t []byte) (target []byte, slash, ok bool) {
+	if len(t) > 0 && t[0] == '/' {
+		return t, false, true
+	}
+	i := bytes.Index(t, []byte("://"))
+	if i <= 0 || !(bytes.EqualFold(t[:i], []byte("http")) || bytes.EqualFold(t[:i], []byte("https"))) {
+		return nil, false, false
+	}
+	rest := t[i+3:]
+	j := bytes.IndexAny(rest, "/?")
+	if j < 0 {
+		return nil, true, true
+	}
+	return rest[j:], rest[j] == '?', true
+}
+
+// refuse answers a request the proxy will not send to the engine.
+func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, reason rejectReason, msg string) {
+	p.m.rejected(reason)
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
+	ctx.SetConnectionClose()
+}
+
+func (x *exchange) buildRequest(ctx *fasthttp.RequestCtx, target []byte, slash bool, body []byte) {
+	req := &x.req
+	ctx.Request.Header.CopyTo(&req.Header)
+	// A body without a Content-Type goes without one: fasthttp would add
+	// application/octet-stream, which FastAPI engines (vLLM, SGLang) do not
+	// parse as JSON.
+	req.Header.SetNoDefaultContentType(true)
+	delConnectionNamed(&req.Header, ctx.Request.Header.All())
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}
 	req.Header.Del("Expect")
 	req.Header.ResetConnectionClose()
 	req.Header.SetHost(x.p.host)
-	uri := ctx.Request.Header.RequestURI()
-	if x.p.prefix != nil {
-		x.uri = append(append(x.uri[:0], x.p.prefix...), uri...)
-		uri = x.uri
+	uri := target
+	if x.p.prefix != nil || slash {
+		x.uri = append(x.uri[:0], x.p.prefix...)
+		if slash {
+			x.uri = append(x.uri, '/')
+		}
+		uri = append(x.uri, target...)
+		x.uri = uri
 	}
 	req.Header.SetRequestURIBytes(uri)
 	req.SetBodyRaw(body)

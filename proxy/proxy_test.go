@@ -206,9 +206,21 @@ func TestNoInjectLeavesRequestAlone(t *testing.T) {
 	}
 }
 
-// TestTimingMatchesLedger checks the proxy's TTFT and time between tokens
-// against when the fake really wrote each event.
-func TestTimingMatchesLedger(t *testing.T) {
+// timingAgainstLedger runs 8 streams of 60 tokens through a proxy twice
+// (the first run opens the connections) and compares the second run's
+// records with when the fake really wrote each event.
+type timingErrors struct {
+	firstLag, lag         time.Duration // medians of arrival stamps behind the fake's writes
+	tbt, tbtTruth         time.Duration // median gap, pooled over the requests
+	meanTBT, meanTruth    time.Duration // mean gap, pooled
+	forward               time.Duration // median time to pass a request on to the engine
+	ttftShort             time.Duration // the most any TTFT fell below the fake's
+	records               int
+	recordsWithoutLedger  int
+	eventsDifferFromTruth int
+}
+
+func timingAgainstLedger(t testing.TB) timingErrors {
 	e := fixtures.StartTest(t, fixtures.DefaultModel(), fixtures.WithLedger(true))
 	h := startProxy(t, e.URL(), nil)
 	const n = 8
@@ -227,16 +239,19 @@ func TestTimingMatchesLedger(t *testing.T) {
 	h.waitRecords(t, n)
 	run()
 	recs := h.waitRecords(t, 2*n)[n:]
-	within := func(got, want time.Duration) bool {
-		tol := raceSlowdown * max(want/50, 200*time.Microsecond)
-		return got-want <= tol && want-got <= tol
-	}
 	clock := h.p.Clock()
-	var firstLags, lags, forwards []time.Duration
+	var te timingErrors
+	var firstLags, lags, forwards, gaps, truthGaps []time.Duration
 	for _, r := range recs {
+		te.records++
 		le, ok := e.LedgerEntryByID(r.ResponseID)
-		if !ok || r.Outcome != record.OK || len(le.Events) != r.Events() {
-			t.Fatalf("record %s (%s) has no matching ledger entry", r.ID, r.Outcome)
+		if !ok || r.Outcome != record.OK {
+			te.recordsWithoutLedger++
+			continue
+		}
+		if len(le.Events) != r.Events() {
+			te.eventsDifferFromTruth++
+			continue
 		}
 		// The proxy's TTFT is First - Sent. Sent is taken as the request
 		// reaches the proxy; the fake's ledger knows when it wrote each event,
@@ -245,7 +260,6 @@ func TestTimingMatchesLedger(t *testing.T) {
 		// At is taken when its write returned, so a reader may see the bytes
 		// slightly before it: lags can be a little negative.
 		forwards = append(forwards, le.Received.Sub(clock.Start().Add(r.Sent)))
-		var gaps, truthGaps []time.Duration
 		for i := range r.Arrivals {
 			lag := clock.Start().Add(r.Arrivals[i]).Sub(le.Events[i].At)
 			lags = append(lags, lag)
@@ -256,28 +270,78 @@ func TestTimingMatchesLedger(t *testing.T) {
 			gaps = append(gaps, r.Arrivals[i]-r.Arrivals[i-1])
 			truthGaps = append(truthGaps, le.Events[i].At.Sub(le.Events[i-1].At))
 		}
-		if g, w := median(gaps), median(truthGaps); !within(g, w) {
-			t.Errorf("median TBT %v, fake's %v", g, w)
-		}
-		if g, w := mean(gaps), mean(truthGaps); !within(g, w) {
-			t.Errorf("mean TBT %v, fake's %v", g, w)
-		}
 		got, _ := r.TTFT()
 		truth := le.FirstToken.Sub(clock.Start().Add(r.Sent))
-		if got < truth-raceSlowdown*max(truth/50, 200*time.Microsecond) {
-			t.Errorf("TTFT %v is below the fake's first write %v after the request reached the proxy", got, truth)
-		}
+		te.ttftShort = max(te.ttftShort, truth-got)
 	}
-	// Medians over requests: a busy machine delays single wake-ups, the
-	// proxy's stamps must not be off systematically.
-	if m := median(firstLags); !within(m, 0) {
-		t.Errorf("first token events arrive a median %v after the fake wrote them", m)
+	if len(lags) == 0 {
+		return te
 	}
-	if m := median(lags); !within(m, 0) {
-		t.Errorf("token events arrive a median %v after the fake wrote them", m)
+	te.firstLag, te.lag, te.forward = median(firstLags), median(lags), median(forwards)
+	te.tbt, te.tbtTruth = median(gaps), median(truthGaps)
+	te.meanTBT, te.meanTruth = mean(gaps), mean(truthGaps)
+	return te
+}
+
+// TestTimingMatchesLedger checks the proxy's TTFT and time between tokens
+// against when the fake really wrote each event: medians over all
+// requests, so one late wake-up does not decide, within a tolerance a busy
+// 2-core machine keeps (there, under -race with a core spinning, first
+// events came a median 2.4-2.9 ms late, as the proxy reads when it gets
+// the CPU). What it catches is a systematic error: stamps taken at the wrong
+// time or event. BenchmarkTimingAccuracy reports the figures themselves.
+func TestTimingMatchesLedger(t *testing.T) {
+	te := timingAgainstLedger(t)
+	if te.recordsWithoutLedger > 0 || te.eventsDifferFromTruth > 0 {
+		t.Fatalf("%d of %d records have no matching ledger entry, %d another event count", te.recordsWithoutLedger, te.records, te.eventsDifferFromTruth)
+	}
+	// 2 ms, 6 ms under -race (not the usual x10): still less than the
+	// ~10 ms between one event and the next here. Seen on this shared
+	// 2-core machine: first events a median 1.0 ms late without -race
+	// (the loop parks in the netpoller between events of a few streams),
+	// 2.9 ms under -race with a core spinning.
+	slack := time.Duration(1)
+	if raceSlowdown > 1 {
+		slack = 3
+	}
+	within := func(got, want time.Duration) bool {
+		tol := slack * max(want/10, 2*time.Millisecond)
+		return got-want <= tol && want-got <= tol
+	}
+	if !within(te.tbt, te.tbtTruth) {
+		t.Errorf("median TBT %v, fake's %v", te.tbt, te.tbtTruth)
+	}
+	if !within(te.meanTBT, te.meanTruth) {
+		t.Errorf("mean TBT %v, fake's %v", te.meanTBT, te.meanTruth)
+	}
+	if tol := slack * 2 * time.Millisecond; te.ttftShort > tol {
+		t.Errorf("a TTFT is %v below the fake's first write after the request reached the proxy", te.ttftShort)
+	}
+	if !within(te.firstLag, 0) {
+		t.Errorf("first token events arrive a median %v after the fake wrote them", te.firstLag)
+	}
+	if !within(te.lag, 0) {
+		t.Errorf("token events arrive a median %v after the fake wrote them", te.lag)
 	}
 	t.Logf("median lag of arrivals behind the fake's writes: first %v, all %v; request forwarding to the engine: median %v",
-		median(firstLags), median(lags), median(forwards))
+		te.firstLag, te.lag, te.forward)
+}
+
+// BenchmarkTimingAccuracy reports how far the proxy's stamps are from the
+// fake's ledger (TestTimingMatchesLedger's figures): on an idle machine
+// first events lag a median of tens of µs.
+func BenchmarkTimingAccuracy(b *testing.B) {
+	var first, all, tbtErr, short []time.Duration
+	for i := 0; i < b.N; i++ {
+		te := timingAgainstLedger(b)
+		first, all, short = append(first, te.firstLag), append(all, te.lag), append(short, te.ttftShort)
+		tbtErr = append(tbtErr, max(te.tbt-te.tbtTruth, te.tbtTruth-te.tbt))
+	}
+	b.ReportMetric(float64(median(first).Microseconds()), "first_lag_p50_us")
+	b.ReportMetric(float64(median(all).Microseconds()), "lag_p50_us")
+	b.ReportMetric(float64(median(tbtErr).Microseconds()), "tbt_err_us")
+	b.ReportMetric(float64(median(short).Microseconds()), "ttft_short_max_us")
+	b.ReportMetric(0, "ns/op")
 }
 
 func median(d []time.Duration) time.Duration {
@@ -375,8 +439,11 @@ func TestSentIsWhenTheRequestArrived(t *testing.T) {
 	if took := first.End - first.Sent; took < 100*time.Millisecond {
 		t.Fatalf("the first request took %v, too short to tell", took)
 	}
-	if d := second.Sent - first.Sent; d < 0 || d > 50*time.Millisecond {
-		t.Errorf("the second request's Sent is %v after the first's; both arrived together (the first took %v)", d, first.End-first.Sent)
+	// Stamped by their arrival, both are (near) equal; stamped by the
+	// handler's start, the second's is the first's whole duration later.
+	// Half that tells the two apart however slow the machine is.
+	if d, took := second.Sent-first.Sent, first.End-first.Sent; d < 0 || d > took/2 {
+		t.Errorf("the second request's Sent is %v after the first's; both arrived together (the first took %v)", d, took)
 	}
 }
 
@@ -637,7 +704,7 @@ func TestMetricsStatsAndCapture(t *testing.T) {
 		`tokentap_output_tokens_sum{model="fake-4b"} 30`,
 		`tokentap_prompt_tokens_count{model="fake-4b"} 3`,
 		`tokentap_requests_total{model="fake-4b",outcome="ok",blame="none"} 3`,
-		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="engine"} 1`,
+		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="client"} 1`, // a 404: the client named no model the engine has
 		"tokentap_requests_in_flight 0",
 		"# TYPE tokentap_time_between_tokens_seconds histogram",
 	} {
@@ -889,9 +956,9 @@ func TestEngineClosesRightAfterData(t *testing.T) {
 }
 
 // TestSlowClient has one client stop reading a fast engine's 16 MiB stream
-// for a second while another streams 20 events 10 ms apart through the
-// same proxy: the slow one gets every byte, in order, and the other's
-// events are not held up behind it (the event loop that passes both bodies
+// until another has streamed 20 events 10 ms apart through the same proxy:
+// the slow one gets every byte, in order, and the other's events are not
+// held up behind it (the event loop that passes both bodies
 // on never waits for a client; the handler's goroutine takes over the slow
 // one's backlog).
 func TestSlowClient(t *testing.T) {
@@ -926,6 +993,7 @@ func TestSlowClient(t *testing.T) {
 	h := startProxy(t, up.URL, func(c *Config) { c.NoInject = true })
 
 	slow := make(chan error, 1)
+	otherDone, heldUp := make(chan struct{}), make(chan bool, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody("m", 10, true, "")))
 		req.Header.Set("X-Kind", "big")
@@ -953,7 +1021,13 @@ func TestSlowClient(t *testing.T) {
 				return
 			}
 			if i == 0 {
-				time.Sleep(time.Second) // stalled, while the other stream runs
+				// Stalled until the other stream is over. Were it held up
+				// behind this one, it would never be: the cap says so.
+				select {
+				case <-otherDone:
+				case <-time.After(30 * time.Second):
+					heldUp <- true
+				}
 			}
 		}
 		if got.String() != big.String() {
@@ -979,11 +1053,19 @@ func TestSlowClient(t *testing.T) {
 			late = max(late, time.Since(<-written))
 		}
 	}
+	close(otherDone)
 	if events != 20 {
 		t.Fatalf("the other client got %d events, want 20", events)
 	}
-	if late > 300*time.Millisecond {
-		t.Errorf("the other client's events came up to %v after the engine wrote them: held up behind the slow client", late)
+	// Whether the other stream got through while the slow client stalled
+	// is the check: how late its events came depends on the machine (up
+	// to 1.8 s in a make test beside chromium and other race tests, when
+	// this was a 1 s bound against a 2 s stall), so it is only logged.
+	t.Logf("the other client's events came at most %v after the engine wrote them", late)
+	select {
+	case <-heldUp:
+		t.Errorf("the other client's stream did not end in 30 s while the slow client stalled: held up behind it")
+	default:
 	}
 	if err := <-slow; err != nil {
 		t.Fatal(err)

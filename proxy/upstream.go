@@ -36,6 +36,14 @@ type upstreamSource struct {
 	fd    int  // the socket while in edge mode, else -1
 	short bool // the last edge-mode read returned less than asked: the socket was drained
 
+	// Reads through conn (the response head; bodies outside edge and feed
+	// modes): pre is served first (a head moving to a larger buffer), got
+	// says a byte arrived, err is the last read's error as the socket gave
+	// it (fasthttp's head reader replaces it).
+	pre []byte
+	got bool
+	err error
+
 	feeding bool
 	feed    []byte
 	eof     bool
@@ -56,7 +64,19 @@ func (s *upstreamSource) Read(p []byte) (int, error) {
 		return 0, errWouldBlock
 	}
 	if s.fd < 0 {
-		return s.conn.Read(p)
+		if len(s.pre) > 0 {
+			n := copy(p, s.pre)
+			s.pre = s.pre[n:]
+			return n, nil
+		}
+		n, err := s.conn.Read(p)
+		if n > 0 {
+			s.got = true
+		}
+		if err != nil {
+			s.err = err
+		}
+		return n, err
 	}
 	if len(p) == 0 {
 		return 0, nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +30,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // client closes or resets the connection before stop. It reports whether
 // watching is possible (a TCP or Unix socket).
 func (w *watcher) start(conn net.Conn, gone func()) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		// The socket under TLS: a close shows there as plainly (after a
+		// close_notify, by the FIN behind it; see run).
+		conn = tc.NetConn()
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok || !peekSupported {
 		return false
@@ -58,9 +64,16 @@ func (w *watcher) run(gone func()) {
 			left = true // reset or another socket error: the client is gone
 		case n == 0:
 			left = true // orderly close (FIN)
+		case peerShutWrite(fd):
+			// Bytes wait unread, then a FIN: a TLS client's close_notify
+			// before its close, or a pipelining client that then left.
+			left = true
+		default:
+			// The client sent more and is still there: wait for the edge
+			// its close would raise (Go's netpoller is edge-triggered, so
+			// the unread bytes do not wake this again).
+			return false
 		}
-		// n > 0: the client sent more (a pipelined request); it is still there,
-		// and the next write will tell if it leaves later.
 		return true
 	})
 	if left && !w.stopped.Load() {

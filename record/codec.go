@@ -33,6 +33,7 @@ type wire struct {
 	Outcome          Outcome   `json:"outcome"`
 	Blame            Blame     `json:"blame,omitempty"`
 	Error            string    `json:"error,omitempty"`
+	Retries          int       `json:"retries,omitempty"`
 	PromptTokens     int       `json:"prompt_tokens"`
 	PromptSource     Source    `json:"prompt_source,omitempty"`
 	CompletionTokens int       `json:"completion_tokens"`
@@ -52,7 +53,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		V: SchemaVersion, ID: r.ID, ResponseID: r.ResponseID, Tag: r.Tag, Model: r.Model, API: r.API, Wall: r.Wall,
 		Stream: r.Stream, MaxTokens: r.MaxTokens,
 		SentNS: int64(r.Sent), EndNS: int64(r.End),
-		Status: r.Status, Outcome: r.Outcome, Blame: r.Blame, Error: r.Error,
+		Status: r.Status, Outcome: r.Outcome, Blame: r.Blame, Error: r.Error, Retries: r.Retries,
 		PromptTokens: r.PromptTokens, PromptSource: r.PromptSource,
 		CompletionTokens: r.CompletionTokens, CompletionSource: r.CompletionSource,
 		CachedTokens: r.CachedTokens, CachedSource: r.CachedSource, Events: len(r.Arrivals),
@@ -105,7 +106,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		ID: w.ID, ResponseID: w.ResponseID, Tag: w.Tag, Model: w.Model, API: w.API, Wall: w.Wall,
 		Stream: w.Stream, MaxTokens: w.MaxTokens,
 		Sent: time.Duration(w.SentNS), End: time.Duration(w.EndNS),
-		Status: w.Status, Outcome: w.Outcome, Blame: w.Blame, Error: w.Error,
+		Status: w.Status, Outcome: w.Outcome, Blame: w.Blame, Error: w.Error, Retries: w.Retries,
 		PromptTokens: w.PromptTokens, PromptSource: w.PromptSource,
 		CompletionTokens: w.CompletionTokens, CompletionSource: w.CompletionSource,
 		CachedTokens: w.CachedTokens, CachedSource: w.CachedSource,

@@ -46,6 +46,10 @@ var roundTrips = []struct {
 		EnginePrefill: 20684 * time.Microsecond, EnginePrefillSet: true, Arrivals: []time.Duration{ms(30)},
 	}},
 	{"engine prefill of zero", Record{EnginePrefillSet: true}},
+	{"retried by the proxy", Record{
+		ID: "px-7", API: Chat, Sent: ms(1), End: ms(3006), Outcome: Connect, Blame: BlameEngine, Retries: 1,
+		Error: "the engine closed the connection before answering",
+	}},
 	{"negative offsets (sent before the clock)", Record{Sent: -ms(5), First: -ms(1), End: ms(2), Arrivals: []time.Duration{-ms(1), 0}}},
 }
 

@@ -117,6 +117,10 @@ type Record struct {
 	Outcome Outcome // how it ended
 	Blame   Blame   // whose fault, for a non-OK outcome
 	Error   string  // a short excerpt explaining a non-OK outcome (never a secret)
+	// Retries is how many times the request was sent to the engine again
+	// (proxy: on a fresh connection, only when nothing of it had been
+	// written or it carried an Idempotency-Key). Sent stays the first send.
+	Retries int
 
 	PromptTokens     int
 	PromptSource     Source

@@ -437,8 +437,11 @@ func TestConnTLS(t *testing.T) {
 }
 
 // promptly bounds how late a test accepts an event or a close to be seen:
-// scheduling on a busy machine, not a design limit.
-const promptly = 50 * time.Millisecond
+// scheduling on a busy machine, not a design limit. The faults these tests
+// catch (a lost readiness edge, a missed close) hold a read until the idle
+// timeout (2 s and more); a loaded 2-core machine held the test's own
+// writer 70 ms past a 15 ms pause (TestConnEdgeReads, when this was 50 ms).
+const promptly = raceSlowdown * 500 * time.Millisecond
 
 // TestConnEdgeReads checks the body's edge-triggered reads: events written
 // with pauses between them are each read when they come (a lost readiness

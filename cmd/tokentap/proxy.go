@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +33,13 @@ type proxyConfig struct {
 	MaxConns       int           `env:"MAX_CONNS"`
 	Procs          int           `env:"PROCS"`
 	SLO            string        `env:"SLO"`
+
+	ReadHeaderTimeout time.Duration `env:"READ_HEADER_TIMEOUT"`
+	KeepAliveTimeout  time.Duration `env:"KEEP_ALIVE_TIMEOUT"`
+	MaxConnsPerIP     int           `env:"MAX_CONNS_PER_IP"`
+	UpstreamCA        string        `env:"UPSTREAM_CA"`
+	TLSCert           string        `env:"TLS_CERT"`
+	TLSKey            string        `env:"TLS_KEY"`
 	LogFlags
 }
 
@@ -41,7 +50,10 @@ func defaultProxyConfig() proxyConfig {
 		IdleTimeout: proxy.DefaultIdleTimeout,
 		MaxBodySize: proxy.DefaultMaxBodySize,
 		MaxConns:    proxy.DefaultMaxConns,
-		LogFlags:    LogFlags{Level: "warn"},
+
+		ReadHeaderTimeout: proxy.DefaultReadHeaderTimeout,
+		KeepAliveTimeout:  proxy.DefaultKeepAliveTimeout,
+		LogFlags:          LogFlags{Level: "warn"},
 	}
 }
 
@@ -112,6 +124,15 @@ the proxy asks the engine for usage and removes the usage chunk (--no-inject tur
 Admin (loopback by default): GET /metrics (Prometheus), GET /stats (JSON percentiles per
 model; POST resets), GET /healthz. --capture appends every record as JSONL for report and
 replay. Authorization headers and API keys pass through and are never logged or captured.
+
+A request is sent to the engine again only when that cannot run it twice: none of it had
+been written, or it carries an Idempotency-Key (or is a GET/HEAD without a body) and no
+answer had begun. A POST the engine read and then dropped gets a 502, and a record.
+Client limits: headers must arrive within --read-header-timeout, a body within
+--idle-timeout; idle connections close after --keep-alive-timeout; request and response
+headers up to 72 KiB each way; a body over --max-body-size gets a 413.
+TLS: --tls-cert/--tls-key serve clients over HTTPS; an https --upstream is verified against
+the system's roots ($SSL_CERT_FILE / $SSL_CERT_DIR replace them) or --upstream-ca.
 Prints the proxy's URL on stdout; stops on Ctrl-C.`
 
 func runProxy(args []string, stdout, stderr io.Writer) int {
@@ -132,12 +153,22 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
 	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS), besides the event loop that passes streams on; 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
 	fs.StringVar(&cfg.SLO, "slo", cfg.SLO, sloHelp+"; live good and judged request counts per model on /metrics and /stats")
+	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "a client must send a request's headers within this of the request's first byte, else it gets a 408 and is closed; a new connection that sends nothing for this long is closed; 0 turns it off [TOKENTAP_READ_HEADER_TIMEOUT]")
+	fs.DurationVar(&cfg.KeepAliveTimeout, "keep-alive-timeout", cfg.KeepAliveTimeout, "how long an idle client connection stays open between requests [TOKENTAP_KEEP_ALIVE_TIMEOUT]")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", cfg.MaxConnsPerIP, "most open connections from one client address; more get a 429 and are closed; 0: unlimited [TOKENTAP_MAX_CONNS_PER_IP]")
+	fs.StringVar(&cfg.UpstreamCA, "upstream-ca", cfg.UpstreamCA, "PEM file of the CA certificate(s) an https --upstream's certificate must chain to, instead of the system's roots (verification is never turned off) [TOKENTAP_UPSTREAM_CA]")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) to serve clients over HTTPS, with --tls-key; for a proxy clients reach over a network [TOKENTAP_TLS_CERT]")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key of --tls-cert [TOKENTAP_TLS_KEY]")
 	cfg.LogFlags.register(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
+		return 2
+	}
+	if cfg.MaxConnsPerIP < 0 || cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 {
+		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip, --read-header-timeout and --keep-alive-timeout cannot be negative\n")
 		return 2
 	}
 	if cfg.Procs < 0 {
@@ -161,6 +192,30 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	pc := proxy.Config{SLO: objectives,
 		Upstream: cfg.Upstream, IdleTimeout: cfg.IdleTimeout, MaxBodySize: int(cfg.MaxBodySize),
 		MaxConns: cfg.MaxConns, NoInject: cfg.NoInject, CapturePrompts: cfg.CapturePrompts, Logger: log,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout, KeepAliveTimeout: cfg.KeepAliveTimeout, MaxConnsPerIP: cfg.MaxConnsPerIP,
+	}
+	if pc.ReadHeaderTimeout == 0 {
+		pc.ReadHeaderTimeout = -1 // the flag's 0 is "off"; the Config's 0 is the default
+	}
+	if cfg.UpstreamCA != "" {
+		pool, err := loadCAs(cfg.UpstreamCA)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap proxy: --upstream-ca: %v\n", err)
+			return 2
+		}
+		pc.UpstreamCAs = pool
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		fmt.Fprintf(stderr, "tokentap proxy: --tls-cert and --tls-key go together: give both to serve HTTPS, or neither\n")
+		return 2
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap proxy: --tls-cert/--tls-key: %v\n", err)
+			return 2
+		}
+		pc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if cfg.Capture != "" {
 		f, err := os.OpenFile(cfg.Capture, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -173,7 +228,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	p, err := proxy.New(pc)
 	if err != nil {
-		fmt.Fprintf(stderr, "tokentap proxy: --upstream: %v\n", err)
+		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -201,6 +256,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
+	if pc.TLS != nil {
+		url = "https://" + ln.Addr().String()
+	}
 	log.Info().Str("listen", url).Str("upstream", cfg.Upstream).Str("admin", adminURL).Msg("proxy serving")
 	fmt.Fprintf(stderr, "tokentap proxy: %s -> %s (metrics: %s/metrics, stats: %s/stats)\n", url, cfg.Upstream, adminURL, adminURL)
 	fmt.Fprintln(stdout, url)
@@ -224,4 +282,17 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	return code
+}
+
+// loadCAs reads a PEM file of CA certificates into a pool.
+func loadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)", file)
+	}
+	return pool, nil
 }

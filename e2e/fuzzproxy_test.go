@@ -1,0 +1,731 @@
+//go:build e2e && fuzzproxy
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestFuzzProxy is `make fuzz-proxy` (not in CI): a fuzzer outside the
+// proxy, at the socket level, for TOKENTAP_FUZZ_TIME (default 10m). Workers
+// send the built proxy, all at once:
+//
+//   - well-formed requests whose engine answers well-formed responses of
+//     every framing (SSE in chunks cut anywhere, Content-Length, read to
+//     close, no body, errors), written in random pieces at random pace:
+//     the client must get exactly what the engine sent, and the engine
+//     exactly what the client sent;
+//   - mutated requests (bytes flipped, inserted, cut; conflicting or absurd
+//     framing; huge lines; cut off or dripped), answered by a well-formed
+//     engine;
+//   - well-formed requests whose engine answers mutated responses (bad
+//     status lines and chunk sizes, short or long bodies, stalls, resets,
+//     huge heads, 1xx first).
+//
+// It fails on a crash (the proxy exits), a hang (a connection neither
+// answered nor closed within the proxy's own limits plus slack), a leaked
+// connection, descriptor or goroutine (every 30 s the workers pause and the
+// proxy must come back to its idle counts), or a client stream broken while
+// the engine's was well-formed. Findings are written to a directory with
+// the bytes that caused them; TOKENTAP_FUZZ_SEED replays a run's choices.
+func TestFuzzProxy(t *testing.T) {
+	duration := 10 * time.Minute
+	if v := os.Getenv("TOKENTAP_FUZZ_TIME"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TOKENTAP_FUZZ_TIME: %v", err)
+		}
+		duration = d
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("TOKENTAP_FUZZ_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	workers := envInt(t, "TOKENTAP_FUZZ_WORKERS", 8)
+	findingsDir := os.Getenv("TOKENTAP_FUZZ_FINDINGS")
+	if findingsDir == "" {
+		findingsDir = filepath.Join(os.TempDir(), "tokentap-fuzz-proxy", strconv.FormatUint(seed, 10))
+	}
+	_ = os.MkdirAll(findingsDir, 0o755)
+	t.Logf("seed %d, %d workers, %v; findings go to %s", seed, workers, duration, findingsDir)
+
+	eng := startFuzzEngine(t)
+	p := startProxyProc(t, eng.url, fuzzProxyFlags...)
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	// Waiting for the exit here: stop (at cleanup) must not wait again.
+	p.waited = exited
+
+	f := &fuzzer{t: t, p: p, eng: eng, dir: findingsDir, counts: map[string]int{}}
+	if code, _, err := post(t, p.url+"/v1/chat/completions", `{"model":"m","warm":1}`); err != nil || code != 200 {
+		t.Fatalf("warm-up: %d %v", code, err)
+	}
+	base := p.settled(t)
+	t.Logf("idle proxy: %d descriptors besides connections, %d goroutines", base.fds, base.goroutines)
+
+	deadline := time.Now().Add(duration)
+	for round := 0; time.Now().Before(deadline); round++ {
+		roundEnd := time.Now().Add(30 * time.Second)
+		if roundEnd.After(deadline) {
+			roundEnd = deadline
+		}
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(round*1000+w)))
+				for time.Now().Before(roundEnd) && !f.crashed.Load() {
+					f.one(rng)
+				}
+			}()
+		}
+		wg.Wait()
+		select {
+		case err := <-exited:
+			f.crashed.Store(true)
+			t.Fatalf("the proxy exited (%v): a crash\n%s", err, tail(p.stderr.String(), 4000))
+		default:
+		}
+		// The leak check: with every worker paused, the proxy must come
+		// back to its idle counts.
+		if ok, got := f.backToIdle(base); !ok {
+			f.finding("leak", fmt.Sprintf("round %d: the proxy did not come back to idle in 30 s: %s (idle: %+v)", round, got, base), nil)
+		}
+		t.Logf("round %d: %s", round, f.summary())
+	}
+	t.Logf("done: %s", f.summary())
+	if n := f.findings.Load(); n > 0 {
+		t.Errorf("%d findings; see %s", n, findingsDir)
+	}
+}
+
+var fuzzProxyFlags = []string{"--read-header-timeout", "2s", "--idle-timeout", "3s", "--keep-alive-timeout", "5s",
+	"--max-body-size", "1M", "--log-level", "error"}
+
+// hangLimit is how long a connection may go without an answer or a close:
+// the proxy's header and idle timeouts, with slack for a busy machine.
+const hangLimit = 15 * time.Second
+
+type fuzzer struct {
+	t        *testing.T
+	p        *proxyProc
+	eng      *fuzzEngine
+	dir      string
+	seq      atomic.Int64
+	crashed  atomic.Bool
+	findings atomic.Int64
+	mu       sync.Mutex
+	counts   map[string]int
+}
+
+func (f *fuzzer) count(k string) {
+	f.mu.Lock()
+	f.counts[k]++
+	f.mu.Unlock()
+}
+
+func (f *fuzzer) summary() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]string, 0, len(f.counts))
+	for k := range f.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s %d; ", k, f.counts[k])
+	}
+	fmt.Fprintf(&b, "findings %d", f.findings.Load())
+	return b.String()
+}
+
+// finding reports a failure and keeps its bytes.
+func (f *fuzzer) finding(kind, msg string, data map[string][]byte) {
+	n := f.findings.Add(1)
+	f.t.Errorf("finding %d (%s): %s", n, kind, msg)
+	if n > 50 {
+		return
+	}
+	for name, b := range data {
+		_ = os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("%03d-%s-%s", n, kind, name)), b, 0o644)
+	}
+}
+
+func (f *fuzzer) backToIdle(base usage) (bool, string) {
+	deadline := time.Now().Add(30 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		m := f.p.metrics(f.t)
+		u := usage{int(m["process_open_fds"] - m["tokentap_client_connections"] - m["tokentap_upstream_connections"]), int(m["go_goroutines"])}
+		got = fmt.Sprintf("%d client connections, %d engine connections, %d other descriptors, %d goroutines",
+			int(m["tokentap_client_connections"]), int(m["tokentap_upstream_connections"]), u.fds, u.goroutines)
+		if m["tokentap_client_connections"] == 0 && u.fds <= base.fds && u.goroutines <= base.goroutines {
+			return true, got
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return false, got
+}
+
+// one runs one case.
+func (f *fuzzer) one(rng *rand.Rand) {
+	id := f.seq.Add(1)
+	req := randomRequest(rng, id)
+	resp := randomResponse(rng)
+	switch k := rng.IntN(10); {
+	case k < 4:
+		f.count("well-formed")
+		f.eng.plan(id, resp)
+		f.wellFormed(id, req, resp)
+	case k < 7:
+		f.count("mutated request")
+		f.eng.plan(id, resp)
+		f.mutatedRequest(rng, id, req)
+	default:
+		f.count("mutated response")
+		bad := mutateResponse(rng, resp)
+		f.eng.plan(id, bad)
+		f.mutatedResponse(id, req, bad)
+	}
+}
+
+// wellFormed sends a valid request for a valid response: the client must
+// get the engine's status and body exactly, and the engine the client's
+// body.
+func (f *fuzzer) wellFormed(id int64, req fuzzRequest, resp fuzzResponse) {
+	c, err := net.Dial("tcp", f.p.addr())
+	if err != nil {
+		f.finding("dial", err.Error(), nil)
+		return
+	}
+	defer c.Close()
+	raw := req.bytes()
+	_ = c.SetDeadline(time.Now().Add(hangLimit + resp.duration()))
+	if _, err := c.Write(raw); err != nil {
+		f.finding("broken", fmt.Sprintf("case %d: writing a well-formed request: %v", id, err), map[string][]byte{"request": raw})
+		return
+	}
+	r, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: req.method})
+	var body []byte
+	if err == nil {
+		body, err = io.ReadAll(r.Body)
+	}
+	data := map[string][]byte{"request": raw, "response": resp.bytes()}
+	got, read := f.eng.received(id)
+	if !read && err == nil && (r.StatusCode == 502 || r.StatusCode == 504) && bytes.Contains(body, []byte("tokentap proxy:")) {
+		// The engine never read this request: it went on a kept-alive
+		// connection the engine was done with after a broken response
+		// (it closes, stalls or sends more, unasked, after one). The
+		// proxy's answer is the engine's fault, and honest; a well-formed
+		// engine that says Connection: close before closing is never hit.
+		f.count("collateral of a broken response on a kept-alive connection")
+		return
+	}
+	switch {
+	case isTimeoutErr(err):
+		f.finding("hang", fmt.Sprintf("case %d: no answer to a well-formed request in %v", id, hangLimit+resp.duration()), data)
+	case err != nil:
+		f.finding("broken", fmt.Sprintf("case %d: the client's stream broke while the engine's was well-formed: %v", id, err), data)
+	case r.StatusCode != resp.status:
+		f.finding("broken", fmt.Sprintf("case %d: status %d, the engine sent %d (%s)", id, r.StatusCode, resp.status, body), data)
+	case !bytes.Equal(body, resp.body) && req.method != "HEAD":
+		f.finding("broken", fmt.Sprintf("case %d: the client got %d bytes that differ from the engine's %d", id, len(body), len(resp.body)), data)
+	}
+	if read && req.checkBody && !bytes.Equal(got, req.body) {
+		f.finding("request changed", fmt.Sprintf("case %d: the engine got a body of %d bytes, the client sent %d", id, len(got), len(req.body)), data)
+	}
+}
+
+// mutatedRequest sends a broken request: the proxy must answer it or close
+// the connection, in time, and stay up.
+func (f *fuzzer) mutatedRequest(rng *rand.Rand, id int64, req fuzzRequest) {
+	raw, how := mutateRequest(rng, req.bytes())
+	c, err := net.Dial("tcp", f.p.addr())
+	if err != nil {
+		f.finding("dial", err.Error(), nil)
+		return
+	}
+	defer c.Close()
+	start := time.Now()
+	drip := how == "drip"
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if drip {
+			for i := 0; i < len(raw); i += 16 {
+				if _, err := c.Write(raw[i:min(i+16, len(raw))]); err != nil {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return
+		}
+		_, _ = c.Write(raw)
+	}()
+	f.count("mutation " + how)
+	_ = c.SetReadDeadline(start.Add(hangLimit))
+	// Read until the proxy closes (or a response is read whole and the
+	// proxy then waits for a next request, which also ends the case).
+	br := bufio.NewReader(c)
+	for {
+		r, err := http.ReadResponse(br, nil)
+		if err == nil {
+			_, err = io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			f.count(fmt.Sprintf("answer %d", r.StatusCode))
+			if err == nil && !r.Close {
+				// Answered, connection kept: done with it.
+				break
+			}
+		}
+		if err != nil {
+			if isTimeoutErr(err) {
+				f.finding("hang", fmt.Sprintf("case %d: mutated request (%s): no answer and no close in %v", id, how, hangLimit),
+					map[string][]byte{"request": raw})
+			}
+			break
+		}
+	}
+	c.Close()
+	<-done
+}
+
+// mutatedResponse sends a valid request for a broken response: the client
+// gets something or a close, in time.
+func (f *fuzzer) mutatedResponse(id int64, req fuzzRequest, bad fuzzResponse) {
+	c, err := net.Dial("tcp", f.p.addr())
+	if err != nil {
+		f.finding("dial", err.Error(), nil)
+		return
+	}
+	defer c.Close()
+	raw := req.bytes()
+	limit := hangLimit + bad.duration()
+	_ = c.SetDeadline(time.Now().Add(limit))
+	if _, err := c.Write(raw); err != nil {
+		return
+	}
+	f.count("bad response " + bad.how)
+	r, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: req.method})
+	if err == nil {
+		_, err = io.Copy(io.Discard, r.Body)
+		f.count(fmt.Sprintf("answer %d", r.StatusCode))
+	}
+	if isTimeoutErr(err) {
+		f.finding("hang", fmt.Sprintf("case %d: the engine's response was broken (%s): no answer and no close in %v", id, bad.how, limit),
+			map[string][]byte{"request": raw, "response": bad.bytes()})
+	}
+}
+
+func isTimeoutErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// fuzzRequest is a valid request.
+type fuzzRequest struct {
+	method, path string
+	headers      []string // "Name: value"
+	body         []byte
+	chunked      bool
+	checkBody    bool // the engine must get body as it is (no usage asked on the client's behalf)
+}
+
+var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/v1/x?y=1&z=%20"}
+
+func randomRequest(rng *rand.Rand, id int64) fuzzRequest {
+	r := fuzzRequest{method: "POST", path: fuzzPaths[rng.IntN(len(fuzzPaths))]}
+	if rng.IntN(5) == 0 {
+		r.method = []string{"GET", "HEAD", "DELETE", "PUT", "OPTIONS"}[rng.IntN(5)]
+	}
+	r.headers = append(r.headers, "Host: fuzz", "X-Fuzz-Id: "+strconv.FormatInt(id, 10))
+	if rng.IntN(3) > 0 {
+		r.headers = append(r.headers, "Content-Type: application/json")
+	}
+	if rng.IntN(2) == 0 {
+		r.headers = append(r.headers, "Authorization: Bearer sk-fuzz-"+strconv.Itoa(rng.IntN(1e6)))
+	}
+	if rng.IntN(6) == 0 {
+		r.headers = append(r.headers, "Connection: X-Hop", "X-Hop: 1")
+	}
+	if rng.IntN(10) == 0 {
+		r.headers = append(r.headers, "X-Large: "+strings.Repeat("l", rng.IntN(60<<10)))
+	}
+	if r.method == "POST" || r.method == "PUT" {
+		stream := rng.IntN(2) == 0
+		opts := ""
+		if stream && rng.IntN(2) == 0 {
+			opts = `,"stream_options":{"include_usage":true}`
+		}
+		pad := strings.Repeat("x", rng.IntN(2000))
+		if rng.IntN(20) == 0 {
+			pad = strings.Repeat("y", 100_000+rng.IntN(200_000))
+		}
+		r.body = fmt.Appendf(nil, `{"model":"m","stream":%v%s,"messages":[{"role":"user","content":"%s"}]}`, stream, opts, pad)
+		if rng.IntN(4) == 0 {
+			r.body = []byte(pad) // not JSON
+		}
+		// The proxy asks the engine for usage on a streaming client's
+		// behalf on the measured paths only.
+		measured := r.method == "POST" && (r.path == "/v1/chat/completions" || r.path == "/v1/completions")
+		r.checkBody = !(measured && stream && opts == "" && bytes.HasPrefix(r.body, []byte("{")))
+		r.chunked = rng.IntN(4) == 0
+	}
+	return r
+}
+
+func (r fuzzRequest) bytes() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", r.method, r.path)
+	for _, h := range r.headers {
+		b.WriteString(h + "\r\n")
+	}
+	switch {
+	case r.chunked:
+		b.WriteString("Transfer-Encoding: chunked\r\n\r\n")
+		for rest := r.body; len(rest) > 0; {
+			n := min(len(rest), 1+len(rest)/3)
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", n, rest[:n])
+			rest = rest[n:]
+		}
+		b.WriteString("0\r\n\r\n")
+	case r.body != nil:
+		fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n", len(r.body))
+		b.Write(r.body)
+	default:
+		b.WriteString("\r\n")
+	}
+	return b.Bytes()
+}
+
+// fuzzResponse is what the engine writes: head and framed body, in pieces
+// with pauses, then a close (or a reset) or not.
+type fuzzResponse struct {
+	status  int
+	head    []byte
+	body    []byte // the body as the client must see it (well-formed only)
+	framed  []byte // the body as written
+	pieces  []int  // write sizes over head+framed
+	pause   time.Duration
+	stall   time.Duration // one pause in the middle (mutations)
+	close   bool          // close after writing
+	reset   bool          // reset instead of closing
+	how     string        // the mutation, for mutated ones
+	preface []byte        // 1xx responses first
+}
+
+func (r fuzzResponse) bytes() []byte {
+	return append(append(append([]byte(nil), r.preface...), r.head...), r.framed...)
+}
+
+func (r fuzzResponse) duration() time.Duration {
+	return time.Duration(len(r.pieces))*r.pause + r.stall
+}
+
+func randomResponse(rng *rand.Rand) fuzzResponse {
+	var r fuzzResponse
+	kind := rng.IntN(6)
+	switch kind {
+	case 0, 1: // SSE, chunked
+		r.status = 200
+		var b bytes.Buffer
+		for i := range 1 + rng.IntN(40) {
+			fmt.Fprintf(&b, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+		}
+		b.WriteString("data: [DONE]\n\n")
+		r.body = b.Bytes()
+		r.head = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		var f bytes.Buffer
+		for rest := r.body; len(rest) > 0; {
+			n := min(len(rest), 1+rng.IntN(300))
+			ext := ""
+			if rng.IntN(10) == 0 {
+				ext = ";x=1"
+			}
+			fmt.Fprintf(&f, "%x%s\r\n%s\r\n", n, ext, rest[:n])
+			rest = rest[n:]
+		}
+		f.WriteString("0\r\n")
+		if rng.IntN(5) == 0 {
+			f.WriteString("X-Trailer: 1\r\n")
+		}
+		f.WriteString("\r\n")
+		r.framed = f.Bytes()
+	case 2: // JSON with a length
+		r.status = []int{200, 200, 400, 404, 429, 500, 503}[rng.IntN(7)]
+		r.body = fmt.Appendf(nil, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"%s"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`,
+			strings.Repeat("a", rng.IntN(3000)))
+		r.head = fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: X-Gone\r\nX-Gone: 1\r\n\r\n",
+			r.status, http.StatusText(r.status), len(r.body))
+		r.framed = r.body
+	case 3: // read to close
+		r.status = 200
+		r.body = []byte(strings.Repeat("data: {\"choices\":[]}\n\n", 1+rng.IntN(20)))
+		r.head = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+		r.framed = r.body
+		r.close = true
+	case 4: // no body
+		r.status = 204
+		r.head = []byte("HTTP/1.1 204 No Content\r\n\r\n")
+	default: // a large body
+		r.status = 200
+		r.body = bytes.Repeat([]byte("0123456789abcdef"), 1000+rng.IntN(20000))
+		r.head = fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", len(r.body))
+		r.framed = r.body
+	}
+	total := len(r.head) + len(r.framed)
+	for total > 0 {
+		n := min(total, 1+rng.IntN(1+total/(1+rng.IntN(8))))
+		r.pieces = append(r.pieces, n)
+		total -= n
+	}
+	if rng.IntN(3) == 0 {
+		r.pause = time.Duration(rng.IntN(20)) * time.Millisecond
+	}
+	if len(r.pieces) > 30 {
+		r.pause = 0
+	}
+	return r
+}
+
+// mutateResponse breaks a well-formed response.
+func mutateResponse(rng *rand.Rand, r fuzzResponse) fuzzResponse {
+	all := r.bytes()
+	r.preface = nil
+	r.body = nil
+	set := func(b []byte, how string) {
+		r.head, r.framed, r.how = nil, b, how
+	}
+	switch rng.IntN(14) {
+	case 0:
+		b := append([]byte(nil), all...)
+		for range 1 + rng.IntN(4) {
+			b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+		}
+		set(b, "flipped bytes")
+	case 1:
+		set(all[:rng.IntN(len(all))], "cut off, then closed")
+		r.close = true
+	case 2:
+		set(all[:rng.IntN(len(all))], "cut off, then reset")
+		r.reset = true
+	case 3:
+		set(bytes.Replace(all, []byte("Content-Length: "), []byte("Content-Length: 9"), 1), "longer Content-Length, then closed")
+		r.close = true
+	case 4:
+		set(bytes.Replace(all, []byte("\r\n\r\n"), []byte("\r\nContent-Length: 5\r\n\r\n"), 1), "a second Content-Length")
+	case 5:
+		set(bytes.Replace(all, []byte("chunked"), []byte("gzip, chunked"), 1), "Transfer-Encoding gzip")
+	case 6:
+		set(bytes.Replace(all, []byte("\r\n\r\n"), []byte("\r\n\r\nffffffffffffffff\r\n"), 1), "huge chunk size")
+	case 7:
+		i := bytes.Index(all, []byte("\r\n\r\n"))
+		set(append(append(append([]byte(nil), all[:i+2]...), "X-Huge: "+strings.Repeat("h", 80<<10)+"\r\n"...), all[i+2:]...), "head over 72 KiB")
+	case 8:
+		set(all, "stall longer than the idle timeout")
+		r.stall = 4 * time.Second
+	case 9:
+		set(append([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"), all...), "1xx first")
+	case 10:
+		set([]byte("garbage that is not HTTP at all\r\n\r\n"), "not HTTP")
+		r.close = true
+	case 11:
+		set(nil, "closed before any byte")
+		r.close = true
+	case 12:
+		set(bytes.Replace(all, []byte("HTTP/1.1"), []byte("HTTP/1.0"), 1), "HTTP/1.0")
+		r.close = rng.IntN(2) == 0
+	default:
+		set(append(append([]byte(nil), all...), "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad"...), "an unasked second response")
+	}
+	total := len(r.framed)
+	r.pieces = nil
+	for total > 0 {
+		n := min(total, 1+rng.IntN(1+total))
+		r.pieces = append(r.pieces, n)
+		total -= n
+	}
+	return r
+}
+
+// mutateRequest breaks a request's bytes.
+func mutateRequest(rng *rand.Rand, b []byte) ([]byte, string) {
+	b = append([]byte(nil), b...)
+	head := bytes.Index(b, []byte("\r\n\r\n"))
+	switch rng.IntN(16) {
+	case 0:
+		for range 1 + rng.IntN(4) {
+			b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+		}
+		return b, "flipped bytes"
+	case 1:
+		return b[:rng.IntN(len(b))], "cut off"
+	case 2:
+		i := rng.IntN(len(b))
+		junk := make([]byte, 1+rng.IntN(64))
+		for j := range junk {
+			junk[j] = byte(rng.IntN(256))
+		}
+		return append(append(append([]byte(nil), b[:i]...), junk...), b[i:]...), "inserted bytes"
+	case 3:
+		return bytes.Replace(b, []byte("\r\n\r\n"), []byte("\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"), 1), "CL and TE"
+	case 4:
+		return bytes.Replace(b, []byte("\r\n\r\n"), []byte("\r\nContent-Length: 99999999999999999999\r\n\r\n"), 1), "absurd Content-Length"
+	case 5:
+		return bytes.Replace(b, []byte("\r\n\r\n"), []byte("\r\nContent-Length: -1\r\n\r\n"), 1), "negative Content-Length"
+	case 6:
+		return bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n")), "bare LF"
+	case 7:
+		return bytes.Replace(b, []byte("\r\n"), []byte("\r\nX-Big: "+strings.Repeat("B", 100<<10)+"\r\n"), 1), "headers over 72 KiB"
+	case 8:
+		return append([]byte("CONNECT evil.example:443"), b[bytes.Index(b, []byte(" HTTP/1.1")):]...), "CONNECT"
+	case 9:
+		return bytes.Replace(b, []byte(" /"), []byte(" http://evil.example/"), 1), "absolute-form"
+	case 10:
+		return bytes.Replace(b, []byte("HTTP/1.1"), []byte("HTTP/2.0"), 1), "HTTP/2.0 line"
+	case 11:
+		return append(b, b...), "pipelined twice"
+	case 12:
+		return b, "drip"
+	case 13:
+		if head < 0 {
+			return b, "unchanged"
+		}
+		return b[:head+2], "headers never end"
+	case 14:
+		return bytes.Replace(b, []byte("\r\n"), []byte("\r\nExpect: 100-continue\r\n"), 1), "Expect 100-continue"
+	default:
+		return bytes.Replace(b, []byte("Host: fuzz\r\n"), []byte("Host: a\r\nHost: b\r\n"), 1), "two Hosts"
+	}
+}
+
+// fuzzEngine answers each request by its X-Fuzz-Id's plan, and keeps the
+// body it got.
+type fuzzEngine struct {
+	url   string
+	mu    sync.Mutex
+	plans map[int64]fuzzResponse
+	got   map[int64][]byte
+}
+
+func startFuzzEngine(t *testing.T) *fuzzEngine {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &fuzzEngine{url: "http://" + ln.Addr().String(), plans: map[int64]fuzzResponse{}, got: map[int64][]byte{}}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go e.serve(c)
+		}
+	}()
+	return e
+}
+
+func (e *fuzzEngine) plan(id int64, r fuzzResponse) {
+	e.mu.Lock()
+	e.plans[id] = r
+	e.mu.Unlock()
+}
+
+func (e *fuzzEngine) received(id int64) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b, ok := e.got[id]
+	delete(e.got, id)
+	return b, ok
+}
+
+func (e *fuzzEngine) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		id, _ := strconv.ParseInt(req.Header.Get("X-Fuzz-Id"), 10, 64)
+		e.mu.Lock()
+		r, ok := e.plans[id]
+		delete(e.plans, id)
+		if ok {
+			e.got[id] = body
+		}
+		e.mu.Unlock()
+		if !ok {
+			out := `{"ok":true}`
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(out), out)
+			continue
+		}
+		all := r.bytes()
+		if req.Method == "HEAD" && r.how == "" {
+			all = r.head // no body after a HEAD's head
+		}
+		off := 0
+		for i, n := range r.pieces {
+			if off >= len(all) {
+				break
+			}
+			n = min(n, len(all)-off)
+			if _, err := c.Write(all[off : off+n]); err != nil {
+				return
+			}
+			off += n
+			if r.pause > 0 {
+				time.Sleep(r.pause)
+			}
+			if r.stall > 0 && i == len(r.pieces)/2 {
+				time.Sleep(r.stall)
+			}
+		}
+		if off < len(all) {
+			if _, err := c.Write(all[off:]); err != nil {
+				return
+			}
+		}
+		if r.reset {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			return
+		}
+		if r.close || r.how != "" {
+			return
+		}
+	}
+}

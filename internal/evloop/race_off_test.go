@@ -1,0 +1,5 @@
+//go:build !race
+
+package evloop
+
+const raceSlowdown = 1

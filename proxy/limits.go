@@ -1,0 +1,123 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tokentap/tokentap/record"
+)
+
+// rejectReason says why the proxy refused a client's request or
+// connection (the reason label of tokentap_client_rejected_total).
+type rejectReason int
+
+const (
+	rejectReadTimeout     rejectReason = iota // headers (or body) not in by their deadline
+	rejectHeadersTooLarge                     // request line and headers over MaxHeaderBytes
+	rejectBodyTooLarge                        // body over Config.MaxBodySize
+	rejectBadRequest                          // not HTTP/1.x fasthttp could read
+	rejectBadTarget                           // CONNECT, or a target that is not a path or an http(s) URL
+	rejectConnsPerIP                          // a connection over Config.MaxConnsPerIP
+	nRejectReasons
+)
+
+var rejectReasonNames = [nRejectReasons]string{
+	"read_timeout", "headers_too_large", "body_too_large", "bad_request", "bad_target", "conns_per_ip",
+}
+
+// clientError is the server's ErrorHandler: it answers a request fasthttp
+// could not read whole, in OpenAI's error shape, saying what to do. The
+// connection is closed after the answer, lingering so the client can read
+// it. A refused chat or completions request whose headers were read (a
+// body over the limit, a body that did not come in time) becomes a record
+// blamed on the client.
+func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
+	status, reason := fasthttp.StatusBadRequest, rejectBadRequest
+	var msg string
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
+		status, reason = fasthttp.StatusRequestHeaderFieldsTooLarge, rejectHeadersTooLarge
+		msg = fmt.Sprintf("tokentap proxy: the request line and headers exceed %d KiB; send shorter headers", MaxHeaderBytes>>10)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, reason = fasthttp.StatusRequestEntityTooLarge, rejectBodyTooLarge
+		msg = fmt.Sprintf("tokentap proxy: the request body is over --max-body-size (%d bytes); it was not sent to the engine (raise --max-body-size to pass it)", p.cfg.MaxBodySize)
+	case isTimeout(err):
+		status, reason = fasthttp.StatusRequestTimeout, rejectReadTimeout
+		msg = fmt.Sprintf("tokentap proxy: the request did not arrive in time: headers within --read-header-timeout (%v), the body within --idle-timeout (%v)",
+			p.cfg.ReadHeaderTimeout, p.cfg.IdleTimeout)
+	default:
+		// fasthttp's text, with SecureErrorLogMessage, names the fault
+		// without the request's bytes; redact is for safety.
+		msg = "tokentap proxy: the request is not valid HTTP/1.1 (" + redact(err.Error()) + ")"
+	}
+	p.m.rejected(reason)
+	p.log.Debug().Str("client", ctx.RemoteAddr().String()).Str("reason", rejectReasonNames[reason]).Int("status", status).Msg(msg)
+	setLinger(ctx.Conn())
+	if ctx.IsPost() && measuredPath(ctx.Path()) {
+		p.refusedRecord(ctx, status, msg)
+	}
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
+}
+
+// refusedRecord records a chat or completions request the proxy refused
+// before sending it to the engine: the client's fault, with the status the
+// client got.
+func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, msg string) {
+	now := p.clock.Now()
+	rec := recordPool.Get().(*record.Record)
+	rec.ID = p.idPrefix + strconv.FormatUint(p.seq.Add(1), 10)
+	rec.API = record.Chat
+	if string(ctx.Path()) == string(completionsPath) {
+		rec.API = record.Completions
+	}
+	rec.Sent, rec.End = now, now
+	if cc := baseConn(ctx.Conn()); cc != nil {
+		rec.Sent = cc.sent(p.clock, now)
+	}
+	rec.Wall = p.clock.Wall(rec.Sent)
+	rec.Status, rec.Outcome, rec.Blame, rec.Error = status, record.HTTPError, record.BlameClient, msg
+	p.emit(rec)
+}
+
+// emit hands a finished record to the recorder (dropped once the proxy is
+// closed).
+func (p *Proxy) emit(rec *record.Record) {
+	p.recMu.RLock()
+	if !p.recClosed {
+		p.recs <- rec
+	}
+	p.recMu.RUnlock()
+}
+
+// setLinger marks a client connection to close lingering (lingerClose).
+func setLinger(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	switch b := c.(type) {
+	case *clientConn:
+		b.linger.Store(true)
+	case *countedConn:
+		b.linger.Store(true)
+	}
+}
+
+// upstreamTLS is the TLS configuration for an https engine: nil (fasthttp's
+// default: the system's roots) unless Config.UpstreamCAs gives roots.
+// Nothing here turns verification off.
+func upstreamTLS(host string, cas *x509.CertPool) *tls.Config {
+	if cas == nil {
+		return nil
+	}
+	return &tls.Config{RootCAs: cas, ServerName: host, MinVersion: tls.VersionTLS12}
+}
