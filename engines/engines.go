@@ -122,7 +122,10 @@ func (in *Info) addInt(name string, v int, source string) {
 // returns what it found. Errors wrap ErrUnreachable, ErrUnauthorized or
 // ErrNotOpenAI and say what to do; they never contain the API key.
 func Probe(ctx context.Context, t Target) (*Info, error) {
-	base, shown, err := normalizeBase(t.BaseURL)
+	if strings.TrimSpace(t.BaseURL) == "" {
+		return nil, errors.New("no target URL: pass --target http://HOST:PORT (the engine's base URL)")
+	}
+	base, shown, err := NormalizeBase(t.BaseURL)
 	if err != nil {
 		return nil, err
 	}
