@@ -34,15 +34,16 @@ func mdAlign(e *errWriter, right []bool) {
 	e.print("\n")
 }
 
-// gridCellMD is a decode grid cell: "156.2<br>44 ms TTFT", with "Requests
-// queued" between the two for queued cells, or the status alone.
+// gridCellMD is a decode grid cell: "156.2<br>44 ms TTFT, warm prefix",
+// with "Requests queued" between the two for queued cells, or the status
+// alone.
 func gridCellMD(g gridCell) string {
 	switch g.Status {
 	case result.Valid:
-		return g.TokS + "<br>" + g.TTFT + " TTFT"
+		return g.TokS + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())
 	case result.RequestsQueued, result.CacheMissed:
 		m, _ := mark(g.Status)
-		return g.TokS + "<br>" + m + "<br>" + g.TTFT + " TTFT"
+		return g.TokS + "<br>" + m + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())
 	}
 	return g.Status.Label()
 }
@@ -94,11 +95,11 @@ func writeMarkdown(w io.Writer, v *view) error {
 		}
 	}
 	if len(v.Grid) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are simultaneous requests\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
-		for _, n := range v.Conc {
-			head = append(head, itoa(n))
+		for _, c := range v.Cols {
+			head = append(head, colHead(c))
 			right = append(right, true)
 		}
 		mdRow(e, head)
@@ -138,6 +139,24 @@ func writeMarkdown(w io.Writer, v *view) error {
 		}
 		if len(v.Footnotes) > 0 {
 			e.printf("\n%s\n", strings.Join(v.Footnotes, " "))
+		}
+	}
+	if len(v.PctRows) > 0 {
+		e.printf("\n## Latency percentiles\n\n%s\n\n", pctIntro(v))
+		head := []string{"Context", colName(v.Rate), "Measure", "Samples"}
+		right := []bool{false, true, false, true}
+		for _, p := range v.Percentiles {
+			head = append(head, result.Label(p))
+			right = append(right, true)
+		}
+		mdRow(e, head)
+		mdAlign(e, right)
+		for _, r := range v.PctRows {
+			mdRow(e, append([]string{r.Context, r.Col, r.Measure, r.N}, r.Values...))
+		}
+		e.printf("\n%s\n", lowNote)
+		for _, x := range v.Explain {
+			e.printf("\n%s\n", x)
 		}
 	}
 	if len(v.Probes) > 0 {
