@@ -507,6 +507,14 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.MaxWaiting = j.MaxWaiting
 	c.Cache = cacheOf(f, j)
 	c.Histograms = f.Hist
+	// Decode cells warm their prompts first (METHOD §3): their TTFT is not
+	// a cold one, unless the cache did not hold the prompts.
+	if c.TTFTKind == "" {
+		c.TTFTKind = result.TTFTWarm
+		if c.Status == result.CacheMissed {
+			c.TTFTKind = result.TTFTCacheMissed
+		}
+	}
 	if c.Reason != "" {
 		return
 	}

@@ -249,9 +249,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 				ids = append(ids, e.ID)
 			}
 			if len(ids) == 0 {
-				return nil, fmt.Errorf("%s lists no models on GET /v1/models: is a model loaded? pass --model NAME", shown)
+				return nil, fmt.Errorf("%w: %s lists no models on GET /v1/models: is a model loaded? pass --model NAME", ErrModel, shown)
 			}
-			return nil, fmt.Errorf("%s does not serve model %q; it lists: %s (check --model)", shown, t.Model, strings.Join(ids, ", "))
+			return nil, fmt.Errorf("%w: %s does not serve model %q; it lists: %s (check --model)", ErrModel, shown, t.Model, strings.Join(ids, ", "))
 		}
 		in.Model = m.ID
 		src := "GET /v1/models data[0].id"
@@ -380,7 +380,7 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		in.addInt(FactMaxModelLen, t.MaxModelLen, "flag --max-model-len")
 	}
 	if in.Model == "" {
-		return nil, fmt.Errorf("%s does not say which model it serves: pass --model NAME", shown)
+		return nil, fmt.Errorf("%w: %s does not say which model it serves: pass --model NAME", ErrModel, shown)
 	}
 	return in, nil
 }

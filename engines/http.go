@@ -28,6 +28,9 @@ var (
 	// ErrNotOpenAI: something answered, but not an OpenAI-compatible API
 	// (an HTML page, another JSON API, 404 on /v1/models).
 	ErrNotOpenAI = errors.New("not an OpenAI-compatible API")
+	// ErrModel: the engine does not serve the model asked for, or says
+	// of none that it serves it.
+	ErrModel = errors.New("no such model")
 )
 
 // probeTimeout bounds each GET a probe sends; engines answer these from

@@ -60,6 +60,13 @@ type Config struct {
 	KVCapacity  int
 	MaxModelLen int
 
+	// Percentiles are read off every cell's histograms into the result as
+	// numbers (result.Cell.Percentiles); nil: result.DefaultPercentiles.
+	Percentiles []float64
+	// Notes are added to the result's notes (the demo says its failure is
+	// injected).
+	Notes []string
+
 	// Descriptive facts for the report; what is given here wins over what
 	// the probe found.
 	Tool     result.Tool
@@ -148,6 +155,9 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		r.cfg.WarmupParallel = 4
 	}
 	r.tgt = cfg.Target
+	if base, _, err := engines.NormalizeBase(r.tgt.BaseURL); err == nil {
+		r.tgt.BaseURL = base // the probe's URL, so a bare host:port works for the load too
+	}
 	if r.tgt.API == "" {
 		r.tgt.API = record.API(sc.API)
 	}
@@ -270,14 +280,15 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	err = r.execute(ctx)
 	r.prog.close()
 	res.Ended = time.Now()
+	res.Notes = append(res.Notes, cfg.Notes...)
+	res.SetPercentiles(cfg.Percentiles)
+	// The report says what stopped the run (once: from these fields).
 	if err != nil && ctx.Err() != nil {
 		res.Interrupted = true
-		res.Notes = append(res.Notes, "The run was interrupted: cells not reached are marked Not run.")
 		return res, ErrInterrupted
 	}
 	if err != nil {
-		res.Interrupted = true
-		res.Notes = append(res.Notes, "The run stopped early: "+err.Error())
+		res.StoppedEarly = err.Error()
 		return res, err
 	}
 	return res, nil

@@ -132,6 +132,10 @@ func (p *plan) prefillMode() string {
 	}
 }
 
+// ColumnLabel names a cell's column in messages: "4" (requests at once)
+// or "2/s" (requests per second).
+func ColumnLabel(c result.Cell) string { return c.Column().Label() }
+
 // TokenLabel shows a token count the way the seed pages do: 16384 → "16K",
 // 0 → "0", 1500 → "1500".
 func TokenLabel(n int) string {

@@ -99,13 +99,13 @@ type fakeEngineSetup struct {
 
 // parseFakeEngine reads defaults, then TOKENTAP_* variables, then flags. done
 // means exit now with code (help shown, or a bad setting explained).
-func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, code int, done bool) {
+func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineSetup, code int, done bool) {
 	cfg := defaultFakeEngineConfig()
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
 		return setup, 2, true
 	}
-	fs := newFlagSet("fake-engine", fakeEngineSummary, stderr)
+	fs := newCLI("fake-engine", fakeEngineSummary, stdout, stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
 	fs.StringVar(&cfg.Flavor, "flavor", cfg.Flavor, "which engine to look and schedule like: vllm, llama.cpp or ollama [TOKENTAP_FAKE_FLAVOR]")
 	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "llama.cpp/ollama: requests run at once (--parallel, OLLAMA_NUM_PARALLEL); each slot caches its last prompt [TOKENTAP_FAKE_SLOTS]")
@@ -133,7 +133,7 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 	fs.Var(&faults, "fault", "engine-wide fault, repeatable: comma list of status=CODE, cut=N, stall=D@N, malformed@N, header-delay=D, min-prompt=N (per request: header X-Fake-Fault) [TOKENTAP_FAKE_FAULT, ';'-separated]")
 	fs.BoolVar(&cfg.Ledger, "ledger", cfg.Ledger, "record the ground-truth ledger and serve it on GET /fake/ledger (DELETE resets) [TOKENTAP_FAKE_LEDGER]")
 	cfg.LogFlags.register(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := fs.parse(args); done {
 		return setup, code, true
 	}
 	if fs.NArg() > 0 {
@@ -161,7 +161,7 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 }
 
 func runFakeEngine(args []string, stdout, stderr io.Writer) int {
-	setup, code, done := parseFakeEngine(args, stderr)
+	setup, code, done := parseFakeEngine(args, stdout, stderr)
 	if done {
 		return code
 	}

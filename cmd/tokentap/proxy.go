@@ -119,7 +119,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
 		return 2
 	}
-	fs := newFlagSet("proxy", proxySummary, stderr)
+	fs := newCLI("proxy", proxySummary, stdout, stderr)
 	fs.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "the engine's base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_UPSTREAM]")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address clients connect to, host:port (0.0.0.0:8080 for other machines) [TOKENTAP_LISTEN]")
 	fs.StringVar(&cfg.Admin, "admin", cfg.Admin, "address of /metrics and /stats; empty turns it off [TOKENTAP_ADMIN]")
@@ -131,7 +131,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
 	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS), besides the event loop that passes streams on; 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
 	cfg.LogFlags.register(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := fs.parse(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {

@@ -44,7 +44,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
 		return 2
 	}
-	fs := newFlagSet("replay", replaySummary, stderr)
+	fs := newCLI("replay", replaySummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_TARGET]")
 	fs.StringVar(&f.Model, "model", f.Model, "model to request instead of the captured one; empty: the engine's first model [TOKENTAP_MODEL]")
 	// The key from the environment is not the flag's default: --help would print it.
@@ -58,7 +58,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run) [TOKENTAP_SALT]")
 	f.LogFlags.register(fs)
 	// Accept the capture file before or after the flags.
-	files, code, done := parseArgs(fs, args)
+	files, code, done := fs.parseArgs(args)
 	if done {
 		return code
 	}

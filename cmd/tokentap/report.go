@@ -15,8 +15,9 @@ import (
 
 // reportConfig holds the report command's settings.
 type reportConfig struct {
-	Format string `env:"REPORT_FORMAT"`
-	Output string `env:"REPORT_OUTPUT"`
+	Format      string `env:"REPORT_FORMAT"`
+	Output      string `env:"REPORT_OUTPUT"`
+	Percentiles string `env:"REPORT_PERCENTILES"`
 }
 
 const reportSummary = `Render a run's result document (the JSON a matrix run writes) as text, Markdown, CSV,
@@ -35,11 +36,12 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
 		return 2
 	}
-	fset := newFlagSet("report", reportSummary, stderr)
+	fset := newCLI("report", reportSummary, stdout, stderr)
 	fset.StringVar(&cfg.Format, "format", cfg.Format, "text, md, csv, json or html [TOKENTAP_REPORT_FORMAT]")
 	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout [TOKENTAP_REPORT_OUTPUT]")
+	fset.StringVar(&cfg.Percentiles, "percentiles", cfg.Percentiles, "latency percentiles to show, e.g. 50,90,99,99.9 (default: the run's, else 50,90,99) [TOKENTAP_REPORT_PERCENTILES]")
 	// Flags may come before or after the file names.
-	files, code, done := parseArgs(fset, args)
+	files, code, done := fset.parseArgs(args)
 	if done {
 		return code
 	}
@@ -53,6 +55,26 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 			format = f
 		} else {
 			format = "text"
+		}
+	}
+	// Check what can be checked before reading anything.
+	if err := checkFormat(format, fset.source("format"), false); err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
+		return exitUsage
+	}
+	var opts report.Options
+	if cfg.Percentiles != "" {
+		ps, err := result.ParsePercentiles(cfg.Percentiles)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %s %v\n", fset.source("percentiles"), err)
+			return exitUsage
+		}
+		opts.Percentiles = ps
+	}
+	if cfg.Output != "" && cfg.Output != "-" {
+		if err := checkWritable(cfg.Output); err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %s %s: %v\n", fset.source("o"), cfg.Output, err)
+			return exitUsage
 		}
 	}
 	var docs []*result.Result
@@ -71,7 +93,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	var buf bytes.Buffer
 	var err error
 	if len(docs) == 1 {
-		err = report.Render(&buf, docs[0], format)
+		err = report.RenderWith(&buf, docs[0], format, opts)
 	} else {
 		err = report.CompareLabeled(&buf, docs[0], docs[1], filepath.Base(files[0]), filepath.Base(files[1]), format)
 	}

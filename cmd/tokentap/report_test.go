@@ -38,7 +38,7 @@ func TestReportCommand(t *testing.T) {
 		{name: "missing file", args: []string{filepath.Join(dir, "nope.json")}, code: 1, stderr: "nope.json does not exist"},
 		{name: "invalid file", args: []string{bad}, code: 1, stderr: "not a tokentap result document"},
 		{name: "unknown format", args: []string{"--format", "pdf", seedDoc}, code: 2, stderr: `unknown report format "pdf"`},
-		{name: "bad flag", args: []string{"--bogus", seedDoc}, code: 2, stderr: "flag provided but not defined"},
+		{name: "bad flag", args: []string{"--bogus", seedDoc}, code: 2, stderr: "unknown flag --bogus"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
