@@ -77,11 +77,13 @@ type Target struct {
 // over a probe); Facts list every value with where it came from, in the
 // order found, so a flag's fact comes after the probed fact it overrides.
 type Info struct {
-	Kind        string // one of the Kind constants
-	Version     string // engine version or build; "" when the engine does not say
-	Model       string // the model name requests use
-	MaxModelLen int    // tokens; 0 = unknown
-	KVCapacity  int    // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
+	Kind    string // one of the Kind constants
+	Version string // engine version or build; "" when the engine does not say
+	Model   string // the model name requests use
+	// Models are the model ids GET /v1/models lists, in its order.
+	Models      []string
+	MaxModelLen int // tokens; 0 = unknown
+	KVCapacity  int // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
 	// KVMin and KVMax bound the KV capacity where the engine says only
 	// enough to bound it (0: no bound). llama-server tells each slot's
 	// context and the number of slots, not whether the slots share one
@@ -241,6 +243,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 	in.add(FactKind, in.Kind, how)
 
 	// 3. The model.
+	for _, e := range list {
+		in.Models = append(in.Models, e.ID)
+	}
 	if listOK {
 		m, ok := pickModel(list, t.Model)
 		if !ok {

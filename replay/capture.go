@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,10 +20,23 @@ type PromptFunc func(ctx context.Context, tokens, i int) (string, error)
 // Capture configures an open-loop replay of a proxy capture: every captured
 // request is sent again with the same shape (prompt length, max_tokens,
 // streaming, API) at its original arrival time divided by Speed, whether or
-// not earlier requests have finished.
+// not earlier requests have finished, and as it went:
+//   - a request its client cancelled is cancelled at the same point: after
+//     as many tokens as it received, or, if it received none, after as long
+//     as it waited;
+//   - a request the engine refused (an HTTP error) is sent as it was: its
+//     captured body where the capture kept bodies (proxy
+//     --capture-prompts), else its captured model name, neither Target.Model
+//     nor a fallback, so an unknown model is refused again.
 type Capture struct {
-	Target Target // Target.API and Model, when set, override each record's
-	Clock  record.Clock
+	// Target.API and Model, when set, override each record's (but a
+	// refused request keeps its model).
+	Target Target
+	// Listed are the models the target serves; with Target.Model empty a
+	// record keeps its model when the target lists it, else gets Fallback.
+	Listed   []string
+	Fallback string
+	Clock    record.Clock
 	// Records is the capture, in any order; their Sent offsets give the
 	// arrival times.
 	Records []record.Record
@@ -35,6 +49,27 @@ type Capture struct {
 	IgnoreEOS bool
 	// Extra fields go into every request body (sampling parameters).
 	Extra map[string]any
+}
+
+// servedName is the listed model id for name (name itself, or name:latest
+// for a name without a tag, as Ollama answers to both).
+func servedName(listed []string, name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	for _, id := range listed {
+		if id == name {
+			return id, true
+		}
+	}
+	if !strings.Contains(name, ":") {
+		for _, id := range listed {
+			if id == name+":latest" {
+				return id, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Late is how far behind schedule the replay sent its requests.
@@ -67,6 +102,10 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 		target Target
 		body   Body
 		rec    record.Record
+		// stopAfter tokens, or after stopIn when it received none: where
+		// the captured client cancelled.
+		stopAfter int
+		stopIn    time.Duration
 	}
 	jobs := make([]job, len(caps))
 	t0 := caps[0].Sent
@@ -79,30 +118,52 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 		if t.API == "" {
 			t.API = record.Chat
 		}
-		if t.Model == "" {
-			t.Model = c.Model
-		}
-		tokens := c.PromptTokens
-		if tokens < 1 {
-			tokens = 1
-		}
-		prompt, err := cfg.Prompt(ctx, tokens, i)
-		if err != nil {
-			return nil, Late{}, fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)
+		refused := c.Outcome == record.HTTPError
+		switch {
+		case refused:
+			t.Model = c.Model // sent as it was: an unknown model is refused again
+		case t.Model == "":
+			t.Model = cfg.Fallback
+			if id, ok := servedName(cfg.Listed, c.Model); ok {
+				t.Model = id
+			}
+			if t.Model == "" {
+				t.Model = c.Model
+			}
 		}
 		maxTokens := c.MaxTokens
 		if maxTokens == 0 && c.CompletionTokens > 0 {
 			maxTokens = c.CompletionTokens
 		}
-		body, err := t.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: c.Stream, IgnoreEOS: cfg.IgnoreEOS, Extra: cfg.Extra})
-		if err != nil {
-			return nil, Late{}, err
+		var body Body
+		if refused && len(c.Request) > 0 {
+			body = Body{Head: c.Request, PromptTokens: c.PromptTokens}
+		} else {
+			tokens := c.PromptTokens
+			if tokens < 1 {
+				tokens = 1
+			}
+			prompt, err := cfg.Prompt(ctx, tokens, i)
+			if err != nil {
+				return nil, Late{}, fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)
+			}
+			if body, err = t.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: c.Stream, IgnoreEOS: cfg.IgnoreEOS, Extra: cfg.Extra}); err != nil {
+				return nil, Late{}, err
+			}
+			body.PromptTokens = c.PromptTokens
 		}
 		jobs[i] = job{
 			at:     time.Duration(float64(c.Sent-t0) / speed),
 			target: t,
 			body:   body,
 			rec:    record.Record{ID: "replay#" + strconv.Itoa(i+1), Tag: c.ID, MaxTokens: maxTokens, Stream: c.Stream},
+		}
+		if c.Outcome == record.Cancelled {
+			if n := c.ArrivedTokens(); n > 0 {
+				jobs[i].stopAfter = n
+			} else {
+				jobs[i].stopIn = max(c.End-c.Sent, time.Millisecond)
+			}
 		}
 	}
 
@@ -163,7 +224,14 @@ loop:
 		go func() {
 			defer wg.Done()
 			c := get(j.target)
-			c.Do(ctx, j.body, &j.rec)
+			c.StopAfter = j.stopAfter
+			rctx := ctx
+			if j.stopIn > 0 {
+				var cancel context.CancelFunc
+				rctx, cancel = context.WithTimeout(ctx, j.stopIn)
+				defer cancel()
+			}
+			c.Do(rctx, j.body, &j.rec)
 			j.body = Body{}
 			if j.rec.Outcome == record.OK {
 				put(j.target, c)

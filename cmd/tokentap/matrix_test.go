@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +20,7 @@ import (
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/schematest"
 	"github.com/tokentap/tokentap/matrix"
+	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
 )
@@ -141,22 +144,32 @@ func TestPrefillNone(t *testing.T) {
 	}
 }
 
-// countingEngine is the fake engine behind a proxy that counts the
-// requests reaching it, so a test can tell that a mistake stopped a run
-// before any load (the probe included).
-func countingEngine(t *testing.T, faults ...fixtures.Fault) (url string, requests *atomic.Int64) {
+// fakeEngine starts the fake engine for a test and returns its URL.
+func fakeEngine(t *testing.T, faults ...fixtures.Fault) string {
 	t.Helper()
-	m := fixtures.DefaultModel()
-	eng := fixtures.New(m, fixtures.WithFaults(faults...))
+	eng := fixtures.New(fixtures.DefaultModel(), fixtures.WithFaults(faults...))
 	base, err := eng.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
+	return base
+}
+
+// countingEngine is the fake engine behind a proxy that counts the
+// requests reaching it, so a test can tell that a mistake stopped a run
+// before any load (the probe included).
+func countingEngine(t *testing.T, faults ...fixtures.Fault) (url string, requests *atomic.Int64) {
+	t.Helper()
+	base := fakeEngine(t, faults...)
 	requests = new(atomic.Int64)
 	target, _ := neturl.Parse(base)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
+	// A fresh connection per request: a stream cut by a fault must not
+	// leave a dead kept-alive connection for the next request to meet.
+	rp.Transport = &http.Transport{DisableKeepAlives: true}
+	rp.ErrorLog = log.New(io.Discard, "", 0)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		rp.ServeHTTP(w, r)
@@ -216,11 +229,15 @@ func TestMistakesCaughtBeforeLoad(t *testing.T) {
 // for the probe and the load alike (it used to pass the probe and then
 // fail every cell with an unparsable URL, exit 0).
 func TestTargetWithoutScheme(t *testing.T) {
-	url, _ := countingEngine(t)
+	url := fakeEngine(t)
 	out := filepath.Join(t.TempDir(), "run.json")
 	var so, se bytes.Buffer
 	code := run(append([]string{"matrix", "--target", strings.TrimPrefix(url, "http://"), "--out", out, "--format", "none"}, quick...), &so, &se)
 	if code != exitOK {
+		r, _ := result.ReadFile(out)
+		if r != nil {
+			t.Logf("cell: %+v", r.Decode)
+		}
 		t.Fatalf("exit %d: %s", code, se.String())
 	}
 	r, err := result.ReadFile(out)
@@ -243,7 +260,7 @@ func TestExitCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failing, _ := countingEngine(t, fault)
+	failing := fakeEngine(t, fault)
 	dir := t.TempDir()
 	for _, tt := range []struct {
 		name   string
@@ -293,11 +310,12 @@ func TestDefaultResultNames(t *testing.T) {
 		t.Errorf("names %s and %s", a, b)
 	}
 	// A real run with no --out takes a fresh name beside an existing one.
-	url, _ := countingEngine(t)
+	url := fakeEngine(t)
 	t.Chdir(dir)
 	for range 2 {
 		var so, se bytes.Buffer
-		if code := run(append([]string{"matrix", "--target", url, "--format", "none"}, quick...), &so, &se); code != exitOK {
+		if code := run(append([]string{"matrix", "--target", url, "--format", "text"}, quick...), &so, &se); code != exitOK {
+			t.Log(so.String())
 			t.Fatalf("exit %d: %s", code, se.String())
 		}
 	}
@@ -322,4 +340,65 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// TestReplayFaithful: tokentap replay sends a refused request as it was
+// (its unknown model is not swapped for the engine's, so the 404 comes
+// back), cancels a cancelled one where its client did, and prints the
+// captured and replayed figures side by side with their ratio.
+func TestReplayFaithful(t *testing.T) {
+	url := fakeEngine(t)
+	m := fixtures.DefaultModel().Name
+	dir := t.TempDir()
+	capPath := filepath.Join(dir, "cap.jsonl")
+	f, err := os.Create(capPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := record.NewWriter(f)
+	recs := []record.Record{
+		{ID: "ok", Model: m, Sent: 0, End: time.Second, PromptTokens: 20, MaxTokens: 16, CompletionTokens: 16, Stream: true, API: record.Chat, Outcome: record.OK},
+		{ID: "refused", Model: "gpt-nope", Sent: 100 * time.Millisecond, End: 110 * time.Millisecond, MaxTokens: 16, Stream: true, API: record.Chat,
+			Outcome: record.HTTPError, Status: 404, Blame: record.BlameClient},
+		{ID: "cancelled", Model: m, Sent: 200 * time.Millisecond, End: 400 * time.Millisecond, PromptTokens: 20, MaxTokens: 4000, Stream: true, API: record.Chat,
+			Outcome: record.Cancelled, Blame: record.BlameClient, First: 250 * time.Millisecond,
+			Arrivals: []time.Duration{250 * time.Millisecond, 260 * time.Millisecond, 270 * time.Millisecond}},
+	}
+	for i := range recs {
+		if err := w.Write(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	f.Close()
+	out := filepath.Join(dir, "replayed.jsonl")
+	var so, se bytes.Buffer
+	code := run([]string{"replay", "--target", url, "--records", out, capPath}, &so, &se)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, se.String())
+	}
+	rf, _ := os.Open(out)
+	got, err := record.ReadAll(rf)
+	rf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range got {
+		switch r.Tag {
+		case "refused":
+			if r.Outcome != record.HTTPError || r.Model != "gpt-nope" {
+				t.Errorf("the refused request replayed as %s for %q; want it refused again, sent as it was", r.Outcome, r.Model)
+			}
+		case "cancelled":
+			if r.Outcome != record.Cancelled || r.ArrivedTokens() > 10 {
+				t.Errorf("the cancelled request replayed as %s with %d tokens; want cancelled after about 3", r.Outcome, r.ArrivedTokens())
+			}
+		}
+	}
+	for _, want := range []string{"captured", "replayed", "replayed/captured", "Requests", "3 (1 ok, 1 failed, 1 cancelled)"} {
+		if !strings.Contains(so.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, so.String())
+		}
+	}
+	t.Log(so.String())
 }

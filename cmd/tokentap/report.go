@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/report"
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/traffic"
 )
 
 // reportConfig holds the report command's settings.
@@ -22,10 +26,14 @@ type reportConfig struct {
 
 const reportSummary = `Render a run's result document (the JSON a matrix run writes) as text, Markdown, CSV,
 JSON or a self-contained HTML page; give two documents to compare them cell by cell.
+Given a proxy capture (the JSONL tokentap proxy --capture writes), it renders a traffic
+summary: requests by model and outcome, tokens per second, and TTFT, time between tokens
+and end-to-end percentiles.
 
   tokentap report run.json
   tokentap report run.json --format html -o run.html
   tokentap report before.json after.json --format md
+  tokentap report traffic.jsonl
 
 Without --format the format follows the -o file's extension (.txt .md .csv .json .html),
 else text.`
@@ -77,16 +85,25 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
+	for _, f := range files {
+		if _, err := os.Stat(f); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(stderr, "tokentap report: %s does not exist: give the result file a matrix run wrote, or a proxy capture\n", f)
+			return exitUsage
+		}
+	}
+	if isCapture(files[0]) || (len(files) == 2 && isCapture(files[1])) {
+		if len(files) == 2 {
+			fmt.Fprintf(stderr, "tokentap report: %s is a proxy capture: a capture is summarised alone; comparing takes two result files\n", files[0])
+			return exitUsage
+		}
+		return reportCapture(files[0], format, opts, cfg.Output, stdout, stderr)
+	}
 	var docs []*result.Result
 	for _, f := range files {
 		r, err := result.ReadFile(f)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				fmt.Fprintf(stderr, "tokentap report: %s does not exist: give the result file a matrix run wrote\n", f)
-			} else {
-				fmt.Fprintf(stderr, "tokentap report: cannot use %v\n", err)
-			}
-			return 1
+			fmt.Fprintf(stderr, "tokentap report: cannot use %v\n", err)
+			return exitUsage
 		}
 		docs = append(docs, r)
 	}
@@ -99,18 +116,75 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
-		return 2
+		return exitUsage
 	}
-	if cfg.Output == "" || cfg.Output == "-" {
-		if _, err := stdout.Write(buf.Bytes()); err != nil {
+	return writeReport(buf.Bytes(), cfg.Output, stdout, stderr)
+}
+
+// writeReport writes a rendered report to stdout, or to output.
+func writeReport(b []byte, output string, stdout, stderr io.Writer) int {
+	if output == "" || output == "-" {
+		if _, err := stdout.Write(b); err != nil {
 			fmt.Fprintf(stderr, "tokentap report: writing the report: %v\n", err)
-			return 1
+			return exitError
 		}
-		return 0
+		return exitOK
 	}
-	if err := os.WriteFile(cfg.Output, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(output, b, 0o644); err != nil {
 		fmt.Fprintf(stderr, "tokentap report: cannot write the report: %v\n", err)
-		return 1
+		return exitError
 	}
-	return 0
+	return exitOK
+}
+
+// isCapture reports whether path holds JSONL records (a proxy capture, a
+// replay's --records) rather than a result document: its first line is a
+// JSON object with a record's fields.
+func isCapture(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 64<<20) // a record of a long stream is a long line
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var probe map[string]json.RawMessage
+		if json.Unmarshal(line, &probe) != nil {
+			return false
+		}
+		_, sent := probe["sent_ns"]
+		_, v := probe["v"]
+		return sent && v
+	}
+	return false
+}
+
+// reportCapture renders the traffic summary of a capture.
+func reportCapture(path, format string, o report.Options, output string, stdout, stderr io.Writer) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
+		return exitUsage
+	}
+	recs, err := record.ReadAll(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %s: %v (after %d good records)\n", path, err, len(recs))
+		return exitUsage
+	}
+	if len(recs) == 0 {
+		fmt.Fprintf(stderr, "tokentap report: %s holds no records\n", path)
+		return exitUsage
+	}
+	var buf bytes.Buffer
+	if err := report.RenderTraffic(&buf, traffic.Summarize(recs, o.Percentiles), format, filepath.Base(path)); err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
+		return exitUsage
+	}
+	return writeReport(buf.Bytes(), output, stdout, stderr)
 }
