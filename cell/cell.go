@@ -54,7 +54,8 @@
 //     that were in flight during the window (Sent before its end, End at or
 //     after its start), except a client-blamed one that ended at or after the
 //     window's end: that is the load generator's own cancellation at the
-//     close, however the tap classified the broken read.
+//     close, however the tap classified the broken read. An HTTP error
+//     blamed on the client (a 4xx) is a failure wherever it falls.
 //
 // # What the seed pages support
 //
@@ -338,7 +339,7 @@ func failed(r *record.Record, w Window) bool {
 	if r.Sent >= w.End || r.End < w.Start {
 		return false // not in flight during the window
 	}
-	if r.Blame == record.BlameClient && r.End >= w.End {
+	if r.Blame == record.BlameClient && r.End >= w.End && r.Outcome != record.HTTPError {
 		return false // our own cancellation at the window's close
 	}
 	return true

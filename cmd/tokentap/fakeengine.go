@@ -187,8 +187,22 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if l := e.Load(); l.Running+l.Waiting > 0 {
+		// Say why the exit waits, and let a second Ctrl-C cut at once.
+		fmt.Fprintf(stderr, "tokentap fake-engine: stopping: waiting up to 5 s for %d open requests to finish (Ctrl-C again cuts them now)\n", l.Running+l.Waiting)
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		go func() {
+			select {
+			case <-again:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
 	if err := e.Shutdown(sctx); err != nil {
-		log.Warn().Err(err).Msg("fake engine: open streams were cut at shutdown")
+		fmt.Fprintf(stderr, "tokentap fake-engine: open streams were cut at shutdown\n")
 	}
 	return 0
 }
