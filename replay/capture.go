@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tokentap/tokentap/record"
@@ -97,17 +96,7 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 	caps := append([]record.Record(nil), cfg.Records...)
 	sort.SliceStable(caps, func(i, j int) bool { return caps[i].Sent < caps[j].Sent })
 
-	type job struct {
-		at     time.Duration // scheduled offset from the replay's start
-		target Target
-		body   Body
-		rec    record.Record
-		// stopAfter tokens, or after stopIn when it received none: where
-		// the captured client cancelled.
-		stopAfter int
-		stopIn    time.Duration
-	}
-	jobs := make([]job, len(caps))
+	jobs := make([]openJob, len(caps))
 	t0 := caps[0].Sent
 	for i := range caps {
 		c := &caps[i]
@@ -152,7 +141,7 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 			}
 			body.PromptTokens = c.PromptTokens
 		}
-		jobs[i] = job{
+		jobs[i] = openJob{
 			at:     time.Duration(float64(c.Sent-t0) / speed),
 			target: t,
 			body:   body,
@@ -167,88 +156,6 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 		}
 	}
 
-	// Idle connections, per target (API and model decide the endpoint).
-	var (
-		poolMu sync.Mutex
-		pool   = map[Target][]*Conn{}
-	)
-	get := func(t Target) *Conn {
-		poolMu.Lock()
-		defer poolMu.Unlock()
-		if p := pool[t]; len(p) > 0 {
-			c := p[len(p)-1]
-			pool[t] = p[:len(p)-1]
-			return c
-		}
-		return NewConn(t, cfg.Clock)
-	}
-	put := func(t Target, c *Conn) {
-		poolMu.Lock()
-		pool[t] = append(pool[t], c)
-		poolMu.Unlock()
-	}
-	defer func() {
-		for _, p := range pool {
-			for _, c := range p {
-				c.Close()
-			}
-		}
-	}()
-
-	lates := make([]time.Duration, 0, len(jobs))
-	var wg sync.WaitGroup
-	start := cfg.Clock.Now()
-	timer := time.NewTimer(0)
-	<-timer.C
-	var err error
-	sent := 0
-loop:
-	for i := range jobs {
-		j := &jobs[i]
-		if wait := start + j.at - cfg.Clock.Now(); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				err = ctx.Err()
-				break loop
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
-			err = ctx.Err()
-			break
-		}
-		lates = append(lates, cfg.Clock.Now()-(start+j.at))
-		sent++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := get(j.target)
-			c.StopAfter = j.stopAfter
-			rctx := ctx
-			if j.stopIn > 0 {
-				var cancel context.CancelFunc
-				rctx, cancel = context.WithTimeout(ctx, j.stopIn)
-				defer cancel()
-			}
-			c.Do(rctx, j.body, &j.rec)
-			j.body = Body{}
-			if j.rec.Outcome == record.OK {
-				put(j.target, c)
-			} else {
-				c.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	out := make([]record.Record, 0, sent)
-	for i := 0; i < sent; i++ {
-		out = append(out, jobs[i].rec)
-	}
-	var late Late
-	if len(lates) > 0 {
-		sort.Slice(lates, func(a, b int) bool { return lates[a] < lates[b] })
-		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
-	}
-	return out, late, err
+	res := runOpen(ctx, cfg.Clock, jobs, openOpts{})
+	return res.recs, res.late, res.err
 }
