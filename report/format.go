@@ -146,9 +146,12 @@ const (
 // fmtPct is a share as a percentage with one decimal: 0.9994 → "99.9%".
 func fmtPct(v float64) string { return strconv.FormatFloat(v*100, 'f', 1, 64) + "%" }
 
+// rateCacheNote explains the cache column of an arrival-rate run.
+const rateCacheNote = "Prefix cache hits: the share of the prompt tokens the server served from its cache (near none: the prompts are cold)."
+
 // rateTTFTNote replaces ttftNote under an arrival-rate grid: its prompts
 // are cold.
-const rateTTFTNote = "Arrival-rate cells send prompts no request sent before, so their TTFT includes prefill, as vllm bench serve's and GuideLLM's do."
+const rateTTFTNote = "Arrival-rate cells send prompts no request sent before, so their TTFT includes prefill, as vllm bench serve's and GuideLLM's do; Requests queued marks a rate at which the engine made arrivals wait, so their latencies include the wait."
 
 // columnsAre says what the grid's columns are.
 func columnsAre(rate bool) string {
@@ -168,7 +171,11 @@ func colName(rate bool) string {
 
 // pctIntro heads the Latency percentiles table.
 func pctIntro(v *view) string {
-	return "Per cell, read from its histograms (microsecond resolution): TTFT, time between tokens and end to end (sent to the last byte, of requests completed in the window) at " +
+	e2e := "of requests completed in the window"
+	if v.Rate {
+		e2e = "of requests sent in the window that completed, in it or in the grace after it"
+	}
+	return "Per cell, read from its histograms (microsecond resolution): TTFT, time between tokens and end to end (sent to the last byte, " + e2e + ") at " +
 		pctList(v.Percentiles) + ", with the number of samples each is read from."
 }
 

@@ -221,7 +221,11 @@ func newViewWith(r *result.Result, o Options) *view {
 	}
 	if hasCache {
 		v.Columns = append(v.Columns, cacheColumn)
-		v.TTFTNote += " " + cacheNote
+		if v.Rate {
+			v.TTFTNote += " " + rateCacheNote
+		} else {
+			v.TTFTNote += " " + cacheNote
+		}
 	}
 	present := map[result.Status]bool{}
 	for _, p := range r.Prefill {

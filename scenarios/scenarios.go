@@ -253,6 +253,9 @@ func (s Scenario) Validate() error {
 			if !(r > 0) || r > MaxRate {
 				return fmt.Errorf("rate: %v is not a request rate above 0 and at most %d per second", r, MaxRate)
 			}
+			if s.Window > 0 && math.Round(r*s.Window.Seconds()) < 1 {
+				return fmt.Errorf("rate: %v requests/s over a %v window is no request at all: raise the rate or the window", r, s.Window)
+			}
 			if i > 0 && r <= s.Rates[i-1] {
 				return fmt.Errorf("rate: %v is not sorted without duplicates", s.Rates)
 			}
