@@ -2,7 +2,6 @@ package report
 
 import (
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/tokentap/tokentap/result"
@@ -169,5 +168,3 @@ func writeMarkdown(w io.Writer, v *view) error {
 	}
 	return e.err
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
