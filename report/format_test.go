@@ -255,3 +255,24 @@ func TestMarkdownTablesAreWellFormed(t *testing.T) {
 		}
 	}
 }
+
+// TestGridAndTableAgree: for every status, the decode grid shows a cell's
+// figures exactly when All measurements does (METHOD §3), in every format
+// that has both.
+func TestGridAndTableAgree(t *testing.T) {
+	statuses := []result.Status{result.Valid, result.RequestsQueued, result.CacheMissed, result.Failed, result.OverCapacity, result.NotRun}
+	r := &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0}}}
+	for i, st := range statuses {
+		r.Settings.Concurrency = append(r.Settings.Concurrency, i+1)
+		r.Decode = append(r.Decode, result.Cell{Context: 0, Concurrency: i + 1, Status: st, Measured: true, TotalTokPerSec: 612.5,
+			PerRequestTokPerSec: 80, TTFTms: 44, TBTms: 12, AvgActive: 1, Completed: 3, OutputTokens: 900, MeasuredForSeconds: 30})
+	}
+	v := newView(r)
+	for i, g := range v.Grid[0].Cells {
+		inGrid := g.TokS != ""
+		inTable := v.All[i][4] != dash
+		if inGrid != inTable || inGrid != statuses[i].ShowsFigures() {
+			t.Errorf("%s: figures in the grid %v, in All measurements %v; METHOD says %v", statuses[i], inGrid, inTable, statuses[i].ShowsFigures())
+		}
+	}
+}
