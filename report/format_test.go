@@ -131,6 +131,19 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 }
 
+func renderCSVRows(t *testing.T, r *result.Result) [][]string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
 // TestCSVRows: one row per prefill row and cell, every column, raw numbers.
 func TestCSVRows(t *testing.T) {
 	r := loadSeed(t, "002")
@@ -158,6 +171,22 @@ func TestCSVRows(t *testing.T) {
 	}
 	if got := strings.Join(rows[6][:13], ","); got != "decode,0,1,valid,49.6,49.7,164,warm_prefix,20.1,1,0,1488,30" {
 		t.Errorf("first decode row: %s", got)
+	}
+	// One precision: no figure carries more than 3 decimals (the hit rate,
+	// a share, 4); full-precision floats were mixed in before.
+	rrows := renderCSVRows(t, loadRun(t))
+	for _, row := range rrows[1:] {
+		for i, c := range row {
+			if _, frac, ok := strings.Cut(c, "."); ok && strings.IndexFunc(c, func(r rune) bool { return (r < '0' || r > '9') && r != '.' && r != '-' }) < 0 {
+				limit := 3
+				if rrows[0][i] == "prefix_cache_hit_rate" {
+					limit = 4
+				}
+				if len(frac) > limit {
+					t.Errorf("%s = %s: more than %d decimals", rrows[0][i], c, limit)
+				}
+			}
+		}
 	}
 }
 
