@@ -114,8 +114,11 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
 		t.Logf("stopped %v after the second Ctrl-C", time.Since(start).Round(time.Millisecond))
+		if err != nil || !strings.Contains(errb.String(), "stopped at once") || strings.Contains(errb.String(), "context canceled") {
+			t.Errorf("a stop asked for twice: %v\n%s", err, errb.String())
+		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a second Ctrl-C did not stop the proxy at once")
 	}

@@ -243,7 +243,11 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if admin != nil {
 		_ = admin.Shutdown(sctx)
 	}
-	if err := p.Close(sctx); err != nil {
+	switch err := p.Close(sctx); {
+	case errors.Is(err, context.Canceled):
+		// A second Ctrl-C: the open requests were cut, as asked.
+		fmt.Fprintf(stderr, "tokentap proxy: stopped at once; the open requests were cut\n")
+	case err != nil:
 		fmt.Fprintf(stderr, "tokentap proxy: shutting down: %v\n", err)
 		code = 1
 	}
