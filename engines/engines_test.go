@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -557,4 +558,30 @@ func TestReachErrorNoSuchHost(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), `no such host "gpu-box"`) || !strings.Contains(err.Error(), "--target") {
 		t.Errorf("got %v", err)
 	}
+}
+
+// FuzzNormalizeBase: any text fails, or gives an http(s) URL with a host
+// that normalizes to itself.
+func FuzzNormalizeBase(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:8000", "http://h:1/v1/", "https://u:p@h/api/v1", "ftp://x", "h:", "[::1]:8000", "http://h:99999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		base, shown, err := NormalizeBase(s)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+			t.Fatalf("%q → %q: not http(s)", s, base)
+		}
+		again, _, err := NormalizeBase(base)
+		if err != nil || again != base {
+			t.Fatalf("%q → %q → %q, %v: not stable", s, base, again, err)
+		}
+		if u, err := url.Parse(base); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "xxxxx" && strings.Contains(shown, ":"+pw+"@") {
+				t.Fatalf("%q: the password shows in %q", s, shown)
+			}
+		}
+	})
 }

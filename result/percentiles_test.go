@@ -112,3 +112,50 @@ func TestSetPercentiles(t *testing.T) {
 		t.Error("a cell without histograms got percentiles")
 	}
 }
+
+// FuzzParsePercentiles: any text either fails or gives sorted, distinct
+// percentiles strictly between 0 and 100 that label and parse back.
+func FuzzParsePercentiles(f *testing.F) {
+	for _, s := range []string{"50,90,99", "p99.9", " 1 , 2", "0", "100", "1e1", "NaN", ",", "99.999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ps, err := ParsePercentiles(s)
+		if err != nil {
+			return
+		}
+		var labels []string
+		for i, p := range ps {
+			if !(p > 0 && p < 100) || (i > 0 && p <= ps[i-1]) {
+				t.Fatalf("%q gave %v", s, ps)
+			}
+			labels = append(labels, Label(p))
+		}
+		back, err := ParsePercentiles(strings.Join(labels, ","))
+		if err != nil || !reflect.DeepEqual(back, ps) {
+			t.Fatalf("%q: labels %v parse back as %v, %v", s, labels, back, err)
+		}
+	})
+}
+
+// FuzzDistJSON: a distribution decoded from any JSON encodes and decodes
+// back to itself, and decoding never panics.
+func FuzzDistJSON(f *testing.F) {
+	for _, s := range []string{`{"n":3,"p50":1.5,"p99.9":2,"low_count":["p99.9"]}`, `{"n":0}`, `{}`, `{"p1":1}`, `[]`, `{"n":1,"p50":-0}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var d Dist
+		if err := json.Unmarshal([]byte(s), &d); err != nil {
+			return
+		}
+		b, err := json.Marshal(d)
+		if err != nil {
+			return // NaN and infinities cannot be encoded, and are refused
+		}
+		var back Dist
+		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, d) && !(len(back.At) == 0 && len(d.At) == 0) {
+			t.Fatalf("%s → %s → %+v (%v), want %+v", s, b, back, err, d)
+		}
+	})
+}

@@ -477,3 +477,39 @@ func TestParseRateList(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseCountList and FuzzParseRateList: any text fails, or gives a
+// sorted list of distinct values within bounds.
+func FuzzParseCountList(f *testing.F) {
+	for _, s := range []string{"1,2,4", "1,-2", "", "99999999999999999999", " 3 ,3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseCountList(s, "level", 1)
+		if err != nil {
+			return
+		}
+		for i, n := range l {
+			if n < 1 || (i > 0 && n <= l[i-1]) {
+				t.Fatalf("%q gave %v", s, l)
+			}
+		}
+	})
+}
+
+func FuzzParseRateList(f *testing.F) {
+	for _, s := range []string{"1,2,4", "0.5/s", "NaN", "1e4", "-1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseRateList(s)
+		if err != nil {
+			return
+		}
+		for i, r := range l {
+			if !(r > 0 && r <= MaxRate) || (i > 0 && r <= l[i-1]) {
+				t.Fatalf("%q gave %v", s, l)
+			}
+		}
+	})
+}
