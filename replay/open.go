@@ -221,8 +221,13 @@ loop:
 			c.StopAfter = j.stopAfter
 			rctx := ctx
 			if j.stopIn > 0 {
+				// A cancel, not a deadline: a dial given the deadline
+				// could time out before the context says it is done,
+				// and read as the engine's failure.
 				var cancelReq context.CancelFunc
-				rctx, cancelReq = context.WithTimeout(ctx, j.stopIn)
+				rctx, cancelReq = context.WithCancel(ctx)
+				t := time.AfterFunc(j.stopIn, cancelReq)
+				defer t.Stop()
 				defer cancelReq()
 			}
 			c.Do(rctx, j.body, &j.rec)
