@@ -54,7 +54,8 @@
 //     that were in flight during the window (Sent before its end, End at or
 //     after its start), except a client-blamed one that ended at or after the
 //     window's end: that is the load generator's own cancellation at the
-//     close, however the tap classified the broken read.
+//     close, however the tap classified the broken read. An HTTP error
+//     blamed on the client (a 4xx) is a failure wherever it falls.
 //
 // # What the seed pages support
 //
@@ -338,7 +339,7 @@ func failed(r *record.Record, w Window) bool {
 	if r.Sent >= w.End || r.End < w.Start {
 		return false // not in flight during the window
 	}
-	if r.Blame == record.BlameClient && r.End >= w.End {
+	if r.Blame == record.BlameClient && r.End >= w.End && r.Outcome != record.HTTPError {
 		return false // our own cancellation at the window's close
 	}
 	return true
@@ -507,6 +508,14 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.MaxWaiting = j.MaxWaiting
 	c.Cache = cacheOf(f, j)
 	c.Histograms = f.Hist
+	// Decode cells warm their prompts first (METHOD §3): their TTFT is not
+	// a cold one, unless the cache did not hold the prompts.
+	if c.TTFTKind == "" {
+		c.TTFTKind = result.TTFTWarm
+		if c.Status == result.CacheMissed {
+			c.TTFTKind = result.TTFTCacheMissed
+		}
+	}
 	if c.Reason != "" {
 		return
 	}

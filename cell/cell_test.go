@@ -339,6 +339,12 @@ func TestWindowEdges(t *testing.T) {
 	if f := Decode([]record.Record{late}, w10); f.Sent != 0 || f.Failed != 0 {
 		t.Fatalf("a request sent at the window's end counted: sent %d failed %d", f.Sent, f.Failed)
 	}
+	// A 4xx is blamed on the client, but it is no cancellation of ours: a
+	// request refused as the window closed still failed.
+	refused := mk(19000, 20500, record.HTTPError, record.BlameClient)
+	if f := Decode([]record.Record{refused}, w10); f.Failed != 1 {
+		t.Fatalf("a client-blamed 4xx ending after the window counted %d failures, want 1", f.Failed)
+	}
 	// Adjacent windows split the tokens without loss or double counting.
 	recs := []record.Record{recBefore, recInside, recRunning, recBroken, recMulti}
 	whole := Decode(recs, Window{0, 30 * time.Second}).OutputTokens

@@ -48,6 +48,11 @@ func TestDemoMatrix(t *testing.T) {
 	if !strings.Contains(stderr.String(), "demo") {
 		t.Errorf("stderr does not say this is the demo:\n%s", stderr.String())
 	}
+	// Its Failed row is on purpose, and it says so (a first-time user
+	// would think tokentap broken); it exits 0 all the same (above).
+	if !strings.Contains(stderr.String(), "fails on purpose") || !strings.Contains(strings.Join(res.Notes, " "), "injected fault") {
+		t.Errorf("the demo does not say its failure is injected:\n%s\nnotes: %q", stderr.String(), res.Notes)
+	}
 	want := map[[2]int]result.Status{
 		{0, 1}:     result.Valid,
 		{0, 16}:    result.RequestsQueued, // 16 streams, the fake runs 8 at once

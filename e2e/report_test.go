@@ -37,7 +37,7 @@ func TestReportBinary(t *testing.T) {
 	for _, tt := range []struct{ format, want string }{
 		{"text", "Sustained decode · total tok/s"},
 		{"md", "| Sustained decode | 248K | 1 | Over capacity | — | — | — | — | 0.7 | 0 | 0 | 30.0 s |"},
-		{"csv", "decode,131072,2,requests_queued,29.5,18.2,6119,55.2,1.7,0,884,30"},
+		{"csv", "decode,131072,2,requests_queued,29.5,18.2,6119,warm_prefix,55.2,1.7,0,884,30"},
 		{"json", `"prefill_mode": "Measured during decode warm-up"`},
 		{"html", `<span class="q">Requests queued</span>`},
 	} {
@@ -65,7 +65,7 @@ func TestReportBinary(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{filepath.Join(t.TempDir(), "missing.json")}, 1, "does not exist"},
+		{[]string{filepath.Join(t.TempDir(), "missing.json")}, 2, "does not exist"}, // a wrong input file is a usage error
 		{[]string{seed("000"), "--format", "xlsx"}, 2, "unknown report format"},
 		{nil, 2, "give one result file"},
 	} {

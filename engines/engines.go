@@ -77,11 +77,13 @@ type Target struct {
 // over a probe); Facts list every value with where it came from, in the
 // order found, so a flag's fact comes after the probed fact it overrides.
 type Info struct {
-	Kind        string // one of the Kind constants
-	Version     string // engine version or build; "" when the engine does not say
-	Model       string // the model name requests use
-	MaxModelLen int    // tokens; 0 = unknown
-	KVCapacity  int    // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
+	Kind    string // one of the Kind constants
+	Version string // engine version or build; "" when the engine does not say
+	Model   string // the model name requests use
+	// Models are the model ids GET /v1/models lists, in its order.
+	Models      []string
+	MaxModelLen int // tokens; 0 = unknown
+	KVCapacity  int // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
 	// KVMin and KVMax bound the KV capacity where the engine says only
 	// enough to bound it (0: no bound). llama-server tells each slot's
 	// context and the number of slots, not whether the slots share one
@@ -125,7 +127,10 @@ func (in *Info) addInt(name string, v int, source string) {
 // returns what it found. Errors wrap ErrUnreachable, ErrUnauthorized or
 // ErrNotOpenAI and say what to do; they never contain the API key.
 func Probe(ctx context.Context, t Target) (*Info, error) {
-	base, shown, err := normalizeBase(t.BaseURL)
+	if strings.TrimSpace(t.BaseURL) == "" {
+		return nil, errors.New("no target URL: pass --target http://HOST:PORT (the engine's base URL)")
+	}
+	base, shown, err := NormalizeBase(t.BaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +246,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 	in.add(FactKind, in.Kind, how)
 
 	// 3. The model.
+	for _, e := range list {
+		in.Models = append(in.Models, e.ID)
+	}
 	if listOK {
 		m, ok := pickModel(list, t.Model)
 		if !ok {
@@ -249,9 +257,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 				ids = append(ids, e.ID)
 			}
 			if len(ids) == 0 {
-				return nil, fmt.Errorf("%s lists no models on GET /v1/models: is a model loaded? pass --model NAME", shown)
+				return nil, fmt.Errorf("%w: %s lists no models on GET /v1/models: is a model loaded? pass --model NAME", ErrModel, shown)
 			}
-			return nil, fmt.Errorf("%s does not serve model %q; it lists: %s (check --model)", shown, t.Model, strings.Join(ids, ", "))
+			return nil, fmt.Errorf("%w: %s does not serve model %q; it lists: %s (check --model)", ErrModel, shown, t.Model, strings.Join(ids, ", "))
 		}
 		in.Model = m.ID
 		src := "GET /v1/models data[0].id"
@@ -395,7 +403,7 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		in.addInt(FactMaxModelLen, t.MaxModelLen, "flag --max-model-len")
 	}
 	if in.Model == "" {
-		return nil, fmt.Errorf("%s does not say which model it serves: pass --model NAME", shown)
+		return nil, fmt.Errorf("%w: %s does not say which model it serves: pass --model NAME", ErrModel, shown)
 	}
 	return in, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -429,8 +430,8 @@ func TestProbeTargetErrors(t *testing.T) {
 		{"HTML page", Target{BaseURL: html.URL}, ErrNotOpenAI, []string{"HTML page", "not an OpenAI-compatible API", "--target"}},
 		{"other JSON API", Target{BaseURL: otherJSON.URL}, ErrNotOpenAI, []string{"not an OpenAI model list", "--target"}},
 		{"404 everywhere", Target{BaseURL: notFound.URL}, ErrNotOpenAI, []string{"HTTP 404", "--target"}},
-		{"no API key", Target{BaseURL: keyed}, ErrUnauthorized, []string{"HTTP 401", "TOKENTAP_API_KEY"}},
-		{"wrong API key", Target{BaseURL: keyed, APIKey: "sk-wrong-456"}, ErrUnauthorized, []string{"key was refused", "TOKENTAP_API_KEY"}},
+		{"no API key", Target{BaseURL: keyed}, ErrUnauthorized, []string{"HTTP 401", "needs an API key, and none was given", "TOKENTAP_API_KEY"}},
+		{"wrong API key", Target{BaseURL: keyed, APIKey: "sk-wrong-456"}, ErrUnauthorized, []string{"key given was refused", "TOKENTAP_API_KEY"}},
 		{"model not served", Target{BaseURL: models, Model: "gpt-9"}, nil, []string{`"gpt-9"`, "tiny:latest, llama3.2:1b", "--model"}},
 		{"not a URL", Target{BaseURL: "ftp://x"}, nil, []string{"not an http(s) URL"}},
 		{"empty", Target{}, nil, []string{"--target"}},
@@ -496,11 +497,18 @@ func TestNormalizeBaseRedacts(t *testing.T) {
 		{"http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000", "http://127.0.0.1:8000"},
 		{"https://user:pw@host/api/v1", "https://user:pw@host/api", "https://user:xxxxx@host/api"},
 		{" http://h:1/ ", "http://h:1", "http://h:1"},
+		{"localhost:18300", "http://localhost:18300", "http://localhost:18300"},
 	}
 	for _, tt := range tests {
-		base, shown, err := normalizeBase(tt.in)
+		base, shown, err := NormalizeBase(tt.in)
 		if err != nil || base != tt.base || shown != tt.shown {
-			t.Errorf("normalizeBase(%q) = %q, %q, %v; want %q, %q", tt.in, base, shown, err, tt.base, tt.shown)
+			t.Errorf("NormalizeBase(%q) = %q, %q, %v; want %q, %q", tt.in, base, shown, err, tt.base, tt.shown)
+		}
+	}
+	// What cannot be an engine's URL is refused, saying what was given.
+	for _, bad := range []string{"ftp://x", "http://", "127.0.0.1:", "http://h:99999", "http://h:port", "  "} {
+		if _, _, err := NormalizeBase(bad); err == nil || (strings.TrimSpace(bad) != "" && !strings.Contains(err.Error(), strings.TrimSpace(bad))) {
+			t.Errorf("NormalizeBase(%q): error %v, want one quoting it", bad, err)
 		}
 	}
 }
@@ -550,4 +558,30 @@ func TestReachErrorNoSuchHost(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), `no such host "gpu-box"`) || !strings.Contains(err.Error(), "--target") {
 		t.Errorf("got %v", err)
 	}
+}
+
+// FuzzNormalizeBase: any text fails, or gives an http(s) URL with a host
+// that normalizes to itself.
+func FuzzNormalizeBase(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:8000", "http://h:1/v1/", "https://u:p@h/api/v1", "ftp://x", "h:", "[::1]:8000", "http://h:99999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		base, shown, err := NormalizeBase(s)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+			t.Fatalf("%q → %q: not http(s)", s, base)
+		}
+		again, _, err := NormalizeBase(base)
+		if err != nil || again != base {
+			t.Fatalf("%q → %q → %q, %v: not stable", s, base, again, err)
+		}
+		if u, err := url.Parse(base); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "xxxxx" && strings.Contains(shown, ":"+pw+"@") {
+				t.Fatalf("%q: the password shows in %q", s, shown)
+			}
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,11 +22,15 @@ var (
 	// ErrUnreachable: nothing answered at the target (refused, no such host,
 	// timeout, TLS failure).
 	ErrUnreachable = errors.New("engine unreachable")
-	// ErrUnauthorized: the target answered 401 or 403.
-	ErrUnauthorized = errors.New("engine refused the API key")
+	// ErrUnauthorized: the target answered 401 or 403 (no key given, or
+	// the key given was refused).
+	ErrUnauthorized = errors.New("engine refused access")
 	// ErrNotOpenAI: something answered, but not an OpenAI-compatible API
 	// (an HTML page, another JSON API, 404 on /v1/models).
 	ErrNotOpenAI = errors.New("not an OpenAI-compatible API")
+	// ErrModel: the engine does not serve the model asked for, or says
+	// of none that it serves it.
+	ErrModel = errors.New("no such model")
 )
 
 // probeTimeout bounds each GET a probe sends; engines answer these from
@@ -76,20 +81,27 @@ func (r *response) excerpt() string {
 	return s
 }
 
-// normalizeBase turns what a user passes as --target into the engine's base
-// URL: scheme added when missing, trailing slash and a trailing /v1 removed
-// (people paste the OpenAI base URL).
-func normalizeBase(raw string) (base, shown string, err error) {
+// NormalizeBase turns what a user passes as an engine's URL (--target,
+// --upstream) into its base URL: http:// added to a bare host:port,
+// trailing slash and a trailing /v1 removed (people paste the OpenAI base
+// URL). shown is base with any password redacted, for messages.
+func NormalizeBase(raw string) (base, shown string, err error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
-		return "", "", errors.New("no target URL: pass --target http://HOST:PORT (the engine's base URL)")
+		return "", "", errors.New("no URL: give the engine's base URL, e.g. http://127.0.0.1:8000")
 	}
+	given := raw
 	if !strings.Contains(raw, "://") {
 		raw = "http://" + raw
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", "", fmt.Errorf("target %q is not an http(s) URL: pass --target http://HOST:PORT", raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || strings.HasSuffix(u.Host, ":") {
+		return "", "", fmt.Errorf("%q is not an http(s) URL of an engine: give one such as http://127.0.0.1:8000", given)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", "", fmt.Errorf("%q: port %s is not a port number (1 to 65535)", given, p)
+		}
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.Path = strings.TrimSuffix(u.Path, "/v1")
@@ -165,7 +177,7 @@ func (c *client) reachError(ctx context.Context, err error) error {
 // authError is the message for a 401/403 answer.
 func (c *client) authError(path string, status int) error {
 	if c.apiKey == "" {
-		return fmt.Errorf("%w: %s answered %s with HTTP %d: it needs an API key; set TOKENTAP_API_KEY (sent as Authorization: Bearer)", ErrUnauthorized, c.shown, path, status)
+		return fmt.Errorf("%w: %s answered %s with HTTP %d: it needs an API key, and none was given; give --api-key or set TOKENTAP_API_KEY (sent as Authorization: Bearer)", ErrUnauthorized, c.shown, path, status)
 	}
-	return fmt.Errorf("%w: %s answered %s with HTTP %d: the API key was refused; check TOKENTAP_API_KEY", ErrUnauthorized, c.shown, path, status)
+	return fmt.Errorf("%w: %s answered %s with HTTP %d: the API key given was refused; check --api-key or TOKENTAP_API_KEY", ErrUnauthorized, c.shown, path, status)
 }

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,13 @@ type Config struct {
 	// the scenario's own overrides apply when these are 0.
 	KVCapacity  int
 	MaxModelLen int
+
+	// Percentiles are read off every cell's histograms into the result as
+	// numbers (result.Cell.Percentiles); nil: result.DefaultPercentiles.
+	Percentiles []float64
+	// Notes are added to the result's notes (the demo says its failure is
+	// injected).
+	Notes []string
 
 	// Descriptive facts for the report; what is given here wins over what
 	// the probe found.
@@ -111,7 +119,7 @@ type CellRun struct {
 // returns a nil result. On interruption it returns the partial result and
 // ErrInterrupted.
 func Run(ctx context.Context, cfg Config) (*result.Result, error) {
-	r := &runner{cfg: cfg, log: cfg.Log}
+	r := &runner{cfg: cfg, log: cfg.Log, rateRefused: map[int]float64{}}
 	return r.run(ctx)
 }
 
@@ -137,6 +145,9 @@ type runner struct {
 	kvBelowAt string
 
 	bey *beyond // SLO, TTFT split and decode limit (beyond.go)
+	// rateRefused is, per context, the lowest request rate whose cell the
+	// engine refused for not fitting: higher rates are not run.
+	rateRefused map[int]float64
 }
 
 func (r *runner) run(ctx context.Context) (*result.Result, error) {
@@ -157,6 +168,9 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		r.cfg.WarmupParallel = 4
 	}
 	r.tgt = cfg.Target
+	if base, _, err := engines.NormalizeBase(r.tgt.BaseURL); err == nil {
+		r.tgt.BaseURL = base // the probe's URL, so a bare host:port works for the load too
+	}
 	if r.tgt.API == "" {
 		r.tgt.API = record.API(sc.API)
 	}
@@ -230,7 +244,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	if kv == 0 {
 		kvMax = info.KVMax
 	}
-	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Prefill, sc.MaxOutput, maxLen, kv, kvMax)
+	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Rates, sc.Prefill, sc.MaxOutput, maxLen, kv, kvMax)
 	switch {
 	case kv == 0 && info.KVMin > 0 && info.KVMax > 0:
 		r.plan.notes = append(r.plan.notes, fmt.Sprintf(
@@ -239,13 +253,18 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	case kv == 0:
 		r.plan.notes = append(r.plan.notes, "The engine's KV cache capacity is unknown (give --kv-capacity): every cell was tried; where the engine answered that a request did not fit, the cell is Over capacity and larger cells were not run.")
 	}
+	decodeTest := "Fixed duration"
+	if len(r.plan.rates) > 0 {
+		decodeTest = "Fixed duration, Poisson arrivals (open loop)"
+	}
 	res.Settings = result.Settings{
-		DecodeTest:    "Fixed duration",
+		DecodeTest:    decodeTest,
 		PrefillMode:   r.plan.prefillMode(),
 		WindowSeconds: sc.Window.Seconds(),
 		MaxOutput:     sc.MaxOutput,
 		Contexts:      r.plan.contexts,
 		Concurrency:   r.plan.concurrency,
+		Rates:         r.plan.rates,
 		PrefillAt:     sc.Prefill,
 		API:           string(r.tgt.API),
 		Dropped:       r.plan.dropped,
@@ -270,7 +289,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	// per row and give the other slots as many words; their warm-up usage
 	// says their real length.
 	r.build.Estimate = !info.Tokenize
-	r.prog = newProgress(cfg.Progress, cfg.Terminal, sc.Window, r.plan.runnableCells())
+	r.prog = newProgress(cfg.Progress, cfg.Terminal, r.plan.steps(sc.Window, r.warmSlots))
 	for _, n := range r.plan.notes {
 		r.prog.note(n)
 	}
@@ -281,14 +300,15 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.prog.close()
 	r.finishBeyond()
 	res.Ended = time.Now()
+	res.Notes = append(res.Notes, cfg.Notes...)
+	res.SetPercentiles(cfg.Percentiles)
+	// The report says what stopped the run (once: from these fields).
 	if err != nil && ctx.Err() != nil {
 		res.Interrupted = true
-		res.Notes = append(res.Notes, "The run was interrupted: cells not reached are marked Not run.")
 		return res, ErrInterrupted
 	}
 	if err != nil {
-		res.Interrupted = true
-		res.Notes = append(res.Notes, "The run stopped early: "+err.Error())
+		res.StoppedEarly = err.Error()
 		return res, err
 	}
 	return res, nil
@@ -302,12 +322,15 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 	}
 	for _, c := range r.plan.contexts {
-		ns := r.plan.runnable(c)
-		if len(ns) == 0 {
-			continue
+		if ns := r.plan.runnable(c); len(ns) > 0 {
+			if err := r.row(ctx, c, ns); err != nil {
+				return err
+			}
 		}
-		if err := r.row(ctx, c, ns); err != nil {
-			return err
+		if rates := r.plan.runnableRates(c); len(rates) > 0 {
+			if err := r.rateRow(ctx, c, rates); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -401,7 +424,7 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 
 // coldPrefill measures prefill context pc with one request of its own.
 func (r *runner) coldPrefill(ctx context.Context, pc int) error {
-	r.prog.begin("prefill " + TokenLabel(pc) + " (cold)")
+	r.prog.begin(stepPrefill, pc, result.Column{}, "cold prefill, context "+TokenLabel(pc))
 	var capped *prompts.CappedError
 	err := r.primeEstimate(ctx, pc)
 	// A slot number no decode row uses keeps this prompt distinct from all.
@@ -461,6 +484,9 @@ func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 			return
 		}
 		tps, ttft, ok := cell.Prefill(rec)
+		if ok {
+			r.prog.prefillMeasured(rec.PromptTokens, ttft)
+		}
 		if !ok {
 			row.Status = result.Failed
 			row.Error = "the engine reported no prompt token count"
@@ -547,50 +573,74 @@ func (r *runner) drain(ctx context.Context) {
 // prompts just before that cell runs (METHOD §3 warm-up).
 func (r *runner) row(ctx context.Context, c int, ns []int) error {
 	maxN := 0
-	for _, n := range ns {
+	cols := make([]result.Column, len(ns))
+	for i, n := range ns {
 		maxN = max(maxN, n)
+		cols[i] = result.Column{N: n}
 	}
-	r.prog.begin(fmt.Sprintf("prompts C=%s ×%d", TokenLabel(c), maxN))
-	decode, warm, err := r.slotBodies(ctx, c, maxN)
+	rw, ok, err := r.rowStart(ctx, c, maxN, cols)
+	if err != nil || !ok {
+		return err
+	}
+	for _, n := range ns {
+		if r.kvBelow > 0 && need(c, n, r.sc.MaxOutput) >= r.kvBelow {
+			r.skip(c, result.Column{N: n}, result.OverCapacity, fmt.Sprintf("%d × (%d + %d) = %d tokens: the engine already refused %s",
+				n, c, r.sc.MaxOutput, need(c, n, r.sc.MaxOutput), r.kvBelowAt))
+			continue
+		}
+		if err := r.cell(ctx, rw, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rowStart builds the prompts of slots 0 … n-1 of context c and sends
+// slot 0's alone and cold: the row's prefill measurement, and its cold
+// TTFT. When the engine refuses or cuts that prompt, no cell of the row
+// can run: cols are decided (ok false).
+func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (rw *rowRun, ok bool, err error) {
+	r.prog.begin(stepPrompts, c, result.Column{}, fmt.Sprintf("prompts for context %s (%d)", TokenLabel(c), n))
+	decode, warm, err := r.slotBodies(ctx, c, n)
 	var capped *prompts.CappedError
 	if errors.As(err, &capped) {
 		msg := r.cutShort(c, capped.Target, capped.Max)
-		for _, n := range ns {
-			r.skip(c, n, result.Failed, msg)
+		for _, col := range cols {
+			r.skip(c, col, result.Failed, msg)
 		}
 		r.failPrefill(c, capped.Max, msg)
-		return nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	r.prog.begin(fmt.Sprintf("warm-up C=%s (cold prefill)", TokenLabel(c)))
+	r.prog.begin(stepRowCold, c, result.Column{}, "cold prefill, context "+TokenLabel(c)+" (the row's first warm-up)")
 	// The first warm-up request is the row's prefill measurement: let the
 	// previous row's cancelled streams leave the engine first.
 	r.drain(ctx)
 	tag := "warmup C=" + TokenLabel(c)
 	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	r.emit(first)
-	rw := rowRun{c: c, decode: decode, warm: warm}
+	rw = &rowRun{c: c, decode: decode, warm: warm, warmed: 1}
 	if len(first) == 1 {
 		rec := &first[0]
 		r.setPrefill(c, rec, decode[0].PromptTokens)
 		switch {
 		case engines.ContextExceeded(rec):
 			// One prompt of C does not fit: no cell of the row can.
-			for _, n := range ns {
-				r.skip(c, n, result.OverCapacity, fmt.Sprintf("the engine refused one %s-token prompt: %s", TokenLabel(c), rec.Error))
+			for _, col := range cols {
+				r.skip(c, col, result.OverCapacity, fmt.Sprintf("the engine refused one %s-token prompt: %s", TokenLabel(c), rec.Error))
 			}
-			return nil
+			return nil, false, nil
 		case r.cut(rec, decode[0].PromptTokens):
 			msg := r.cutShort(c, decode[0].PromptTokens, rec.PromptTokens)
-			for _, n := range ns {
-				r.skip(c, n, result.Failed, msg)
+			for _, col := range cols {
+				r.skip(c, col, result.Failed, msg)
 			}
-			return nil
+			return nil, false, nil
 		case rec.Outcome.Failed():
 			r.log.Info().Int("context", c).Str("error", rec.Error).Msg("matrix: warm-up failed")
 			if !r.isPrefillRow(c) {
@@ -601,17 +651,7 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 			rw.cold = ttft
 		}
 	}
-	for _, n := range ns {
-		if r.kvBelow > 0 && need(c, n, r.sc.MaxOutput) >= r.kvBelow {
-			r.skip(c, n, result.OverCapacity, fmt.Sprintf("%d × (%d + %d) = %d tokens: the engine already refused %s",
-				n, c, r.sc.MaxOutput, need(c, n, r.sc.MaxOutput), r.kvBelowAt))
-			continue
-		}
-		if err := r.cell(ctx, &rw, n); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rw, true, nil
 }
 
 // cutShort notes that the engine cut prompts of context c (sent tokens) to
@@ -638,13 +678,23 @@ type rowRun struct {
 	c            int
 	decode, warm []replay.Body // per slot
 	cold         time.Duration // the row's cold prefill TTFT; 0 unknown
+	warmed       int           // slots whose prompts a warm-up has sent
 }
 
-// skip decides cell (c, n) without running it and shows it as done.
-func (r *runner) skip(c, n int, st result.Status, reason string) {
-	out := r.res.Cell(c, n)
+// cellLabel names cell (c, col) in progress lines: "decode context 16K,
+// N=4" or "decode context 16K, 2 requests/s" ("C=" read as concurrency).
+func cellLabel(c int, col result.Column) string {
+	if col.Rate > 0 {
+		return fmt.Sprintf("decode context %s, %s requests/s", TokenLabel(c), strconv.FormatFloat(col.Rate, 'f', -1, 64))
+	}
+	return fmt.Sprintf("decode context %s, N=%d", TokenLabel(c), col.N)
+}
+
+// skip decides cell (c, col) without running it and shows it as done.
+func (r *runner) skip(c int, col result.Column, st result.Status, reason string) {
+	out := r.res.CellAt(c, col)
 	out.Status, out.Reason = st, reason
-	r.prog.cellDone(fmt.Sprintf("decode C=%s N=%d", TokenLabel(c), n), st.Label()+": "+clip(reason, 160))
+	r.prog.cellDone(c, col, cellLabel(c, col), st.Label()+": "+clip(reason, 160))
 }
 
 // learn keeps the engine's verdict that cell (c, n) does not fit: no cell
@@ -673,7 +723,8 @@ func (r *runner) warmSlots(n int) int {
 // record whose request the engine refused for not fitting, if any.
 func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record, error) {
 	k := r.warmSlots(n)
-	r.prog.begin(fmt.Sprintf("warm-up C=%s ×%d", TokenLabel(rw.c), k))
+	r.prog.begin(stepWarm, rw.c, result.Column{N: n}, fmt.Sprintf("warm-up context %s, %s", TokenLabel(rw.c), plural(k, "prompt", "prompts")))
+	defer func() { rw.warmed = max(rw.warmed, k) }()
 	r.drain(ctx)
 	recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: rw.warm[:k], MaxTokens: 1, Stream: true,
 		Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids, Once: true}).Records
@@ -746,17 +797,18 @@ func (s *sampler) run(ctx context.Context, in *engines.Info, every time.Duration
 // cell warms up and runs decode cell (rw.c, n) for one window.
 func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	c := rw.c
-	label := fmt.Sprintf("decode C=%s N=%d", TokenLabel(c), n)
+	col := result.Column{N: n}
+	label := cellLabel(c, col)
 	refused, err := r.warmUp(ctx, rw, n)
 	if err != nil {
 		return err
 	}
 	if refused != nil {
 		r.learn(c, n)
-		r.skip(c, n, result.OverCapacity, "the engine refused a warm-up request: "+refused.Error)
+		r.skip(c, col, result.OverCapacity, "the engine refused a warm-up request: "+refused.Error)
 		return nil
 	}
-	r.prog.begin(label)
+	r.prog.begin(stepWindow, c, col, label)
 	win := r.sc.Window
 	r.drain(ctx)
 	hits0, queries0, cacheOK, _ := r.info.PrefixCache(ctx)
@@ -817,7 +869,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		}
 		summary += beyondSummary(out)
 	}
-	r.prog.cellDone(label, summary)
+	r.prog.cellDone(c, col, label, summary)
 	r.log.Debug().Int("context", c).Int("concurrency", n).Str("status", string(out.Status)).
 		Float64("tok_s", out.TotalTokPerSec).Int("max_waiting", j.MaxWaiting).Msg("matrix: cell done")
 	if r.cfg.OnCell != nil {

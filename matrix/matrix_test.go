@@ -187,7 +187,7 @@ func TestMatrixAgainstModel(t *testing.T) {
 	if res.Settings.PrefillMode != "Measured during decode warm-up" || res.Engine.Name != "vllm" || res.Settings.KVCapacity != 6144 {
 		t.Errorf("settings %+v, engine %+v", res.Settings, res.Engine)
 	}
-	if !strings.Contains(progress.String(), "decode C=1K N=4") {
+	if !strings.Contains(progress.String(), "decode context 1K, N=4") {
 		t.Errorf("progress lacks the cell lines:\n%s", progress.String())
 	}
 }

@@ -15,7 +15,8 @@ type plan struct {
 	contexts    []int // decode contexts kept, in order
 	dropped     []int // decode contexts dropped (C + max output > max model length)
 	concurrency []int
-	cells       []result.Cell // every (C, N) of the kept contexts, Over capacity or NotRun
+	rates       []float64     // an arrival-rate run's columns (then concurrency is empty)
+	cells       []result.Cell // every (C, N) — or (C, rate) — of the kept contexts, Over capacity or NotRun
 	prefill     []result.Prefill
 	coldPrefill []int // prefill contexts needing a separate cold request
 	notes       []string
@@ -32,9 +33,15 @@ func overCapacity(c, n, maxOutput, kv int) bool {
 
 // makePlan lays out a run. maxLen and kv are 0 when unknown; kvMax, when kv
 // is unknown, is the largest capacity the engine's answers allow (0: none).
-func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv, kvMax int) plan {
+// With rates the columns are request rates (arrival-rate cells) and
+// concurrency is ignored.
+func makePlan(contexts, concurrency []int, rates []float64, prefillAt []int, maxOutput, maxLen, kv, kvMax int) plan {
 	var p plan
-	p.concurrency = append([]int(nil), concurrency...)
+	if len(rates) > 0 {
+		p.rates = append([]float64(nil), rates...)
+	} else {
+		p.concurrency = append([]int(nil), concurrency...)
+	}
 	for _, c := range contexts {
 		if maxLen > 0 && c+maxOutput > maxLen {
 			p.dropped = append(p.dropped, c)
@@ -48,6 +55,17 @@ func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv, kvM
 			joinTokens(p.dropped), strconv.Itoa(maxOutput), strconv.Itoa(maxLen)))
 	}
 	for _, c := range p.contexts {
+		for _, rate := range p.rates {
+			// An open loop's concurrency is not known beforehand; a single
+			// request must fit at least.
+			cell := result.Cell{Context: c, Rate: rate, Status: result.NotRun, MaxWaiting: -1}
+			if kvLimit := max(kv, kvMax); overCapacity(c, 1, maxOutput, kvLimit) {
+				cell.Status = result.OverCapacity
+				cell.Reason = fmt.Sprintf("one request needs %d + %d = %d tokens > KV cache capacity %d tokens",
+					c, maxOutput, need(c, 1, maxOutput), kvLimit)
+			}
+			p.cells = append(p.cells, cell)
+		}
 		for _, n := range p.concurrency {
 			cell := result.Cell{Context: c, Concurrency: n, Status: result.NotRun, MaxWaiting: -1}
 			switch {
@@ -87,18 +105,30 @@ func makePlan(contexts, concurrency, prefillAt []int, maxOutput, maxLen, kv, kvM
 // rowRuns reports whether decode context c is kept and has a cell to run,
 // so its warm-up happens and its first warm-up request measures prefill.
 func (p *plan) rowRuns(c int) bool {
-	return len(p.runnable(c)) > 0
+	return len(p.runnable(c)) > 0 || len(p.runnableRates(c)) > 0
 }
 
 // runnable lists the concurrency levels of row c that are not over capacity.
 func (p *plan) runnable(c int) []int {
 	var ns []int
 	for _, cell := range p.cells {
-		if cell.Context == c && cell.Status != result.OverCapacity {
+		if cell.Context == c && cell.Rate == 0 && cell.Status != result.OverCapacity {
 			ns = append(ns, cell.Concurrency)
 		}
 	}
 	return ns
+}
+
+// runnableRates lists the request rates of row c that are not over
+// capacity (an arrival-rate run).
+func (p *plan) runnableRates(c int) []float64 {
+	var rs []float64
+	for _, cell := range p.cells {
+		if cell.Context == c && cell.Rate > 0 && cell.Status != result.OverCapacity {
+			rs = append(rs, cell.Rate)
+		}
+	}
+	return rs
 }
 
 // runnableCells counts cells that will be run.
@@ -131,6 +161,10 @@ func (p *plan) prefillMode() string {
 		return "Measured during decode warm-up; separate cold requests where the context is not a decode row"
 	}
 }
+
+// ColumnLabel names a cell's column in messages: "4" (requests at once)
+// or "2/s" (requests per second).
+func ColumnLabel(c result.Cell) string { return c.Column().Label() }
 
 // TokenLabel shows a token count the way the seed pages do: 16384 → "16K",
 // 0 → "0", 1500 → "1500".
@@ -177,4 +211,12 @@ func fmtInt(n int) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// plural is "1 prompt" or "3 prompts".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

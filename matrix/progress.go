@@ -3,31 +3,45 @@ package matrix
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tokentap/tokentap/result"
 )
 
-// progress shows on stderr what the run is doing: the cell running, its live
-// tok/s, the run's elapsed and estimated remaining time. On a terminal it
-// redraws one line with a bar; otherwise it prints a plain line when a step
-// starts or ends and every few seconds in between. A nil *progress prints
-// nothing (--quiet).
+// progress shows on stderr what the run is doing: the step running (a
+// prefill, a warm-up, a cell's window), its live tok/s, the run's elapsed
+// and estimated remaining time. On a terminal it redraws one line with a
+// bar; otherwise it prints a plain line when a step starts and every few
+// seconds in between. A nil *progress prints nothing (--quiet).
+//
+// The estimate covers every step the plan has left, not only the windows:
+// cold prefill requests, each row's cold first request and each cell's
+// warm-up take time in proportion to the prefill they ask for, which is
+// estimated from the prefills measured so far (eta). It counts down during
+// a step, so a 7 s prefill at 32K shows the time going, not a frozen "cell
+// 0/4".
 type progress struct {
 	w        io.Writer
 	terminal bool
 	start    time.Time
-	window   time.Duration
+	now      func() time.Time
 
 	mu        sync.Mutex
-	step      string // what runs now, e.g. "decode C=16K N=4"
+	steps     []pstep
+	cur       int // index of the step running, -1 none
+	curLabel  string
 	stepStart time.Time
 	cellsDone int
-	cellsAll  int // decode cells to run (not over capacity)
+	cellsAll  int
 	lastPlain time.Time
+	eta       eta
 
-	tokens atomic.Int64 // tokens arrived in the current cell
+	tokens atomic.Int64 // tokens arrived in the current step
 	last   struct {
 		at     time.Time
 		tokens int64
@@ -37,12 +51,138 @@ type progress struct {
 	done chan struct{}
 }
 
-func newProgress(w io.Writer, terminal bool, window time.Duration, cells int) *progress {
+// Kinds of step.
+const (
+	stepPrefill = iota // a cold prefill row's request
+	stepPrompts        // building prompts (counted as it goes, not estimated)
+	stepRowCold        // a row's slot 0, alone and cold
+	stepWarm           // a cell's warm-up
+	stepWindow         // a cell's window
+)
+
+// pstep is one planned step and its estimate's inputs.
+type pstep struct {
+	kind    int
+	context int
+	col     result.Column
+	prompts int           // prompts of context computed cold (prefill, row cold, warm-up)
+	window  time.Duration // a window's length (with an open loop's grace, its expected part)
+	done    bool
+}
+
+// steps lays out what the run will do, in order, for the estimate: cold
+// prefill rows, then per row its cold request, and per cell its warm-up
+// (the prompts not warmed before in the row, at most the engine's slots)
+// and window. An arrival-rate cell's requests are all cold, and the
+// requests still running at its window's end get up to a window more.
+func (p *plan) steps(window time.Duration, warmSlots func(int) int) []pstep {
+	var out []pstep
+	for _, pc := range p.coldPrefill {
+		out = append(out, pstep{kind: stepPrefill, context: pc, prompts: 1})
+	}
+	for _, c := range p.contexts {
+		ns, rates := p.runnable(c), p.runnableRates(c)
+		if len(ns) == 0 && len(rates) == 0 {
+			continue
+		}
+		out = append(out, pstep{kind: stepRowCold, context: c, prompts: 1})
+		warmed := 1
+		for _, n := range ns {
+			k := warmSlots(n)
+			out = append(out, pstep{kind: stepWarm, context: c, col: result.Column{N: n}, prompts: max(0, k-warmed)},
+				pstep{kind: stepWindow, context: c, col: result.Column{N: n}, window: window})
+			warmed = max(warmed, k)
+		}
+		for _, rate := range rates {
+			n := int(math.Round(rate * window.Seconds()))
+			out = append(out, pstep{kind: stepWindow, context: c, col: result.Column{Rate: rate}, prompts: n, window: window + window/2})
+		}
+	}
+	return out
+}
+
+// eta estimates how long the prefill of a prompt of C tokens takes, from
+// the prefills measured so far (prompt tokens, TTFT): between two measured
+// contexts it interpolates on a log-log scale, beyond them it extends the
+// slope of the last two (clamped to 1–2: prefill grows at least linearly,
+// at most as attention's square), from one it grows as C^1.5 (what the
+// seed pages show between 8K and 32K), and before any as a 4,000 tok/s
+// engine would.
+type eta struct {
+	points []etaPoint // ascending tokens
+}
+
+type etaPoint struct {
+	tokens int
+	t      time.Duration
+}
+
+func (e *eta) add(tokens int, t time.Duration) {
+	if tokens <= 0 || t <= 0 {
+		return
+	}
+	i, found := slices.BinarySearchFunc(e.points, tokens, func(p etaPoint, n int) int { return p.tokens - n })
+	if found {
+		e.points[i].t = t
+		return
+	}
+	e.points = slices.Insert(e.points, i, etaPoint{tokens, t})
+}
+
+// prefill is the estimated time of one cold prefill of c tokens.
+func (e *eta) prefill(c int) time.Duration {
+	const floor = 20 * time.Millisecond // a request's own cost, even with no prompt
+	x := float64(max(c, 16))
+	pts := e.points
+	var t float64 // seconds
+	switch {
+	case len(pts) == 0:
+		t = x / 4000 * (1 + x/32768)
+	case len(pts) == 1:
+		t = pts[0].t.Seconds() * math.Pow(x/float64(pts[0].tokens), 1.5)
+	default:
+		i := 0 // the segment [i, i+1] used
+		for i+2 < len(pts) && x > float64(pts[i+1].tokens) {
+			i++
+		}
+		x0, x1 := math.Log(float64(pts[i].tokens)), math.Log(float64(pts[i+1].tokens))
+		y0, y1 := math.Log(pts[i].t.Seconds()), math.Log(pts[i+1].t.Seconds())
+		slope := 1.5
+		if x1 > x0 {
+			slope = (y1 - y0) / (x1 - x0)
+		}
+		if x < float64(pts[i].tokens) || x > float64(pts[i+1].tokens) {
+			slope = min(2, max(1, slope)) // extrapolating
+		}
+		t = math.Exp(y0 + slope*(math.Log(x)-x0))
+	}
+	return max(floor, time.Duration(t*float64(time.Second)))
+}
+
+// estimate is step s's expected duration.
+func (e *eta) estimate(s pstep) time.Duration {
+	var d time.Duration
+	if s.prompts > 0 {
+		d = time.Duration(s.prompts) * e.prefill(s.context)
+		if s.kind == stepWindow {
+			d = 0 // an open loop's cold prompts are computed inside its window
+		}
+	}
+	return d + s.window
+}
+
+func newProgress(w io.Writer, terminal bool, steps []pstep) *progress {
 	if w == nil {
 		return nil
 	}
-	p := &progress{w: w, terminal: terminal, start: time.Now(), window: window, cellsAll: cells,
+	p := &progress{w: w, terminal: terminal, now: time.Now, steps: steps, cur: -1,
 		stop: make(chan struct{}), done: make(chan struct{})}
+	p.start = p.now()
+	for _, s := range steps {
+		if s.kind == stepWindow {
+			p.cellsAll++
+		}
+	}
 	go p.loop()
 	return p
 }
@@ -75,32 +215,73 @@ func (p *progress) counter() *atomic.Int64 {
 	return &p.tokens
 }
 
-// begin announces a step (warm-up, prefill, a decode cell).
-func (p *progress) begin(step string) {
+// find is the first planned step of this kind, context and column not
+// done yet; -1 when the plan has none (prompt building is not planned).
+func (p *progress) find(kind, context int, col result.Column) int {
+	for i, s := range p.steps {
+		if !s.done && s.kind == kind && s.context == context && s.col == col {
+			return i
+		}
+	}
+	return -1
+}
+
+// begin announces a step (prompts, a prefill, a warm-up, a cell's window).
+// Every planned step before it is over.
+func (p *progress) begin(kind, context int, col result.Column, label string) {
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.step = step
-	p.stepStart = time.Now()
+	if i := p.find(kind, context, col); i >= 0 {
+		for j := 0; j < i; j++ {
+			p.steps[j].done = true
+		}
+		p.cur = i
+	} else if p.cur >= 0 {
+		p.steps[p.cur].done = true
+		p.cur = -1
+	}
+	p.curLabel = label
+	p.stepStart = p.now()
 	p.tokens.Store(0)
 	p.last.at, p.last.tokens, p.last.rate = p.stepStart, 0, 0
 	p.draw(true)
 }
 
-// cellDone counts a finished decode cell and shows its status.
-func (p *progress) cellDone(label, status string) {
+// prefillMeasured feeds a measured cold prefill (prompt tokens, TTFT) to
+// the estimate.
+func (p *progress) prefillMeasured(tokens int, ttft time.Duration) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.eta.add(tokens, ttft)
+	p.mu.Unlock()
+}
+
+// cellDone counts a decided cell (run or skipped) and shows its status;
+// its planned steps are over.
+func (p *progress) cellDone(context int, col result.Column, label, status string) {
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for i := range p.steps {
+		if s := &p.steps[i]; s.context == context && s.col == col && (s.kind == stepWarm || s.kind == stepWindow) {
+			s.done = true
+		}
+	}
+	if p.cur >= 0 && p.steps[p.cur].done {
+		p.cur = -1
+	}
 	p.cellsDone++
 	if p.terminal {
 		p.clearLine()
 	}
-	fmt.Fprintf(p.w, "  %-20s %s\n", label, status)
+	fmt.Fprintf(p.w, "  %-36s %s\n", label, status)
 	if p.terminal {
 		p.draw(true)
 	}
@@ -134,42 +315,56 @@ func (p *progress) close() {
 	if p.terminal {
 		p.clearLine()
 	}
-	fmt.Fprintf(p.w, "matrix: %d of %d decode cells run in %s\n", p.cellsDone, p.cellsAll, fmtDur(time.Since(p.start)))
+	fmt.Fprintf(p.w, "matrix: %d of %d decode cells run in %s\n", p.cellsDone, p.cellsAll, fmtDur(p.now().Sub(p.start)))
 }
 
 func (p *progress) clearLine() { fmt.Fprint(p.w, "\r\033[K") }
 
+// left is the estimated time the run has left at now: every planned step
+// not done, the one running less what it has taken so far (but never less
+// than a tenth of its estimate: a step over its estimate is not done yet).
+// Called with p.mu held.
+func (p *progress) left(now time.Time) (left, total time.Duration) {
+	for i, s := range p.steps {
+		e := p.eta.estimate(s)
+		total += e
+		switch {
+		case s.done:
+		case i == p.cur:
+			left += max(e-now.Sub(p.stepStart), e/10)
+		default:
+			left += e
+		}
+	}
+	return left, total
+}
+
 // draw writes the status line; force draws a plain line now even if one was
 // drawn recently. Called with p.mu held.
 func (p *progress) draw(force bool) {
-	now := time.Now()
+	now := p.now()
 	if dt := now.Sub(p.last.at); dt >= 500*time.Millisecond {
 		tok := p.tokens.Load()
 		p.last.rate = float64(tok-p.last.tokens) / dt.Seconds()
 		p.last.at, p.last.tokens = now, tok
 	}
 	elapsed := now.Sub(p.start)
-	left := time.Duration(p.cellsAll-p.cellsDone) * p.window
-	if p.step != "" && strings.HasPrefix(p.step, "decode") {
-		left -= min(now.Sub(p.stepStart), p.window)
-	}
-	if left < 0 {
-		left = 0
-	}
+	left, total := p.left(now)
+	inWindow := p.cur >= 0 && p.steps[p.cur].kind == stepWindow
 	rate := ""
-	if p.last.rate > 0 || strings.HasPrefix(p.step, "decode") {
+	if p.last.rate > 0 || inWindow {
 		rate = fmt.Sprintf("%8.1f tok/s", p.last.rate)
 	}
 	if p.terminal {
 		const width = 20
 		frac := 0.0
-		if p.cellsAll > 0 {
-			frac = float64(p.cellsDone) / float64(p.cellsAll)
+		if total > 0 {
+			frac = math.Min(1, math.Max(0, 1-float64(left)/float64(total)))
 		}
 		filled := int(frac * width)
 		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
 		p.clearLine()
-		fmt.Fprintf(p.w, "%s %d/%d  %-26s %s  elapsed %s  left ~%s", bar, p.cellsDone, p.cellsAll, p.step, rate, fmtDur(elapsed), fmtDur(left))
+		fmt.Fprintf(p.w, "%s cell %d/%d  %-36s %s  elapsed %s  left ~%s", bar, p.cellsDone, p.cellsAll, p.curLabel, rate, fmtDur(elapsed), fmtDur(left))
 		return
 	}
 	if !force && now.Sub(p.lastPlain) < 5*time.Second {
@@ -179,7 +374,11 @@ func (p *progress) draw(force bool) {
 	if force {
 		rate = "" // a step that just began has no rate yet
 	}
-	fmt.Fprintf(p.w, "[%s] cell %d/%d  %s  %s  left ~%s\n", fmtDur(elapsed), p.cellsDone, p.cellsAll, p.step, strings.TrimSpace(rate), fmtDur(left))
+	line := fmt.Sprintf("[%s] cell %d/%d  %s", fmtDur(elapsed), p.cellsDone, p.cellsAll, p.curLabel)
+	if r := strings.TrimSpace(rate); r != "" {
+		line += "  " + r
+	}
+	fmt.Fprintf(p.w, "%s  left ~%s\n", line, fmtDur(left))
 }
 
 func fmtDur(d time.Duration) string {

@@ -474,6 +474,13 @@ func (b *Builder) calibrate(ctx context.Context, api string) (*calibration, int,
 // many goroutines as GOMAXPROCS (counting calls run in parallel too). It
 // returns the first error, if any.
 func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, error) {
+	return b.PromptsFrom(ctx, contextTokens, 0, n)
+}
+
+// PromptsFrom builds the prompts of slots first … first+n-1 as Prompts
+// does: prompts no other slot of the run shares, e.g. fresh cold prompts
+// for each request of an arrival-rate cell.
+func (b *Builder) PromptsFrom(ctx context.Context, contextTokens, first, n int) ([]Prompt, error) {
 	out := make([]Prompt, n)
 	if n == 0 {
 		return out, nil
@@ -491,7 +498,7 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 	}
 	start := 0
 	if b.Estimate {
-		p, err := b.Prompt(ctx, contextTokens, 0)
+		p, err := b.Prompt(ctx, contextTokens, first)
 		if err != nil {
 			return nil, err
 		}
@@ -514,7 +521,7 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				p, err := b.Prompt(ctx, contextTokens, i)
+				p, err := b.Prompt(ctx, contextTokens, first+i)
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return

@@ -18,12 +18,11 @@ import (
 	"github.com/tokentap/tokentap/slo"
 )
 
-// maxModels bounds the model label's cardinality: the model name comes from
-// the client, and a client inventing names must not grow /metrics forever.
-// Records of further models are counted under otherModel.
+// maxModels bounds the model label's cardinality while the engine's model
+// list is unknown (see models.go): the model name comes from the client,
+// and a client inventing names must not grow /metrics forever. Records of
+// further models are counted under otherModel.
 const maxModels = 100
-
-const otherModel = "_other"
 
 // Prometheus bucket bounds (seconds or tokens), chosen for LLM serving:
 // TTFT from cached prompts (ms) to long prefills (minutes), decode gaps from
@@ -86,6 +85,7 @@ type outcomeKey struct {
 // goroutine (the proxy's recorder) writes; the admin handlers read under mu.
 type metrics struct {
 	mu       sync.Mutex
+	names    *modelNames // the engine's models: the labels allowed
 	models   map[string]*modelStats
 	totals   map[outcomeKey]uint64
 	since    time.Time
@@ -104,11 +104,12 @@ type metrics struct {
 func (m *metrics) rejected(r rejectReason) { m.rejects[r].Add(1) }
 
 func newMetrics() *metrics {
-	return &metrics{models: map[string]*modelStats{}, totals: map[outcomeKey]uint64{}, since: time.Now()}
+	return &metrics{names: newModelNames(), models: map[string]*modelStats{}, totals: map[outcomeKey]uint64{}, since: time.Now()}
 }
 
 // model returns the stats of a model and the label it is kept under.
 func (m *metrics) model(name string) (string, *modelStats) {
+	name, _ = m.names.label(name)
 	if s, ok := m.models[name]; ok {
 		return name, s
 	}

@@ -749,6 +749,65 @@ func TestMetricsStatsAndCapture(t *testing.T) {
 	}
 }
 
+// TestModelLabelLimited: once the proxy knows the engine's models, the
+// model label (and /stats) holds only those and "other": a client naming
+// 150 models it invented adds one series, not 150. A client's unknown
+// model is its own fault (blame="client").
+func TestModelLabelLimited(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ids, err := h.p.WatchModels(ctx, time.Hour)
+	if err != nil || len(ids) != 1 || ids[0] != e.Model().Name {
+		t.Fatalf("WatchModels = %v, %v; want the fake's one model", ids, err)
+	}
+	_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody(e.Model().Name, 3, true, ""))
+	for i := range 150 {
+		_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody(fmt.Sprintf("invented-%d", i), 3, true, ""))
+	}
+	h.waitRecords(t, 151)
+	_, body, err := do(t, "GET", h.admin+"/metrics", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]bool{}
+	for _, m := range regexp.MustCompile(`model="([^"]*)"`).FindAllStringSubmatch(string(body), -1) {
+		labels[m[1]] = true
+	}
+	if len(labels) != 2 || !labels[e.Model().Name] || !labels["other"] {
+		t.Errorf("model labels %v; want only the engine's model and other", labels)
+	}
+	if !strings.Contains(string(body), `tokentap_requests_total{model="other",outcome="http_error",blame="client"} 150`) {
+		t.Errorf("the invented models' 404s are not counted under other, blamed on the client:\n%s", body)
+	}
+	st := h.p.Stats(false)
+	if len(st.Models) != 2 || st.Models["other"] == nil || st.Models["other"].Requests != 150 {
+		t.Errorf("/stats models %v", st.Models)
+	}
+}
+
+// TestModelNames: a listed model is its own label, a tagless name matches
+// the engine's name:latest (Ollama), anything else is other and asks for
+// a fresh list; before any list, names pass as sent.
+func TestModelNames(t *testing.T) {
+	n := newModelNames()
+	if l, ok := n.label("x"); l != "x" || ok {
+		t.Errorf("before a list: %q %v", l, ok)
+	}
+	n.set([]string{"qwen", "tiny:latest"})
+	for in, want := range map[string]string{"qwen": "qwen", "tiny": "tiny:latest", "tiny:latest": "tiny:latest", "tiny:1b": "other", "gpt-4": "other"} {
+		if l, _ := n.label(in); l != want {
+			t.Errorf("label(%q) = %q, want %q", in, l, want)
+		}
+	}
+	select {
+	case <-n.missed:
+	default:
+		t.Error("an unlisted model did not ask for a fresh list")
+	}
+}
+
 func TestCapturePrompts(t *testing.T) {
 	e := fixtures.StartTest(t, fixtures.DefaultModel())
 	h := startProxy(t, e.URL(), func(c *Config) { c.CapturePrompts = true })

@@ -77,6 +77,18 @@ const (
 	BlameTokentap Blame = "tokentap"
 )
 
+// HTTPBlame says whose fault an HTTP error status is: a 4xx is the
+// client's (a request the engine could not take as sent: unknown model,
+// bad parameters, no key, a prompt longer than its context), except 408
+// and 429, which say the engine was too slow or too busy; a 5xx is the
+// engine's.
+func HTTPBlame(status int) Blame {
+	if status >= 400 && status < 500 && status != 408 && status != 429 {
+		return BlameClient
+	}
+	return BlameEngine
+}
+
 // Source says where a token count came from.
 type Source string
 

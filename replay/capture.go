@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/tokentap/tokentap/record"
@@ -19,10 +19,23 @@ type PromptFunc func(ctx context.Context, tokens, i int) (string, error)
 // Capture configures an open-loop replay of a proxy capture: every captured
 // request is sent again with the same shape (prompt length, max_tokens,
 // streaming, API) at its original arrival time divided by Speed, whether or
-// not earlier requests have finished.
+// not earlier requests have finished, and as it went:
+//   - a request its client cancelled is cancelled at the same point: after
+//     as many tokens as it received, or, if it received none, after as long
+//     as it waited;
+//   - a request the engine refused (an HTTP error) is sent as it was: its
+//     captured body where the capture kept bodies (proxy
+//     --capture-prompts), else its captured model name, neither Target.Model
+//     nor a fallback, so an unknown model is refused again.
 type Capture struct {
-	Target Target // Target.API and Model, when set, override each record's
-	Clock  record.Clock
+	// Target.API and Model, when set, override each record's (but a
+	// refused request keeps its model).
+	Target Target
+	// Listed are the models the target serves; with Target.Model empty a
+	// record keeps its model when the target lists it, else gets Fallback.
+	Listed   []string
+	Fallback string
+	Clock    record.Clock
 	// Records is the capture, in any order; their Sent offsets give the
 	// arrival times.
 	Records []record.Record
@@ -35,6 +48,27 @@ type Capture struct {
 	IgnoreEOS bool
 	// Extra fields go into every request body (sampling parameters).
 	Extra map[string]any
+}
+
+// servedName is the listed model id for name (name itself, or name:latest
+// for a name without a tag, as Ollama answers to both).
+func servedName(listed []string, name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	for _, id := range listed {
+		if id == name {
+			return id, true
+		}
+	}
+	if !strings.Contains(name, ":") {
+		for _, id := range listed {
+			if id == name+":latest" {
+				return id, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Late is how far behind schedule the replay sent its requests.
@@ -62,13 +96,7 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 	caps := append([]record.Record(nil), cfg.Records...)
 	sort.SliceStable(caps, func(i, j int) bool { return caps[i].Sent < caps[j].Sent })
 
-	type job struct {
-		at     time.Duration // scheduled offset from the replay's start
-		target Target
-		body   Body
-		rec    record.Record
-	}
-	jobs := make([]job, len(caps))
+	jobs := make([]openJob, len(caps))
 	t0 := caps[0].Sent
 	for i := range caps {
 		c := &caps[i]
@@ -79,108 +107,55 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 		if t.API == "" {
 			t.API = record.Chat
 		}
-		if t.Model == "" {
-			t.Model = c.Model
-		}
-		tokens := c.PromptTokens
-		if tokens < 1 {
-			tokens = 1
-		}
-		prompt, err := cfg.Prompt(ctx, tokens, i)
-		if err != nil {
-			return nil, Late{}, fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)
+		refused := c.Outcome == record.HTTPError
+		switch {
+		case refused:
+			t.Model = c.Model // sent as it was: an unknown model is refused again
+		case t.Model == "":
+			t.Model = cfg.Fallback
+			if id, ok := servedName(cfg.Listed, c.Model); ok {
+				t.Model = id
+			}
+			if t.Model == "" {
+				t.Model = c.Model
+			}
 		}
 		maxTokens := c.MaxTokens
 		if maxTokens == 0 && c.CompletionTokens > 0 {
 			maxTokens = c.CompletionTokens
 		}
-		body, err := t.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: c.Stream, IgnoreEOS: cfg.IgnoreEOS, Extra: cfg.Extra})
-		if err != nil {
-			return nil, Late{}, err
+		var body Body
+		if refused && len(c.Request) > 0 {
+			body = Body{Head: c.Request, PromptTokens: c.PromptTokens}
+		} else {
+			tokens := c.PromptTokens
+			if tokens < 1 {
+				tokens = 1
+			}
+			prompt, err := cfg.Prompt(ctx, tokens, i)
+			if err != nil {
+				return nil, Late{}, fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)
+			}
+			if body, err = t.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: c.Stream, IgnoreEOS: cfg.IgnoreEOS, Extra: cfg.Extra}); err != nil {
+				return nil, Late{}, err
+			}
+			body.PromptTokens = c.PromptTokens
 		}
-		jobs[i] = job{
+		jobs[i] = openJob{
 			at:     time.Duration(float64(c.Sent-t0) / speed),
 			target: t,
 			body:   body,
 			rec:    record.Record{ID: "replay#" + strconv.Itoa(i+1), Tag: c.ID, MaxTokens: maxTokens, Stream: c.Stream},
 		}
-	}
-
-	// Idle connections, per target (API and model decide the endpoint).
-	var (
-		poolMu sync.Mutex
-		pool   = map[Target][]*Conn{}
-	)
-	get := func(t Target) *Conn {
-		poolMu.Lock()
-		defer poolMu.Unlock()
-		if p := pool[t]; len(p) > 0 {
-			c := p[len(p)-1]
-			pool[t] = p[:len(p)-1]
-			return c
-		}
-		return NewConn(t, cfg.Clock)
-	}
-	put := func(t Target, c *Conn) {
-		poolMu.Lock()
-		pool[t] = append(pool[t], c)
-		poolMu.Unlock()
-	}
-	defer func() {
-		for _, p := range pool {
-			for _, c := range p {
-				c.Close()
-			}
-		}
-	}()
-
-	lates := make([]time.Duration, 0, len(jobs))
-	var wg sync.WaitGroup
-	start := cfg.Clock.Now()
-	timer := time.NewTimer(0)
-	<-timer.C
-	var err error
-	sent := 0
-loop:
-	for i := range jobs {
-		j := &jobs[i]
-		if wait := start + j.at - cfg.Clock.Now(); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				err = ctx.Err()
-				break loop
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
-			err = ctx.Err()
-			break
-		}
-		lates = append(lates, cfg.Clock.Now()-(start+j.at))
-		sent++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := get(j.target)
-			c.Do(ctx, j.body, &j.rec)
-			j.body = Body{}
-			if j.rec.Outcome == record.OK {
-				put(j.target, c)
+		if c.Outcome == record.Cancelled {
+			if n := c.ArrivedTokens(); n > 0 {
+				jobs[i].stopAfter = n
 			} else {
-				c.Close()
+				jobs[i].stopIn = max(c.End-c.Sent, time.Millisecond)
 			}
-		}()
+		}
 	}
-	wg.Wait()
-	out := make([]record.Record, 0, sent)
-	for i := 0; i < sent; i++ {
-		out = append(out, jobs[i].rec)
-	}
-	var late Late
-	if len(lates) > 0 {
-		sort.Slice(lates, func(a, b int) bool { return lates[a] < lates[b] })
-		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
-	}
-	return out, late, err
+
+	res := runOpen(ctx, cfg.Clock, jobs, openOpts{})
+	return res.recs, res.late, res.err
 }

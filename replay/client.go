@@ -304,7 +304,16 @@ type Conn struct {
 	// Tokens, when set, is increased by the tokens of every event as it
 	// arrives (a live counter for progress displays).
 	Tokens *atomic.Int64
+	// StopAfter, when > 0, ends each request once that many tokens have
+	// arrived, as a client that cancels there does (a replayed request its
+	// client cancelled after StopAfter tokens): the connection is closed
+	// and the record is Cancelled, blamed on the client.
+	StopAfter int
+	arrived   int // tokens arrived in the current request
 }
+
+// errStopped ends a body read at StopAfter tokens.
+var errStopped = errors.New("stopped where the captured client cancelled")
 
 // NewConn returns a connection to t whose timestamps are offsets on clock.
 // The TCP connection is dialled by the first request and kept for the next.
@@ -520,6 +529,7 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		rec.API = record.Chat
 	}
 	rec.Model = c.target.Model
+	c.arrived = 0
 	if rec.PromptTokens == 0 {
 		rec.PromptTokens = body.PromptTokens
 	}
@@ -647,8 +657,9 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 		c.drop() // cancelled, broken or closing: the connection's state is unknown
 	}
 	switch {
-	case endErr != nil && ctx.Err() != nil:
-		// Our own cancellation (the window closed): not a failure.
+	case endErr != nil && (ctx.Err() != nil || errors.Is(endErr, errStopped)):
+		// Our own cancellation (the window closed, or the replayed
+		// client's cancel point came): not a failure.
 		c.stream.End(context.Canceled, record.BlameClient)
 	case endErr != nil && reqCtx.Err() != nil:
 		c.stream.End(context.Cause(reqCtx), record.BlameEngine) // the idle watch: a timeout
@@ -823,6 +834,9 @@ func (c *Conn) feed(b *bodyFrame, p []byte, rec *record.Record) (done bool, err 
 		if used < len(p) {
 			b.h.close = true // bytes after the body: the connection is in an unknown state
 		}
+		if !end && c.stopped() {
+			return true, errStopped
+		}
 		return end, nil
 	case b.left >= 0:
 		k := min(int64(len(p)), b.left)
@@ -831,9 +845,15 @@ func (c *Conn) feed(b *bodyFrame, p []byte, rec *record.Record) (done bool, err 
 		if int64(len(p)) > k {
 			b.h.close = true
 		}
+		if b.left > 0 && c.stopped() {
+			return true, errStopped
+		}
 		return b.left == 0, nil
 	}
 	c.deliver(p, rec)
+	if c.stopped() {
+		return true, errStopped
+	}
 	return false, nil
 }
 
@@ -914,10 +934,17 @@ func (c *Conn) deliver(p []byte, rec *record.Record) {
 	}
 	before := len(rec.Arrivals)
 	c.stream.WriteAt(p, c.at)
-	if c.Tokens != nil && len(rec.Arrivals) > before {
-		c.Tokens.Add(int64(tokensSince(rec, before)))
+	if (c.Tokens != nil || c.StopAfter > 0) && len(rec.Arrivals) > before {
+		n := tokensSince(rec, before)
+		c.arrived += n
+		if c.Tokens != nil {
+			c.Tokens.Add(int64(n))
+		}
 	}
 }
+
+// stopped reports whether the request reached StopAfter tokens.
+func (c *Conn) stopped() bool { return c.StopAfter > 0 && c.arrived >= c.StopAfter }
 
 // tokensSince sums the tokens of events from index i on.
 func tokensSince(rec *record.Record, i int) int {

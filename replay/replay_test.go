@@ -490,12 +490,14 @@ func TestRunCapture(t *testing.T) {
 	}
 	// The fake sends the first token 20 ms after the request (gaps between
 	// tokens on a busy machine are checked against the ledger elsewhere).
-	if sum.TTFTms.P50 < 20 || sum.TBTms.P50 <= 0 || sum.OutputTokPerS <= 0 {
-		t.Errorf("summary TTFT p50 %.1f ms, TBT p50 %.1f ms, %.1f tok/s", sum.TTFTms.P50, sum.TBTms.P50, sum.OutputTokPerS)
+	ttft50, _ := sum.TTFTms.Value(50)
+	tbt50, _ := sum.TBTms.Value(50)
+	if ttft50 < 20 || tbt50 <= 0 || sum.OutputTokPerS <= 0 {
+		t.Errorf("summary TTFT p50 %.1f ms, TBT p50 %.1f ms, %.1f tok/s", ttft50, tbt50, sum.OutputTokPerS)
 	}
 	var text strings.Builder
 	sum.WriteText(&text)
-	for _, want := range []string{"3 sent, 3 ok", "TTFT", "Time between tokens", "output tok/s"} {
+	for _, want := range []string{"3 (3 ok, 0 failed, 0 cancelled)", "TTFT (ms) samples", "  p99", "Time between tokens (ms) samples", "Output tok/s"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text summary lacks %q:\n%s", want, text.String())
 		}
@@ -512,8 +514,8 @@ func TestSummarizeFailures(t *testing.T) {
 	if s.OK != 1 || s.Failed != 1 || s.Cancelled != 1 || s.Errors["http_error"] != 1 || s.OutputTokens != 2 {
 		t.Fatalf("%+v", s)
 	}
-	if s.TBTms.P50 < 99 || s.TBTms.P50 > 101 {
-		t.Errorf("TBT p50 %.2f ms, want 100", s.TBTms.P50)
+	if tbt, _ := s.TBTms.Value(50); tbt < 99 || tbt > 101 {
+		t.Errorf("TBT p50 %.2f ms, want 100", tbt)
 	}
 	if empty := Summarize(nil); empty.Requests != 0 || empty.OutputTokPerS != 0 {
 		t.Errorf("empty summary %+v", empty)
@@ -572,6 +574,77 @@ func TestStreamOptions(t *testing.T) {
 			if got.StreamOptions[k] != v {
 				t.Errorf("%s: stream_options[%q] = %v, want %v", tt.name, k, got.StreamOptions[k], v)
 			}
+		}
+	}
+}
+
+// TestRunCaptureFaithful: a replay sends what was captured. A request its
+// client cancelled after 5 of 200 tokens is cancelled after about 5
+// tokens (not replayed to its full max_tokens); one cancelled before its
+// first token is cancelled after as long a wait; one the engine refused
+// for an unknown model is sent with that model, captured body or not, and
+// refused again; an OK one keeps its model where the engine lists it (with
+// Ollama's :latest), else takes the fallback.
+func TestRunCaptureFaithful(t *testing.T) {
+	eng := fixtures.StartTest(t, testModel())
+	arrivals := func(sent time.Duration, n int) []time.Duration {
+		var a []time.Duration
+		for i := range n {
+			a = append(a, sent+20*time.Millisecond+time.Duration(i)*4*time.Millisecond)
+		}
+		return a
+	}
+	caps := []record.Record{
+		{ID: "ok", Model: "test", Sent: 0, End: 100 * time.Millisecond, PromptTokens: 10, MaxTokens: 8, Stream: true, API: record.Chat, Outcome: record.OK},
+		{ID: "cancelled-5", Model: "test", Sent: 10 * time.Millisecond, End: 60 * time.Millisecond, PromptTokens: 10, MaxTokens: 200, Stream: true,
+			API: record.Chat, Outcome: record.Cancelled, Blame: record.BlameClient, Arrivals: arrivals(10*time.Millisecond, 5), First: 30 * time.Millisecond},
+		{ID: "cancelled-early", Model: "test", Sent: 20 * time.Millisecond, End: 25 * time.Millisecond, PromptTokens: 10, MaxTokens: 50, Stream: true,
+			API: record.Chat, Outcome: record.Cancelled, Blame: record.BlameClient},
+		{ID: "unknown-model", Model: "no-such-model", Sent: 30 * time.Millisecond, End: 31 * time.Millisecond, PromptTokens: 0, MaxTokens: 8, Stream: true,
+			API: record.Chat, Outcome: record.HTTPError, Status: 404},
+		{ID: "unknown-model-body", Model: "no-such-model", Sent: 40 * time.Millisecond, End: 41 * time.Millisecond, MaxTokens: 8, Stream: true,
+			API: record.Chat, Outcome: record.HTTPError, Status: 404,
+			Request: []byte(`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`)},
+		{ID: "tagless", Model: "other", Sent: 50 * time.Millisecond, End: 60 * time.Millisecond, PromptTokens: 10, MaxTokens: 4, Stream: true, API: record.Chat, Outcome: record.OK},
+	}
+	prompt := func(_ context.Context, tokens, i int) (string, error) { return strings.Repeat("w ", tokens), nil }
+	recs, _, err := RunCapture(context.Background(), Capture{Target: Target{BaseURL: eng.URL()}, Listed: []string{"test", "other:latest"},
+		Fallback: "test", Clock: record.NewClock(), Records: caps, Speed: 1, Prompt: prompt, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]record.Record{}
+	for _, r := range recs {
+		by[r.Tag] = r
+	}
+	if r := by["ok"]; r.Outcome != record.OK || r.ArrivedTokens() != 8 {
+		t.Errorf("ok: %s with %d tokens", r.Outcome, r.ArrivedTokens())
+	}
+	if r := by["cancelled-5"]; r.Outcome != record.Cancelled || r.Blame != record.BlameClient || r.ArrivedTokens() < 5 || r.ArrivedTokens() > 12 {
+		t.Errorf("cancelled after 5 tokens: replayed %s (%s) with %d tokens; want cancelled by the client after about 5", r.Outcome, r.Blame, r.ArrivedTokens())
+	}
+	if r := by["cancelled-early"]; r.Outcome != record.Cancelled || r.ArrivedTokens() != 0 || r.End-r.Sent > 500*time.Millisecond {
+		t.Errorf("cancelled before its first token: replayed %s, %d tokens, after %v", r.Outcome, r.ArrivedTokens(), r.End-r.Sent)
+	}
+	for _, id := range []string{"unknown-model", "unknown-model-body"} {
+		if r := by[id]; r.Outcome != record.HTTPError || r.Status != 404 || r.Model != "no-such-model" {
+			t.Errorf("%s: replayed %s %d for model %q; want the engine's 404 again", id, r.Outcome, r.Status, r.Model)
+		}
+	}
+	// "other" is listed as other:latest, but the fake serves only "test":
+	// the request is sent as other:latest and refused — proof it was kept.
+	if r := by["tagless"]; r.Model != "other:latest" {
+		t.Errorf("a listed model (without its :latest tag) was replaced by %q", r.Model)
+	}
+	sum := SummarizeReplay(recs, caps, nil)
+	if sum.Captured == nil || sum.Captured.Requests != len(caps) || sum.Captured.Cancelled != 2 || sum.Cancelled != 2 {
+		t.Errorf("summary: captured %+v, replayed %d cancelled", sum.Captured, sum.Cancelled)
+	}
+	var text strings.Builder
+	sum.WriteText(&text)
+	for _, want := range []string{"captured", "replayed", "replayed/captured", "Output tokens", "×"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("side-by-side summary lacks %q:\n%s", want, text.String())
 		}
 	}
 }

@@ -3,56 +3,37 @@ package replay
 import (
 	"fmt"
 	"io"
-	"sort"
-	"time"
+	"math"
+	"strconv"
+	"strings"
 
-	"github.com/tokentap/tokentap/cell"
-	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
+	"github.com/tokentap/tokentap/traffic"
 )
 
-// Quantiles are percentiles of one distribution, in the unit its field names.
-type Quantiles struct {
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
-}
-
-// Summary is what a capture replay reports: the same TTFT, time between
-// tokens and throughput a matrix cell has (package cell computes them, over
-// the window from the first request sent to the last one's end), so two
-// engines can be compared on the same traffic.
+// Summary is what a capture replay reports: the replayed requests'
+// figures (package traffic: the TTFT, time between tokens and throughput
+// a matrix cell has, over the span from the first request sent to the
+// last one's end), and, where the capture is given, the captured
+// requests' figures beside them, so the replay can be checked against
+// the traffic it replays and two engines compared on the same traffic.
 type Summary struct {
 	Target string  `json:"target,omitempty"`
 	Engine string  `json:"engine,omitempty"`
 	Speed  float64 `json:"speed,omitempty"`
 
-	Requests  int            `json:"requests"`
-	OK        int            `json:"ok"`
-	Failed    int            `json:"failed"`
-	Cancelled int            `json:"cancelled"`
-	Errors    map[string]int `json:"errors,omitempty"` // outcome → count
+	// The replayed requests.
+	traffic.Summary
 
-	SpanSeconds   float64 `json:"span_s"` // first sent to last end
-	OutputTokens  int     `json:"output_tokens"`
-	OutputTokPerS float64 `json:"output_tok_s"`
-	PromptTokens  int     `json:"prompt_tokens"`
-	AvgActive     float64 `json:"avg_active"`
-
-	TTFTms        Quantiles `json:"ttft_ms"`
-	TBTms         Quantiles `json:"tbt_ms"`
-	E2Ems         Quantiles `json:"e2e_ms"`
-	DecodeTokPerS Quantiles `json:"per_request_tok_s"`
+	// Captured are the capture's own figures; nil when not given.
+	Captured *traffic.Summary `json:"captured,omitempty"`
 
 	// LateMaxMs and LateMedianMs say how far behind the capture's schedule
 	// requests were sent.
 	LateMaxMs    float64 `json:"late_max_ms"`
 	LateMedianMs float64 `json:"late_median_ms"`
-
-	Hist *histo.Set `json:"histograms,omitempty"`
 
 	// SLOSpec and SLO are the objectives (--slo) and how the replayed
 	// requests met them, goodput over the span (METHOD.md §6).
@@ -72,102 +53,160 @@ func (s *Summary) AddSLO(recs []record.Record, spec slo.Spec) {
 	s.SLOSpec, s.SLO = &r, t.Figures(s.SpanSeconds)
 }
 
-// Summarize computes the summary of replayed records.
+// Summarize computes the summary of replayed records at the default
+// percentiles.
 func Summarize(recs []record.Record) Summary {
-	s := Summary{Requests: len(recs), Errors: map[string]int{}}
-	if len(recs) == 0 {
-		return s
-	}
-	first, last := recs[0].Sent, recs[0].End
-	for i := range recs {
-		r := &recs[i]
-		first = min(first, r.Sent)
-		last = max(last, r.End)
-		if n, ok := r.Last(); ok {
-			last = max(last, n)
-		}
-		s.PromptTokens += r.PromptTokens
-		switch {
-		case r.Outcome == record.OK:
-			s.OK++
-		case r.Outcome == record.Cancelled:
-			s.Cancelled++
-		default:
-			s.Failed++
-			s.Errors[string(r.Outcome)]++
-		}
-	}
-	// The window is half-open: extend it by a nanosecond so the last
-	// arrival and the last end count.
-	f := cell.Decode(recs, cell.Window{Start: first, End: last + 1})
-	s.SpanSeconds = f.MeasuredFor.Seconds()
-	// A non-streaming response has no token events: its tokens count from
-	// its usage, at its end.
-	s.OutputTokens = f.OutputTokens
-	for i := range recs {
-		if !recs[i].Stream && recs[i].Outcome == record.OK {
-			s.OutputTokens += recs[i].CompletionTokens
-		}
-	}
-	if s.SpanSeconds > 0 {
-		s.OutputTokPerS = float64(s.OutputTokens) / s.SpanSeconds
-	}
-	s.AvgActive = f.AvgActive
-	s.TTFTms = latency(f.Hist.TTFT)
-	s.TBTms = latency(f.Hist.TBT)
-	s.E2Ems = latency(f.Hist.E2E)
-	for _, q := range []struct {
-		q   float64
-		dst *float64
-	}{{0.5, &s.DecodeTokPerS.P50}, {0.9, &s.DecodeTokPerS.P90}, {0.99, &s.DecodeTokPerS.P99}, {1, &s.DecodeTokPerS.Max}} {
-		*q.dst, _ = f.Hist.RateAt(q.q)
-	}
-	s.Hist = f.Hist
-	if len(s.Errors) == 0 {
-		s.Errors = nil
+	return Summary{Summary: traffic.Summarize(recs, nil)}
+}
+
+// SummarizeReplay computes the replay's summary at percentiles ps (nil:
+// the default), with the capture's figures beside the replayed ones.
+func SummarizeReplay(replayed, captured []record.Record, ps []float64) Summary {
+	s := Summary{Summary: traffic.Summarize(replayed, ps)}
+	if captured != nil {
+		c := traffic.Summarize(captured, ps)
+		s.Captured = &c
 	}
 	return s
 }
 
-func latency(h interface {
-	TotalCount() int64
-	ValueAtQuantile(float64) int64
-}) Quantiles {
-	if h.TotalCount() == 0 {
-		return Quantiles{}
-	}
-	ms := func(q float64) float64 {
-		return float64(time.Duration(h.ValueAtQuantile(q))*time.Microsecond) / float64(time.Millisecond)
-	}
-	return Quantiles{P50: ms(50), P90: ms(90), P99: ms(99), Max: ms(100)}
+// row is one line of the side-by-side table.
+type row struct {
+	name           string
+	captured, repl string
+	ratio          string
 }
 
-// WriteText prints the summary for a terminal.
+func fmtNum(v float64, dec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	return strconv.FormatFloat(v, 'f', dec, 64)
+}
+
+// ratioOf is "×1.02", "—" without two positive values.
+func ratioOf(captured, replayed float64) string {
+	if captured <= 0 || replayed <= 0 {
+		return "—"
+	}
+	return "×" + strconv.FormatFloat(replayed/captured, 'f', 2, 64)
+}
+
+// dist returns p of d formatted (with the low-count mark) and its value;
+// "—" and 0 when d lacks it.
+func dist(d *result.Dist, p float64, dec int) (string, float64) {
+	v, ok := d.Value(p)
+	if !ok {
+		return "—", 0
+	}
+	s := fmtNum(v, dec)
+	if d.Low(p) {
+		s += "*"
+	}
+	return s, v
+}
+
+// WriteText prints the summary for a terminal: captured and replayed side
+// by side with the ratio replayed/captured where the capture is given.
 func (s Summary) WriteText(w io.Writer) {
 	if s.Target != "" {
 		fmt.Fprintf(w, "Replay against %s (%s) at %gx speed\n\n", s.Target, s.Engine, s.Speed)
 	}
-	fmt.Fprintf(w, "Requests      %d sent, %d ok, %d failed, %d cancelled\n", s.Requests, s.OK, s.Failed, s.Cancelled)
-	if len(s.Errors) > 0 {
-		keys := make([]string, 0, len(s.Errors))
-		for k := range s.Errors {
-			keys = append(keys, k)
+	c := s.Captured
+	var rows []row
+	add := func(name string, cv, rv float64, cs, rs string, ratio bool) {
+		r := row{name: name, captured: cs, repl: rs}
+		if ratio {
+			r.ratio = ratioOf(cv, rv)
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %-12s%d\n", k, s.Errors[k])
+		rows = append(rows, r)
+	}
+	figs := func(get func(f *traffic.Figures) float64, name string, dec int) {
+		var cv float64
+		cs := ""
+		if c != nil {
+			cv = get(&c.Figures)
+			cs = fmtNum(cv, dec)
+		}
+		rv := get(&s.Figures)
+		add(name, cv, rv, cs, fmtNum(rv, dec), true)
+	}
+	counts := func(f *traffic.Figures) string {
+		return fmt.Sprintf("%d (%d ok, %d failed, %d cancelled)", f.Requests, f.OK, f.Failed, f.Cancelled)
+	}
+	cs := ""
+	if c != nil {
+		cs = counts(&c.Figures)
+	}
+	add("Requests", 0, 0, cs, counts(&s.Figures), false)
+	var cspan float64
+	if c != nil {
+		cspan = c.SpanSeconds
+	}
+	add("Span (s)", cspan, s.SpanSeconds, fmtIf(c != nil, cspan, 1), fmtNum(s.SpanSeconds, 1), true)
+	figs(func(f *traffic.Figures) float64 { return float64(f.OutputTokens) }, "Output tokens", 0)
+	figs(func(f *traffic.Figures) float64 { return f.OutputTokPerS }, "Output tok/s", 1)
+	figs(func(f *traffic.Figures) float64 { return f.RequestsPerS }, "Requests/s", 2)
+	figs(func(f *traffic.Figures) float64 { return f.AvgActive }, "Decoding at once (avg)", 2)
+	for _, m := range []struct {
+		name string
+		get  func(f *traffic.Figures) *result.Dist
+		dec  int
+	}{
+		{"TTFT (ms)", func(f *traffic.Figures) *result.Dist { return f.TTFTms }, 1},
+		{"Time between tokens (ms)", func(f *traffic.Figures) *result.Dist { return f.TBTms }, 2},
+		{"End to end (ms)", func(f *traffic.Figures) *result.Dist { return f.E2Ems }, 1},
+		{"Per request tok/s", func(f *traffic.Figures) *result.Dist { return f.PerRequest }, 1},
+	} {
+		var cd *result.Dist
+		if c != nil {
+			cd = m.get(&c.Figures)
+		}
+		rd := m.get(&s.Figures)
+		cn := ""
+		if c != nil {
+			cn = count(cd)
+		}
+		add(m.name+" samples", 0, 0, cn, count(rd), false)
+		for _, p := range s.Percentiles {
+			cstr, cv := dist(cd, p, m.dec)
+			rstr, rv := dist(rd, p, m.dec)
+			if c == nil {
+				cstr = ""
+			}
+			add("  "+result.Label(p), cv, rv, cstr, rstr, true)
 		}
 	}
-	fmt.Fprintf(w, "Span          %.1f s\n", s.SpanSeconds)
-	fmt.Fprintf(w, "Throughput    %.1f output tok/s (%d tokens), %.2f requests decoding on average\n", s.OutputTokPerS, s.OutputTokens, s.AvgActive)
-	fmt.Fprintf(w, "\n%-26s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max")
-	row := func(name string, q Quantiles, unit string) {
-		fmt.Fprintf(w, "%-26s %10.1f %10.1f %10.1f %10.1f\n", name+" ("+unit+")", q.P50, q.P90, q.P99, q.Max)
+	nameW, cw, rw := 0, len("captured"), len("replayed")
+	for _, r := range rows {
+		nameW = max(nameW, len(r.name))
+		cw = max(cw, len(r.captured))
+		rw = max(rw, len(r.repl))
 	}
-	row("TTFT", s.TTFTms, "ms")
-	row("Time between tokens", s.TBTms, "ms")
-	row("End to end", s.E2Ems, "ms")
-	row("Per request", s.DecodeTokPerS, "tok/s")
+	if c != nil {
+		fmt.Fprintf(w, "%-*s  %*s  %*s  %s\n", nameW, "", cw, "captured", rw, "replayed", "replayed/captured")
+	} else {
+		fmt.Fprintf(w, "%-*s  %*s\n", nameW, "", rw, "replayed")
+	}
+	for _, r := range rows {
+		if c != nil {
+			fmt.Fprintf(w, "%-*s  %*s  %*s  %s\n", nameW, r.name, cw, r.captured, rw, r.repl, r.ratio)
+		} else {
+			fmt.Fprintf(w, "%-*s  %*s\n", nameW, r.name, rw, r.repl)
+		}
+	}
+	if len(s.Errors) > 0 || (c != nil && len(c.Errors) > 0) {
+		var parts []string
+		for _, o := range s.Outcomes {
+			if o.Outcome.Failed() {
+				parts = append(parts, fmt.Sprintf("%s %s%s ×%d", o.Model, o.Outcome, status(o.Status), o.Count))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "\nReplayed failures: %s\n", strings.Join(parts, ", "))
+		}
+	}
+	fmt.Fprintf(w, "\n* fewer samples than the percentile needs: the value is the largest seen, not a tail estimate.\n")
 	if s.SLO != nil && s.SLOSpec != nil {
 		fmt.Fprintf(w, "\nSLO           %s\n", slo.FromResult(*s.SLOSpec).Describe())
 		att := "—"
@@ -180,5 +219,26 @@ func (s Summary) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "Most missed   %s (by %d of %d judged)\n", slo.Label(s.SLO.MostMissed), s.SLO.Missed[s.SLO.MostMissed], s.SLO.Judged)
 		}
 	}
-	fmt.Fprintf(w, "\nSends ran behind the capture's schedule by %.1f ms (median), %.1f ms at most.\n", s.LateMedianMs, s.LateMaxMs)
+	fmt.Fprintf(w, "Sends ran behind the capture's schedule by %.1f ms (median), %.1f ms at most.\n", s.LateMedianMs, s.LateMaxMs)
+}
+
+func fmtIf(ok bool, v float64, dec int) string {
+	if !ok {
+		return ""
+	}
+	return fmtNum(v, dec)
+}
+
+func count(d *result.Dist) string {
+	if d == nil {
+		return "0"
+	}
+	return strconv.FormatInt(d.N, 10)
+}
+
+func status(code int) string {
+	if code == 0 {
+		return ""
+	}
+	return " " + strconv.Itoa(code)
 }

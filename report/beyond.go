@@ -58,12 +58,12 @@ var (
 
 func newBeyondView(r *result.Result) *beyondView {
 	b := &beyondView{}
-	contexts, conc := axes(r)
+	contexts, cols := axes(r)
 	if r.SLO != nil {
-		b.sloSection(r, contexts, conc)
+		b.sloSection(r, contexts, cols)
 	}
-	b.splitSection(r, contexts, conc)
-	b.limitSection(r, contexts, conc)
+	b.splitSection(r, contexts, cols)
+	b.limitSection(r, contexts, cols)
 	return b
 }
 
@@ -96,7 +96,7 @@ func fmtReqRate(v float64) string {
 	return fmtFixed(v, 1)
 }
 
-func (b *beyondView) sloSection(r *result.Result, contexts, conc []int) {
+func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.Column) {
 	spec := slo.FromResult(r.SLO.Spec)
 	b.SLODesc = spec.Describe()
 	b.SLONotes = append(b.SLONotes, "A request is good when it meets every SLO; a failed request is never good; requests the window's end cut are not judged. "+
@@ -133,8 +133,8 @@ func (b *beyondView) sloSection(r *result.Result, contexts, conc []int) {
 	}
 	for _, c := range contexts {
 		row := textRow{Label: ctxLabel(c)}
-		for _, n := range conc {
-			cl := r.Cell(c, n)
+		for _, col := range cols {
+			cl := r.CellAt(c, col)
 			switch {
 			case cl == nil:
 				row.Cells = append(row.Cells, "")
@@ -157,21 +157,21 @@ func splitParts(s *result.TTFTSplit) []string {
 		if p == nil {
 			return dash
 		}
-		return fmtLatencyMs(p.Ms)
+		return fmtMeanMs(p.Ms)
 	}
 	out := dash
 	switch {
 	case s.OutsideMs != nil:
-		out = fmtLatencyMs(*s.OutsideMs)
+		out = fmtMeanMs(*s.OutsideMs)
 	case s.UnaccountedMs != nil:
-		out = fmtLatencyMs(*s.UnaccountedMs) + "*"
+		out = fmtMeanMs(*s.UnaccountedMs) + "*"
 	}
-	return []string{fmtLatencyMs(s.ClientMs), part(s.Queue), part(s.Prefill), part(s.EngineTTFT), out}
+	return []string{fmtMeanMs(s.ClientMs), part(s.Queue), part(s.Prefill), part(s.EngineTTFT), out}
 }
 
-// fmtLatencyMs is a mean latency: one decimal under 100 ms, whole above;
+// fmtMeanMs is a mean latency: one decimal under 100 ms, whole above;
 // negative values (the engine's figure above the client's) keep their sign.
-func fmtLatencyMs(ms float64) string {
+func fmtMeanMs(ms float64) string {
 	if math.IsNaN(ms) || math.IsInf(ms, 0) {
 		return dash
 	}
@@ -181,7 +181,7 @@ func fmtLatencyMs(ms float64) string {
 	return fmtFixed(ms, 0) + " ms"
 }
 
-func (b *beyondView) splitSection(r *result.Result, contexts, conc []int) {
+func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []result.Column) {
 	any, unaccounted := false, false
 	var sources, notes []string
 	addSource := func(what string, p *result.TTFTPart) {
@@ -191,15 +191,15 @@ func (b *beyondView) splitSection(r *result.Result, contexts, conc []int) {
 	}
 	var rows [][]string
 	for _, c := range contexts {
-		for _, n := range conc {
-			cl := r.Cell(c, n)
+		for _, col := range cols {
+			cl := r.CellAt(c, col)
 			if cl == nil || !cl.Status.ShowsFigures() {
 				continue
 			}
-			row := []string{ctxLabel(c), strconv.Itoa(n)}
+			row := []string{ctxLabel(c), col.Label()}
 			s := cl.TTFTSplit
 			if s == nil {
-				rows = append(rows, append(row, fmtLatencyMs(meanTTFT(cl)), dash, dash, dash, dash))
+				rows = append(rows, append(row, fmtMeanMs(meanTTFT(cl)), dash, dash, dash, dash))
 				continue
 			}
 			any = true
@@ -209,7 +209,7 @@ func (b *beyondView) splitSection(r *result.Result, contexts, conc []int) {
 			addSource("Prefill", s.Prefill)
 			addSource("Engine TTFT", s.EngineTTFT)
 			if s.Note != "" {
-				notes = append(notes, fmt.Sprintf("%s context, %d at once: %s", ctxLabel(c), n, s.Note))
+				notes = append(notes, fmt.Sprintf("%s context, %s: %s", ctxLabel(c), atOnce(col), s.Note))
 			}
 		}
 	}
@@ -234,7 +234,7 @@ func meanTTFT(c *result.Cell) float64 {
 	return c.Histograms.TTFT.Mean() / 1000
 }
 
-func (b *beyondView) limitSection(r *result.Result, contexts, conc []int) {
+func (b *beyondView) limitSection(r *result.Result, contexts []int, cols []result.Column) {
 	bw := r.Bandwidth
 	if bw == nil || len(bw.Missing) > 0 {
 		return // the run's notes say what is missing
@@ -257,13 +257,13 @@ func (b *beyondView) limitSection(r *result.Result, contexts, conc []int) {
 		b.LimitInputs = append(b.LimitInputs, kv{"Note", bw.Note})
 	}
 	for _, c := range contexts {
-		for _, n := range conc {
-			cl := r.Cell(c, n)
+		for _, col := range cols {
+			cl := r.CellAt(c, col)
 			if cl == nil || cl.DecodeLimit == nil || !cl.Status.ShowsFigures() {
 				continue
 			}
 			d := cl.DecodeLimit
-			b.LimitRows = append(b.LimitRows, []string{ctxLabel(c), strconv.Itoa(n), fmtRate(cl.TotalTokPerSec),
+			b.LimitRows = append(b.LimitRows, []string{ctxLabel(c), col.Label(), fmtRate(cl.TotalTokPerSec),
 				fmtRate(d.BandwidthLimitTokPerSec), fmtShare(d.ShareOfBandwidthLimit), fmtActive(d.Batch), fmtInt(int(math.Round(d.SeqTokens)))})
 		}
 	}

@@ -3,7 +3,6 @@ package report
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/tokentap/tokentap/result"
@@ -38,14 +37,14 @@ const beyondCSS = `
 
 // sloChart draws attainment (0–100%) by concurrency, one line per context,
 // with the target as a dashed line.
-func sloChart(r *result.Result, contexts, conc []int) string {
+func sloChart(r *result.Result, contexts []int, cols []result.Column) string {
 	const w, hgt, left, right, top, bottom = 640, 260, 46, 16, 14, 34
 	pw, ph := float64(w-left-right), float64(hgt-top-bottom)
 	x := func(i int) float64 {
-		if len(conc) == 1 {
+		if len(cols) == 1 {
 			return left + pw/2
 		}
-		return left + pw*float64(i)/float64(len(conc)-1)
+		return left + pw*float64(i)/float64(len(cols)-1)
 	}
 	y := func(a float64) float64 { return top + ph*(1-a) }
 	var b strings.Builder
@@ -54,8 +53,8 @@ func sloChart(r *result.Result, contexts, conc []int) string {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e3e7ec"/><text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`,
 			left, y(g), w-right, y(g), left-6, y(g)+4, g*100)
 	}
-	for i, n := range conc {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%d</text>`, x(i), hgt-bottom+16, n)
+	for i, k := range cols {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, x(i), hgt-bottom+16, h(k.Label()))
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">requests at once</text>`, left+pw/2, hgt-3)
 	if t := r.SLO.Spec.Target; t > 0 {
@@ -71,16 +70,16 @@ func sloChart(r *result.Result, contexts, conc []int) string {
 			}
 			seg = nil
 		}
-		for i, n := range conc {
-			cl := r.Cell(c, n)
+		for i, k := range cols {
+			cl := r.CellAt(c, k)
 			if cl == nil || !cl.Status.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
 				flush()
 				continue
 			}
 			a := *cl.SLO.Attainment
 			seg = append(seg, fmt.Sprintf("%.1f,%.1f", x(i), y(a)))
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s context, %d at once: %s met every SLO, %s good requests/s</title></circle>`,
-				x(i), y(a), col, h(ctxLabel(c)), n, attainment(cl.SLO), fmtReqRate(cl.SLO.GoodputReqPerSec))
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s context, %s: %s met every SLO, %s good requests/s</title></circle>`,
+				x(i), y(a), col, h(ctxLabel(c)), h(atOnce(k)), attainment(cl.SLO), fmtReqRate(cl.SLO.GoodputReqPerSec))
 		}
 		flush()
 	}
@@ -92,7 +91,7 @@ func sloChart(r *result.Result, contexts, conc []int) string {
 // scale: queue, prefill, the rest of the engine's TTFT, and time outside
 // the engine (or, without an engine TTFT, what the engine does not
 // account for).
-func splitBars(r *result.Result, contexts, conc []int) string {
+func splitBars(r *result.Result, contexts []int, cols []result.Column) string {
 	type row struct {
 		label string
 		s     *result.TTFTSplit
@@ -100,12 +99,12 @@ func splitBars(r *result.Result, contexts, conc []int) string {
 	var rows []row
 	top := 0.0
 	for _, c := range contexts {
-		for _, n := range conc {
-			cl := r.Cell(c, n)
+		for _, col := range cols {
+			cl := r.CellAt(c, col)
 			if cl == nil || cl.TTFTSplit == nil || !cl.Status.ShowsFigures() {
 				continue
 			}
-			rows = append(rows, row{fmt.Sprintf("%s × %d", ctxLabel(c), n), cl.TTFTSplit})
+			rows = append(rows, row{ctxLabel(c) + " × " + col.Label(), cl.TTFTSplit})
 			top = math.Max(top, barLength(cl.TTFTSplit))
 		}
 	}
@@ -149,10 +148,10 @@ func splitBars(r *result.Result, contexts, conc []int) string {
 		xpos := 0.0
 		for _, p := range parts {
 			wd := p.ms / top * barW
-			fmt.Fprintf(&b, `<rect x="%.1f" y="2" width="%.1f" height="14" fill="%s"><title>%s: %s</title></rect>`, xpos, wd, p.col, h(p.name), h(fmtLatencyMs(p.ms)))
+			fmt.Fprintf(&b, `<rect x="%.1f" y="2" width="%.1f" height="14" fill="%s"><title>%s: %s</title></rect>`, xpos, wd, p.col, h(p.name), h(fmtMeanMs(p.ms)))
 			xpos += wd
 		}
-		fmt.Fprintf(&b, `</svg></td><td>%s</td></tr>`, h(fmtLatencyMs(s.ClientMs)))
+		fmt.Fprintf(&b, `</svg></td><td>%s</td></tr>`, h(fmtMeanMs(s.ClientMs)))
 	}
 	b.WriteString("</table>\n")
 	return b.String()
@@ -192,7 +191,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 	if b == nil {
 		return
 	}
-	contexts, conc := axes(r)
+	contexts, cols := axes(r)
 	table := func(cls string, head []string, rows [][]string) {
 		e.printf(`<div class="wide"><table class="all %s"><tr>`, cls)
 		for _, c := range head {
@@ -215,10 +214,10 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 			items = append(items, [2]string{lineColours[i%len(lineColours)], ctxLabel(c) + " context"})
 		}
 		items = append(items, [2]string{colTarget, "target " + fmtShare(r.SLO.Spec.Target)})
-		e.print(legend(items...) + "\n" + sloChart(r, contexts, conc) + "\n")
+		e.print(legend(items...) + "\n" + sloChart(r, contexts, cols) + "\n")
 		head := []string{"Context"}
-		for _, n := range v.Conc {
-			head = append(head, strconv.Itoa(n)+" at once")
+		for _, k := range v.Cols {
+			head = append(head, atOnce(k))
 		}
 		var rows [][]string
 		for _, row := range b.SLOGrid {
@@ -241,7 +240,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 			}
 		}
 		e.print(legend(items...) + "\n")
-		e.print(splitBars(r, contexts, conc))
+		e.print(splitBars(r, contexts, cols))
 		table("", b.SplitHead, b.SplitRows)
 		e.print("<ul class=\"notes\">")
 		for _, n := range b.SplitNotes {

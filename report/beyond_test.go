@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokentap/tokentap/internal/schematest"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -95,6 +96,14 @@ func TestBeyondGolden(t *testing.T) {
 // TestBeyondInEveryFormat: the SLOs are named, each cell's attainment,
 // TTFT parts and share of the limit are shown, "—" where the engine said
 // nothing of a cell's TTFT, and the text still fits a terminal.
+// TestBeyondSchema holds a document with every figure of METHOD §6–§8 to
+// result/schema.json, as the seeds' columns are.
+func TestBeyondSchema(t *testing.T) {
+	if err := schematest.Result(syntheticBeyond()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBeyondInEveryFormat(t *testing.T) {
 	r := beyondDoc(t)
 	render := func(format string) string {

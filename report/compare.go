@@ -11,14 +11,18 @@ import (
 	"strconv"
 	"strings"
 
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/result"
 )
 
-// pairCell is one decode cell (C, N) in two runs.
+// pairCell is one decode cell (C, N) — or (C, rate) — in two runs.
 type pairCell struct {
-	Context, N int
-	A, B       *result.Cell // nil when that run has no such cell
-	SA, SB     result.Status
+	Context int
+	Col     result.Column
+	A, B    *result.Cell // nil when that run has no such cell
+	SA, SB  result.Status
 }
 
 // changed reports whether both runs have the cell and its status differs.
@@ -64,15 +68,97 @@ func (p pairCell) tokRatio() float64 {
 	return ratio(p.A.TotalTokPerSec, p.B.TotalTokPerSec)
 }
 
+// name is "16K × 4" (or "16K × 2/s").
+func (p pairCell) name() string { return ctxLabel(p.Context) + " × " + colHead(p.Col) }
+
+// Noise (METHOD §9): a ratio is noise when the change is within the cells'
+// own spread. The spread of a cell's figure is the half-width of the
+// interquartile range of its distribution relative to its median,
+// (p75 − p25) / (2 × p50), read from the cell's histograms: TTFT for TTFT,
+// time between tokens for TBT and for total tok/s (decode speed is the
+// inverse of the time between tokens). A ratio r is noise when |r − 1|
+// is at most the larger of the two cells' spreads. Either cell with fewer
+// than noiseMinSamples values gives no verdict.
+const noiseMinSamples = 8
+
+// spread is a histogram's relative half-IQR; ok is false with too few
+// values.
+func spread(h *hdr.Histogram) (float64, bool) {
+	if h == nil || h.TotalCount() < noiseMinSamples {
+		return 0, false
+	}
+	p25, p50, p75 := float64(h.ValueAtQuantile(25)), float64(h.ValueAtQuantile(50)), float64(h.ValueAtQuantile(75))
+	if p50 <= 0 {
+		return 0, false
+	}
+	return (p75 - p25) / (2 * p50), true
+}
+
+// verdict says whether ratio r between cells a and b, whose figure's
+// distribution pick returns, is within their spread (noise); known is false
+// when there is no ratio or too few values to tell.
+func verdict(a, b *result.Cell, r float64, pick func(*histo.Set) *hdr.Histogram) (noise, known bool) {
+	if math.IsNaN(r) || !shown(a) || !shown(b) || a.Histograms == nil || b.Histograms == nil {
+		return false, false
+	}
+	sa, okA := spread(pick(a.Histograms))
+	sb, okB := spread(pick(b.Histograms))
+	if !okA || !okB {
+		return false, false
+	}
+	return math.Abs(r-1) <= max(sa, sb), true
+}
+
+func pickTBT(s *histo.Set) *hdr.Histogram  { return s.TBT }
+func pickTTFT(s *histo.Set) *hdr.Histogram { return s.TTFT }
+
+// noise reports the verdicts on the cell's tok/s, TTFT and TBT ratios.
+func (p pairCell) noise() (tok, ttft, tbt [2]bool) {
+	val := func(c *result.Cell, f func(*result.Cell) float64) float64 {
+		if !shown(c) {
+			return 0
+		}
+		return f(c)
+	}
+	for _, m := range []struct {
+		dst  *[2]bool
+		f    func(*result.Cell) float64
+		pick func(*histo.Set) *hdr.Histogram
+	}{
+		{&tok, func(c *result.Cell) float64 { return c.TotalTokPerSec }, pickTBT},
+		{&ttft, func(c *result.Cell) float64 { return c.TTFTms }, pickTTFT},
+		{&tbt, func(c *result.Cell) float64 { return c.TBTms }, pickTBT},
+	} {
+		n, k := verdict(p.A, p.B, ratio(val(p.A, m.f), val(p.B, m.f)), m.pick)
+		*m.dst = [2]bool{n, k}
+	}
+	return
+}
+
+// noiseMark follows a ratio within the cells' own spread.
+const noiseMark = "~"
+
+// fmtRatioNoise is fmtRatio with the noise mark where v says so.
+func fmtRatioNoise(r float64, v [2]bool) string {
+	s := fmtRatio(r)
+	if v[0] && v[1] && s != dash {
+		s += noiseMark
+	}
+	return s
+}
+
 // comparison is two runs lined up cell by cell.
 type comparison struct {
 	LabelA, LabelB string
 	A, B           *result.Result
 	VA, VB         *view
 	Diff           [][3]string // key, A, B for metadata that differs
-	Contexts, Conc []int
-	Cells          [][]pairCell // [context][concurrency]
+	Contexts       []int
+	Cols           []result.Column
+	Cells          [][]pairCell // [context][column]
 	PrefillCtx     []int
+	// OnlyA and OnlyB are the cells one run has and the other has not.
+	OnlyA, OnlyB []pairCell
 }
 
 func statusOf(c *result.Cell) result.Status {
@@ -86,14 +172,30 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 	cmp := &comparison{LabelA: la, LabelB: lb, A: a, B: b, VA: newView(a), VB: newView(b)}
 	ca, na := axes(a)
 	cb, nb := axes(b)
-	cmp.Contexts = slices.Compact(slices.Sorted(slices.Values(append(ca, cb...))))
-	cmp.Conc = slices.Compact(slices.Sorted(slices.Values(append(na, nb...))))
+	cmp.Contexts = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(ca), cb...))))
+	cols := append(slices.Clone(na), nb...)
+	slices.SortFunc(cols, func(x, y result.Column) int {
+		switch {
+		case x.Less(y):
+			return -1
+		case y.Less(x):
+			return 1
+		}
+		return 0
+	})
+	cmp.Cols = slices.Compact(cols)
 	for _, c := range cmp.Contexts {
 		var row []pairCell
-		for _, n := range cmp.Conc {
-			p := pairCell{Context: c, N: n, A: a.Cell(c, n), B: b.Cell(c, n)}
+		for _, col := range cmp.Cols {
+			p := pairCell{Context: c, Col: col, A: a.CellAt(c, col), B: b.CellAt(c, col)}
 			p.SA, p.SB = statusOf(p.A), statusOf(p.B)
 			row = append(row, p)
+			switch p.onlyIn() {
+			case "A only":
+				cmp.OnlyA = append(cmp.OnlyA, p)
+			case "B only":
+				cmp.OnlyB = append(cmp.OnlyB, p)
+			}
 		}
 		cmp.Cells = append(cmp.Cells, row)
 	}
@@ -128,6 +230,21 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 			}
 		}
 	}
+	// The grids' axes: a cell only one run has is a difference too.
+	axis := func(r *result.Result) (ctx, cols, pre string) {
+		cs, cl := axes(r)
+		var l []string
+		for _, c := range cl {
+			l = append(l, colHead(c))
+		}
+		return ctxList(cs), strings.Join(l, ", "), ctxList(r.Settings.PrefillAt)
+	}
+	xa, ya, pa := axis(a)
+	xb, yb, pb := axis(b)
+	ma["Run · Decode contexts"], mb["Run · Decode contexts"] = xa, xb
+	ma["Run · Columns"], mb["Run · Columns"] = ya, yb
+	ma["Run · Prefill at"], mb["Run · Prefill at"] = pa, pb
+	keys = append(keys, "Run · Decode contexts", "Run · Columns", "Run · Prefill at")
 	for _, k := range append([]string{"Model"}, append(keys, "Launch command")...) {
 		if k == "Run · Started" || k == "Run · Duration" {
 			continue
@@ -138,10 +255,26 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 				cmp.Diff = append(cmp.Diff, [3]string{k, "see below", "see below"})
 				continue
 			}
-			cmp.Diff = append(cmp.Diff, [3]string{k, orDash(ma[k]), orDash(mb[k])})
+			name := k
+			if k == "Run · Columns" {
+				name = "Run · " + columnsName(a, b)
+			}
+			cmp.Diff = append(cmp.Diff, [3]string{name, orDash(ma[k]), orDash(mb[k])})
 		}
 	}
 	return cmp
+}
+
+// columnsName names the grids' columns: "Concurrency levels", "Request
+// rates", or both.
+func columnsName(a, b *result.Result) string {
+	switch ra, rb := a.RateRun(), b.RateRun(); {
+	case ra && rb:
+		return "Request rates"
+	case !ra && !rb:
+		return "Concurrency levels"
+	}
+	return "Columns (concurrency levels or request rates)"
 }
 
 func orDash(s string) string {
@@ -181,7 +314,8 @@ var detailColumns = []string{"Context", "Requests at once", "Status A", "Status 
 	"TTFT A", "TTFT B", "B/A", "Time between tokens A", "Time between tokens B", "B/A"}
 
 // detailRow lays out one cell of both runs with ratios; a changed status
-// is marked with "⚠" before the B status.
+// is marked with "⚠" before the B status, a ratio within the cells' own
+// spread with "~".
 func detailRow(p pairCell) []string {
 	val := func(c *result.Cell, f func(*result.Cell) float64) float64 {
 		if !shown(c) {
@@ -196,10 +330,11 @@ func detailRow(p pairCell) []string {
 	if p.changed() {
 		sb = "⚠ " + sb
 	}
-	return []string{ctxLabel(p.Context), strconv.Itoa(p.N), sa, sb,
-		fmtRate(val(p.A, tok)), fmtRate(val(p.B, tok)), fmtRatio(ratio(val(p.A, tok), val(p.B, tok))),
-		fmtMs(val(p.A, ttft)), fmtMs(val(p.B, ttft)), fmtRatio(ratio(val(p.A, ttft), val(p.B, ttft))),
-		fmtTBT(val(p.A, tbt)), fmtTBT(val(p.B, tbt)), fmtRatio(ratio(val(p.A, tbt), val(p.B, tbt)))}
+	nTok, nTTFT, nTBT := p.noise()
+	return []string{ctxLabel(p.Context), colHead(p.Col), sa, sb,
+		fmtRate(val(p.A, tok)), fmtRate(val(p.B, tok)), fmtRatioNoise(ratio(val(p.A, tok), val(p.B, tok)), nTok),
+		fmtMs(val(p.A, ttft)), fmtMs(val(p.B, ttft)), fmtRatioNoise(ratio(val(p.A, ttft), val(p.B, ttft)), nTTFT),
+		fmtTBT(val(p.A, tbt)), fmtTBT(val(p.B, tbt)), fmtRatioNoise(ratio(val(p.A, tbt), val(p.B, tbt)), nTBT)}
 }
 
 // cellStatus is a cell's status label, "—" when the run lacks the cell.
@@ -226,7 +361,142 @@ func (cmp *comparison) changedCount() int {
 	return n
 }
 
-const changedNote = "⚠ marks a cell whose status changed between the runs. Ratios are B/A: above 1 means B is higher (faster for tok/s, slower for latencies)."
+// bothCount is how many cells both runs have.
+func (cmp *comparison) bothCount() int {
+	n := 0
+	for _, row := range cmp.Cells {
+		for _, p := range row {
+			if p.A != nil && p.B != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// noiseCount counts the ratios with a verdict and those within noise.
+func (cmp *comparison) noiseCount() (noise, known int) {
+	for _, row := range cmp.Cells {
+		for _, p := range row {
+			if !p.interesting() {
+				continue
+			}
+			tok, ttft, tbt := p.noise()
+			for _, v := range [][2]bool{tok, ttft, tbt} {
+				if v[1] {
+					known++
+					if v[0] {
+						noise++
+					}
+				}
+			}
+		}
+	}
+	return
+}
+
+// names lists cells as "0 × 8, 16K × 8", a context row whose cells all
+// are in the list as "the whole 128K row".
+func (cmp *comparison) names(ps []pairCell) string {
+	perRow := map[int]int{}
+	for _, p := range ps {
+		perRow[p.Context]++
+	}
+	var l []string
+	done := map[int]bool{}
+	for _, p := range ps {
+		switch {
+		case done[p.Context]:
+		case perRow[p.Context] == len(cmp.Cols) && len(cmp.Cols) > 1:
+			l = append(l, "the whole "+ctxLabel(p.Context)+" row")
+			done[p.Context] = true
+		default:
+			l = append(l, p.name())
+		}
+	}
+	if len(l) > 8 {
+		l = append(l[:8], fmt.Sprintf("… (%d more)", len(l)-8))
+	}
+	return strings.Join(l, ", ")
+}
+
+// summary is the line under the grid: how many cells both runs have, how
+// many of those changed status, which cells one run alone has, and how
+// many ratios are within noise.
+func (cmp *comparison) summary() string {
+	out := fmt.Sprintf("%d of %d cells in both runs changed status", cmp.changedCount(), cmp.bothCount())
+	var only []string
+	if len(cmp.OnlyA) > 0 {
+		only = append(only, fmt.Sprintf("%s only in A (%s)", plural(len(cmp.OnlyA), "cell is", "cells are"), cmp.names(cmp.OnlyA)))
+	}
+	if len(cmp.OnlyB) > 0 {
+		only = append(only, fmt.Sprintf("%s only in B (%s)", plural(len(cmp.OnlyB), "cell is", "cells are"), cmp.names(cmp.OnlyB)))
+	}
+	if len(only) > 0 {
+		out += "; " + strings.Join(only, "; ")
+	}
+	if n, k := cmp.noiseCount(); k > 0 {
+		out += fmt.Sprintf(". %d of %d ratios of measured cells are within the cells' own spread (~, noise)", n, k)
+	}
+	return out + "."
+}
+
+// legend is the one legend of the comparison's grid: what its ratios and
+// marks mean, and only the status letters it uses.
+func (cmp *comparison) legend(letters bool) string {
+	parts := []string{"Ratios are B/A: above 1 means B is higher (faster for tok/s, slower for latencies)"}
+	used := map[result.Status]bool{}
+	changed, onlyA, onlyB := false, false, false
+	example := ""
+	for _, row := range cmp.Cells {
+		for _, p := range row {
+			switch {
+			case p.changed():
+				changed = true
+				used[p.SA], used[p.SB] = true, true
+				if example == "" {
+					example = gridText(p)
+				}
+			case p.onlyIn() == "A only":
+				onlyA = true
+			case p.onlyIn() == "B only":
+				onlyB = true
+			}
+		}
+	}
+	if n, _ := cmp.noiseCount(); n > 0 {
+		parts = append(parts, noiseMark+" the change is within the cells' own spread: noise (METHOD §9)")
+	}
+	if changed {
+		if letters {
+			parts = append(parts, example+": the status changed from A's to B's")
+		} else {
+			parts = append(parts, "⚠ the status changed between the runs")
+		}
+	}
+	switch {
+	case onlyA && onlyB:
+		parts = append(parts, "A only, B only: the cell is in one run only")
+	case onlyA:
+		parts = append(parts, "A only: the cell is in run A only")
+	case onlyB:
+		parts = append(parts, "B only: the cell is in run B only")
+	}
+	if letters && len(used) > 0 {
+		var l []string
+		for _, st := range []result.Status{result.Valid, result.RequestsQueued, result.CacheMissed, result.Failed, result.OverCapacity, result.NotRun} {
+			if used[st] {
+				l = append(l, shortLetter[st]+" "+st.Label())
+			}
+		}
+		parts = append(parts, strings.Join(l, ", "))
+	}
+	return strings.Join(parts, " · ") + "."
+}
+
+// shortLetter is a status in the text grid's change marks.
+var shortLetter = map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.CacheMissed: "CM",
+	result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR"}
 
 // Compare writes runs a and b side by side in format (text, md, csv, json
 // or html): metadata that differs, prefill and every decode cell with B/A
@@ -269,19 +539,19 @@ func (cmp *comparison) intro() []string {
 	}
 }
 
-// gridText is a compact grid cell: the B/A tok/s ratio, or the status
-// change ("⚠V→OC"), or the status when both runs agree it has no figures.
+// gridText is a compact grid cell: the B/A tok/s ratio (with the noise
+// mark), or the status change ("⚠V→OC"), or the status when both runs
+// agree it has no figures.
 func gridText(p pairCell) string {
-	short := map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.CacheMissed: "CM",
-		result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR"}
 	if p.changed() {
-		return "⚠" + short[p.SA] + "→" + short[p.SB]
+		return "⚠" + shortLetter[p.SA] + "→" + shortLetter[p.SB]
 	}
 	if o := p.onlyIn(); o != "" {
 		return o
 	}
 	if r := p.tokRatio(); !math.IsNaN(r) {
-		return fmtRatio(r)
+		tok, _, _ := p.noise()
+		return fmtRatioNoise(r, tok)
 	}
 	return textStatus(p.SA)
 }
@@ -322,11 +592,11 @@ func compareText(w io.Writer, cmp *comparison) error {
 			[]bool{false, true, true, true, true, true, true})
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: simultaneous requests\n")
+		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "\n")
 		head := []string{"Context"}
 		right := []bool{false}
-		for _, n := range cmp.Conc {
-			head = append(head, itoa(n))
+		for _, c := range cmp.Cols {
+			head = append(head, colHead(c))
 			right = append(right, true)
 		}
 		var rows [][]string
@@ -338,11 +608,12 @@ func compareText(w io.Writer, cmp *comparison) error {
 			rows = append(rows, r)
 		}
 		table(e, "", head, rows, right)
-		e.print("V Valid · Q Requests queued · F Failed · OC Over capacity · NR Not run\n")
-		for _, l := range wrapWords(changedNote, textWidth, "") {
+		for _, l := range wrapWords(cmp.legend(true), textWidth, "") {
 			e.print(l + "\n")
 		}
-		e.printf("%d of %d cells changed status.\n", cmp.changedCount(), len(cmp.Contexts)*len(cmp.Conc))
+		for _, l := range wrapWords(cmp.summary(), textWidth, "") {
+			e.print(l + "\n")
+		}
 
 		e.print("\nMeasured or changed cells\n")
 		rows = nil
@@ -356,7 +627,7 @@ func compareText(w io.Writer, cmp *comparison) error {
 				}
 			}
 		}
-		table(e, "", []string{"Ctx", "N", "A", "B", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A", "TBT A", "TBT B", "B/A"},
+		table(e, "", []string{"Ctx", colName(cmp.A.RateRun() && cmp.B.RateRun()), "A", "B", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A", "TBT A", "TBT B", "B/A"},
 			rows, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
 	}
 	return e.err
@@ -405,11 +676,11 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		}
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are simultaneous requests\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
-		for _, n := range cmp.Conc {
-			head = append(head, itoa(n))
+		for _, c := range cmp.Cols {
+			head = append(head, colHead(c))
 			right = append(right, true)
 		}
 		mdRow(e, head)
@@ -421,7 +692,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 			}
 			mdRow(e, cells)
 		}
-		e.printf("\n%s %d of %d cells changed status.\n", changedNote, cmp.changedCount(), len(cmp.Contexts)*len(cmp.Conc))
+		e.printf("\n%s\n\n%s\n", cmp.legend(false), cmp.summary())
 		e.print("\n## Measured or changed cells\n\n")
 		mdRow(e, detailColumns)
 		mdAlign(e, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
@@ -469,13 +740,15 @@ func pairCellMD(p pairCell) string {
 	if !shown(p.A) {
 		return p.SA.Label()
 	}
-	return cellTok(p.A) + " → " + cellTok(p.B) + "<br>" + fmtRatio(p.tokRatio())
+	tok, _, _ := p.noise()
+	return cellTok(p.A) + " → " + cellTok(p.B) + "<br>" + fmtRatioNoise(p.tokRatio(), tok)
 }
 
 func compareCSV(w io.Writer, cmp *comparison) error {
 	cw := csv.NewWriter(w)
 	cols := []string{"phase", "context_tokens", "concurrency", "status_a", "status_b", "status_changed",
-		"tok_s_a", "tok_s_b", "tok_s_ratio", "ttft_ms_a", "ttft_ms_b", "ttft_ratio", "tbt_ms_a", "tbt_ms_b", "tbt_ratio"}
+		"tok_s_a", "tok_s_b", "tok_s_ratio", "ttft_ms_a", "ttft_ms_b", "ttft_ratio", "tbt_ms_a", "tbt_ms_b", "tbt_ratio",
+		"request_rate", "only_in", "tok_s_noise", "ttft_noise", "tbt_noise"}
 	if err := cw.Write(cols); err != nil {
 		return err
 	}
@@ -495,8 +768,15 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 		if pb != nil {
 			sb, tb, lb = pb.Status, pb.TokPerSec, pb.TTFTms
 		}
-		if err := cw.Write([]string{"prefill", strconv.Itoa(c), "1", string(sa), string(sb), strconv.FormatBool(sa != sb),
-			num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)), "", "", ""}); err != nil {
+		only := ""
+		switch {
+		case pa != nil && pb == nil:
+			only = "a"
+		case pa == nil && pb != nil:
+			only = "b"
+		}
+		if err := cw.Write([]string{"prefill", strconv.Itoa(c), "1", string(sa), string(sb), strconv.FormatBool(pa != nil && pb != nil && sa != sb),
+			num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)), "", "", "", "", only, "", "", ""}); err != nil {
 			return err
 		}
 	}
@@ -509,9 +789,23 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 			if shown(p.B) {
 				tb, lb, gb = p.B.TotalTokPerSec, p.B.TTFTms, p.B.TBTms
 			}
-			if err := cw.Write([]string{"decode", strconv.Itoa(p.Context), strconv.Itoa(p.N), string(p.SA), string(p.SB),
+			nTok, nTTFT, nTBT := p.noise()
+			verdict := func(v [2]bool) string {
+				if !v[1] {
+					return ""
+				}
+				return strconv.FormatBool(v[0])
+			}
+			only := ""
+			switch p.onlyIn() {
+			case "A only":
+				only = "a"
+			case "B only":
+				only = "b"
+			}
+			if err := cw.Write([]string{"decode", strconv.Itoa(p.Context), numInt(p.Col.N), string(p.SA), string(p.SB),
 				strconv.FormatBool(p.changed()), num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)),
-				num(ga), num(gb), rat(ratio(ga, gb))}); err != nil {
+				num(ga), num(gb), rat(ratio(ga, gb)), num(p.Col.Rate), only, verdict(nTok), verdict(nTTFT), verdict(nTBT)}); err != nil {
 				return err
 			}
 		}
@@ -520,16 +814,23 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 	return cw.Error()
 }
 
-// jsonPair is one compared cell in the JSON comparison.
+// jsonPair is one compared cell in the JSON comparison. OnlyIn is "a" or
+// "b" for a cell one run alone has; the *Noise fields say whether a
+// ratio is within the cells' own spread (absent: too few values to tell).
 type jsonPair struct {
 	Context       int           `json:"context"`
 	Concurrency   int           `json:"concurrency"`
+	Rate          float64       `json:"rate,omitempty"`
 	StatusA       result.Status `json:"status_a"`
 	StatusB       result.Status `json:"status_b"`
 	StatusChanged bool          `json:"status_changed"`
+	OnlyIn        string        `json:"only_in,omitempty"`
 	TokSRatio     *float64      `json:"tok_s_ratio,omitempty"`
 	TTFTRatio     *float64      `json:"ttft_ratio,omitempty"`
 	TBTRatio      *float64      `json:"tbt_ratio,omitempty"`
+	TokSNoise     *bool         `json:"tok_s_noise,omitempty"`
+	TTFTNoise     *bool         `json:"ttft_noise,omitempty"`
+	TBTNoise      *bool         `json:"tbt_noise,omitempty"`
 }
 
 func compareJSON(w io.Writer, cmp *comparison) error {
@@ -543,27 +844,44 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 	var cells []jsonPair
 	for _, row := range cmp.Cells {
 		for _, p := range row {
-			jp := jsonPair{Context: p.Context, Concurrency: p.N, StatusA: p.SA, StatusB: p.SB, StatusChanged: p.changed()}
+			jp := jsonPair{Context: p.Context, Concurrency: p.Col.N, Rate: p.Col.Rate, StatusA: p.SA, StatusB: p.SB, StatusChanged: p.changed()}
+			switch p.onlyIn() {
+			case "A only":
+				jp.OnlyIn = "a"
+			case "B only":
+				jp.OnlyIn = "b"
+			}
 			if shown(p.A) && shown(p.B) {
 				jp.TokSRatio = ptr(ratio(p.A.TotalTokPerSec, p.B.TotalTokPerSec))
 				jp.TTFTRatio = ptr(ratio(p.A.TTFTms, p.B.TTFTms))
 				jp.TBTRatio = ptr(ratio(p.A.TBTms, p.B.TBTms))
+				tok, ttft, tbt := p.noise()
+				jp.TokSNoise, jp.TTFTNoise, jp.TBTNoise = noisePtr(tok), noisePtr(ttft), noisePtr(tbt)
 			}
 			cells = append(cells, jp)
 		}
 	}
 	doc := struct {
-		LabelA string         `json:"label_a"`
-		LabelB string         `json:"label_b"`
-		A      *result.Result `json:"a"`
-		B      *result.Result `json:"b"`
-		Diff   [][3]string    `json:"differs,omitempty"`
-		Cells  []jsonPair     `json:"cells"`
-	}{cmp.LabelA, cmp.LabelB, cmp.A, cmp.B, cmp.Diff, cells}
+		LabelA  string         `json:"label_a"`
+		LabelB  string         `json:"label_b"`
+		Summary string         `json:"summary"`
+		A       *result.Result `json:"a"`
+		B       *result.Result `json:"b"`
+		Diff    [][3]string    `json:"differs,omitempty"`
+		Cells   []jsonPair     `json:"cells"`
+	}{cmp.LabelA, cmp.LabelB, cmp.summary(), cmp.A, cmp.B, cmp.Diff, cells}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(doc)
+}
+
+func noisePtr(v [2]bool) *bool {
+	if !v[1] {
+		return nil
+	}
+	b := v[0]
+	return &b
 }
 
 // ratioColour shades a ratio cell: green when B is faster, red when
@@ -617,10 +935,10 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		e.print("</table>\n")
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are simultaneous requests</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "</p>\n")
 		e.print("<div class=\"wide\"><table class=\"heat cmp\">\n<tr><th>Context</th>")
-		for _, n := range cmp.Conc {
-			e.printf("<th>%d</th>", n)
+		for _, c := range cmp.Cols {
+			e.printf("<th>%s</th>", h(colHead(c)))
 		}
 		e.print("</tr>\n")
 		for i, row := range cmp.Cells {
@@ -631,7 +949,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 			e.print("</tr>\n")
 		}
 		e.print("</table></div>\n")
-		e.printf("<p class=\"notes\">%s %d of %d cells changed status.</p>\n", h(changedNote), cmp.changedCount(), len(cmp.Contexts)*len(cmp.Conc))
+		e.printf("<p class=\"notes\">%s</p>\n<p class=\"notes\">%s</p>\n", h(cmp.legend(false)), h(cmp.summary()))
 		e.print("<h2>Measured or changed cells</h2>\n<div class=\"wide\"><table class=\"all\"><tr>")
 		for _, c := range detailColumns {
 			e.printf("<th>%s</th>", h(c))
@@ -660,7 +978,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 }
 
 func pairCellHTML(p pairCell) string {
-	title := fmt.Sprintf("%s context, %d at once: A %s, B %s", ctxLabel(p.Context), p.N, cellStatus(p.A), cellStatus(p.B))
+	title := fmt.Sprintf("%s context, %s: A %s, B %s", ctxLabel(p.Context), atOnce(p.Col), cellStatus(p.A), cellStatus(p.B))
 	if p.changed() {
 		return fmt.Sprintf("<td class=\"changed\" style=\"background:#fff4e5\" title=\"%s\"><span class=\"q\">⚠ status changed</span><span class=\"t\">%s → %s</span><span class=\"t\">%s → %s</span></td>",
 			h(title), h(p.SA.Label()), h(p.SB.Label()), h(cellTok(p.A)), h(cellTok(p.B)))
@@ -683,6 +1001,12 @@ func pairCellHTML(p pairCell) string {
 		return fmt.Sprintf("<td class=\"%s\" title=\"%s\">%s</td>", cls, h(title), h(p.SA.Label()))
 	}
 	r := p.tokRatio()
+	tok, _, _ := p.noise()
+	colour := ratioColour(r)
+	if tok[0] && tok[1] {
+		colour = "#ffffff" // within noise: no colour claims a change
+		title += " — within the cells' own spread (noise)"
+	}
 	return fmt.Sprintf("<td style=\"background:%s\" title=\"%s\"><span class=\"v\">%s</span><span class=\"r\">%s → %s tok/s</span></td>",
-		ratioColour(r), h(title), h(fmtRatio(r)), h(cellTok(p.A)), h(cellTok(p.B)))
+		colour, h(title), h(fmtRatioNoise(r, tok)), h(cellTok(p.A)), h(cellTok(p.B)))
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -44,7 +46,7 @@ func TestCompare(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := buf.String()
-		for _, want := range []string{"×1.10", "⚠", "before.json", "after.json", "0.1.0", "0.2.0", "2 of 16 cells changed status"} {
+		for _, want := range []string{"×1.10", "⚠", "before.json", "after.json", "0.1.0", "0.2.0", "2 of 16 cells in both runs changed status"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s comparison lacks %q", format, want)
 			}
@@ -105,7 +107,7 @@ func TestCompareSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	if strings.Contains(out, "⚠V") || !strings.Contains(out, "0 of 48 cells changed status") || !strings.Contains(out, "nothing: same model") {
+	if strings.Contains(out, "⚠V") || !strings.Contains(out, "0 of 48 cells in both runs changed status") || !strings.Contains(out, "nothing: same model") {
 		t.Errorf("self-comparison:\n%s", out)
 	}
 	if strings.Contains(out, "×0.") || strings.Contains(out, "×1.01") {
@@ -128,6 +130,136 @@ func TestCompareGolden(t *testing.T) {
 					t.Errorf("comparison line %d is %d columns: %q", i+1, runeLen(l), l)
 				}
 			}
+		}
+	}
+}
+
+// TestCompareNamesOneRunCells: runs with concurrency 1,4 and 1,4,8 differ
+// by two cells; the comparison must say so (what differs, which cells are
+// in one run only) instead of "nothing" and "0 of 6 cells changed".
+func TestCompareNamesOneRunCells(t *testing.T) {
+	mk := func(conc ...int) *result.Result {
+		r := &result.Result{Schema: 1, Model: result.Model{Name: "M"},
+			Settings: result.Settings{Contexts: []int{0, 16384}, Concurrency: conc}}
+		for _, c := range r.Settings.Contexts {
+			for _, n := range conc {
+				r.Decode = append(r.Decode, result.Cell{Context: c, Concurrency: n, Status: result.Valid, Measured: true,
+					TotalTokPerSec: 100 * float64(n), TTFTms: 40, TBTms: 10})
+			}
+		}
+		return r
+	}
+	a, b := mk(1, 4), mk(1, 4, 8)
+	for _, format := range []string{"text", "md", "html"} {
+		var buf bytes.Buffer
+		if err := Compare(&buf, a, b, format); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		for _, want := range []string{"Concurrency levels", "1, 4, 8", "0 of 4 cells in both runs changed status",
+			"2 cells are only in B (0 × 8, 16K × 8)", "B only"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s comparison lacks %q:\n%s", format, want, out)
+			}
+		}
+		if strings.Contains(out, "othing: same model") || strings.Contains(out, "of 6 cells") {
+			t.Errorf("%s comparison says nothing differs", format)
+		}
+		// One legend, naming only what the grid shows: no status letters
+		// here (no status changed), no A only.
+		for _, never := range []string{"Q Requests queued", "OC Over capacity", "NR Not run", "A only", "⚠"} {
+			if strings.Contains(out, never) {
+				t.Errorf("%s legend names %q, which the grid does not use", format, never)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := Compare(&buf, a, b, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cells []jsonPair `json:"cells"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	only := 0
+	for _, c := range doc.Cells {
+		if c.OnlyIn == "b" {
+			only++
+		}
+	}
+	if only != 2 {
+		t.Errorf("JSON: %d cells only in B, want 2", only)
+	}
+}
+
+// TestCompareLegendLetters: the text grid's legend names exactly the
+// status letters its change marks use.
+func TestCompareLegendLetters(t *testing.T) {
+	var buf bytes.Buffer
+	if err := Compare(&buf, loadRun(t), fasterRun(t), "text"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	grid, _, _ := strings.Cut(out, "Measured or changed cells")
+	_, grid, _ = strings.Cut(grid, "Sustained decode")
+	grid = strings.ReplaceAll(grid, "\n", " \n") // a wrapped legend stays one text
+	for letter, label := range map[string]string{"V": "Valid", "Q": "Requests queued", "F": "Failed", "OC": "Over capacity", "CM": "Cache missed", "NR": "Not run"} {
+		used := strings.Contains(grid, "⚠"+letter+"→") || strings.Contains(grid, "→"+letter+" ")
+		for _, l := range strings.Split(grid, "\n") {
+			used = used || strings.HasSuffix(strings.TrimSpace(l), "→"+letter)
+		}
+		named := strings.Contains(strings.Join(strings.Fields(grid), " "), letter+" "+label)
+		if used != named {
+			t.Errorf("letter %s: used in the grid %v, named in the legend %v\n%s", letter, used, named, grid)
+		}
+	}
+}
+
+// TestCompareNoise: a change within the cells' own spread is marked as
+// noise, a larger one is not; cells with too few samples get no verdict.
+func TestCompareNoise(t *testing.T) {
+	cell := func(tbtMs, spread float64, n int) result.Cell {
+		s := histo.New()
+		for i := range n {
+			// TBT values evenly over median × (1 ± spread×2): half-IQR = spread × median
+			f := 1 + spread*2*(2*float64(i)/float64(max(n-1, 1))-1)
+			s.RecordTBT(time.Duration(tbtMs*f*float64(time.Millisecond)), 1)
+			s.RecordTTFT(40 * time.Millisecond)
+		}
+		return result.Cell{Context: 0, Concurrency: 1, Status: result.Valid, Measured: true,
+			TotalTokPerSec: 1000 / tbtMs, TTFTms: 40, TBTms: tbtMs, Histograms: s}
+	}
+	run := func(c result.Cell) *result.Result {
+		return &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1}}, Decode: []result.Cell{c}}
+	}
+	for _, tt := range []struct {
+		name         string
+		a, b         result.Cell
+		noise, known bool
+	}{
+		{"3% change, 10% spread", cell(10, 0.10, 400), cell(10.3, 0.10, 400), true, true},
+		{"30% change, 10% spread", cell(10, 0.10, 400), cell(13, 0.10, 400), false, true},
+		{"3% change, 1% spread", cell(10, 0.01, 400), cell(10.3, 0.01, 400), false, true},
+		{"too few samples", cell(10, 0.10, 5), cell(10.3, 0.10, 5), false, false},
+	} {
+		p := pairCell{A: &tt.a, B: &tt.b, SA: result.Valid, SB: result.Valid}
+		tok, _, tbt := p.noise()
+		if tok != [2]bool{tt.noise, tt.known} || tbt != [2]bool{tt.noise, tt.known} {
+			t.Errorf("%s: tok/s verdict %v, TBT %v; want noise %v known %v", tt.name, tok, tbt, tt.noise, tt.known)
+		}
+		var buf bytes.Buffer
+		if err := Compare(&buf, run(tt.a), run(tt.b), "text"); err != nil {
+			t.Fatal(err)
+		}
+		out := strings.Join(strings.Fields(buf.String()), " ")
+		grid := gridText(p)
+		if marked := strings.HasSuffix(grid, noiseMark); marked != (tt.noise && tt.known) || !strings.Contains(out, "0 "+grid+" ") {
+			t.Errorf("%s: grid cell %q, noise marked %v\n%s", tt.name, grid, marked, buf.String())
+		}
+		if tt.noise && !strings.Contains(out, noiseMark+" the change is within the cells' own spread") {
+			t.Errorf("%s: the legend does not explain the noise mark", tt.name)
 		}
 	}
 }

@@ -146,5 +146,65 @@ const (
 // fmtPct is a share as a percentage with one decimal: 0.9994 → "99.9%".
 func fmtPct(v float64) string { return strconv.FormatFloat(v*100, 'f', 1, 64) + "%" }
 
+// rateCacheNote explains the cache column of an arrival-rate run.
+const rateCacheNote = "Prefix cache hits: the share of the prompt tokens the server served from its cache (near none: the prompts are cold)."
+
+// rateTTFTNote replaces ttftNote under an arrival-rate grid: its prompts
+// are cold.
+const rateTTFTNote = "Arrival-rate cells send prompts no request sent before, so their TTFT includes prefill, as vllm bench serve's and GuideLLM's do; Requests queued marks a rate at which the engine made arrivals wait, so their latencies include the wait."
+
+// columnsAre says what the grid's columns are.
+func columnsAre(rate bool) string {
+	if rate {
+		return "request rates (requests per second, Poisson arrivals)"
+	}
+	return "simultaneous requests"
+}
+
+// colName names a column of the grid in a table head.
+func colName(rate bool) string {
+	if rate {
+		return "Rate"
+	}
+	return "N"
+}
+
+// pctIntro heads the Latency percentiles table.
+func pctIntro(v *view) string {
+	e2e := "of requests completed in the window"
+	if v.Rate {
+		e2e = "of requests sent in the window that completed, in it or in the grace after it"
+	}
+	return "Per cell, read from its histograms (microsecond resolution): TTFT, time between tokens and end to end (sent to the last byte, " + e2e + ") at " +
+		pctList(v.Percentiles) + ", with the number of samples each is read from."
+}
+
+// pctList is "p50, p90 and p99".
+func pctList(ps []float64) string {
+	var l []string
+	for _, p := range ps {
+		l = append(l, result.Label(p))
+	}
+	if len(l) > 1 {
+		return strings.Join(l[:len(l)-1], ", ") + " and " + l[len(l)-1]
+	}
+	return strings.Join(l, "")
+}
+
+// lowNote explains the low-count mark.
+const lowNote = lowMark + " fewer samples than the percentile needs (fewer than 100 for p99, 10 for p90, 2 for p50): not one sample lies beyond it, so it is the largest value seen, not a tail estimate."
+
+// fmtLatencyMs is a latency percentile: one decimal under 10 ms ("6.4
+// ms"), whole milliseconds above ("1,574 ms").
+func fmtLatencyMs(ms float64) string {
+	if ms <= 0 || math.IsNaN(ms) || math.IsInf(ms, 0) {
+		return dash
+	}
+	if ms < 10 {
+		return fmtFixed(ms, 1) + " ms"
+	}
+	return fmtFixed(ms, 0) + " ms"
+}
+
 // allNote heads the All measurements table.
 const allNote = "Latencies are medians. Total tok/s is output across all simultaneous requests."

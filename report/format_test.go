@@ -94,7 +94,7 @@ func TestEdgeDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := buf.String()
-	for _, want := range []string{"| 0 | 50.0<br>20 ms TTFT | Not run |", "| 1K | Not run | Not run |",
+	for _, want := range []string{"| 0 | 50.0<br>20 ms TTFT, warm prefix | Not run |", "| 1K | Not run | Not run |",
 		"Not run: the run stopped before this measurement.", "| 1K | Failed | — |",
 		"| Prefill | 1K | 1 | Failed | — | — | — | — | — | 1 | — | — |", "The run was interrupted"} {
 		if !strings.Contains(md, want) {
@@ -131,6 +131,19 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 }
 
+func renderCSVRows(t *testing.T, r *result.Result) [][]string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
 // TestCSVRows: one row per prefill row and cell, every column, raw numbers.
 func TestCSVRows(t *testing.T) {
 	r := loadSeed(t, "002")
@@ -145,18 +158,35 @@ func TestCSVRows(t *testing.T) {
 	if want := 1 + len(r.Prefill) + len(r.Decode); len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
+	want := len(csvColumns) + len(csvPercentileColumns(result.DefaultPercentiles)) + 1
 	for _, row := range rows {
-		if len(row) != len(csvColumns) {
-			t.Fatalf("row %v has %d columns, want %d", row, len(row), len(csvColumns))
+		if len(row) != want {
+			t.Fatalf("row %v has %d columns, want %d", row, len(row), want)
 		}
-		for _, c := range row[1:12] {
+		for _, c := range row[1:13] {
 			if strings.Contains(c, ",") || strings.Contains(c, "—") || strings.Contains(c, " ms") {
 				t.Errorf("not a raw number: %q in %v", c, row)
 			}
 		}
 	}
-	if got := strings.Join(rows[6][:12], ","); got != "decode,0,1,valid,49.6,49.7,164,20.1,1,0,1488,30" {
+	if got := strings.Join(rows[6][:13], ","); got != "decode,0,1,valid,49.6,49.7,164,warm_prefix,20.1,1,0,1488,30" {
 		t.Errorf("first decode row: %s", got)
+	}
+	// One precision: no figure carries more than 3 decimals (the hit rate,
+	// a share, 4); full-precision floats were mixed in before.
+	rrows := renderCSVRows(t, loadRun(t))
+	for _, row := range rrows[1:] {
+		for i, c := range row {
+			if _, frac, ok := strings.Cut(c, "."); ok && strings.IndexFunc(c, func(r rune) bool { return (r < '0' || r > '9') && r != '.' && r != '-' }) < 0 {
+				limit := 3
+				if rrows[0][i] == "prefix_cache_hit_rate" {
+					limit = 4
+				}
+				if len(frac) > limit {
+					t.Errorf("%s = %s: more than %d decimals", rrows[0][i], c, limit)
+				}
+			}
+		}
 	}
 }
 
@@ -187,23 +217,42 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
-// TestCellColumnsFailedShowNoWindow: a cell stopped at its first failure was
-// measured for milliseconds; like seed 000's Failed row it shows no window,
-// while a Valid cell shows its own.
-func TestCellColumnsFailedShowNoWindow(t *testing.T) {
+// TestCellColumnsFollowStatus: the All measurements row shows figures
+// exactly where the grid does (METHOD §3): a Failed cell shows none, even
+// when it measured some before its failure (one failed request of 38 once
+// blanked the grid cell while this table still printed tok/s and TTFT),
+// and no window (a cell stopped at its first failure was measured for
+// milliseconds; seed 000's Failed row shows "—"); its request counts stay.
+func TestCellColumnsFollowStatus(t *testing.T) {
+	figs := result.Cell{Measured: true, TotalTokPerSec: 612.5, PerRequestTokPerSec: 80.1, TTFTms: 44, TBTms: 12.3,
+		AvgActive: 7.9, Completed: 37, OutputTokens: 18375, MeasuredForSeconds: 30}
+	with := func(st result.Status) result.Cell { c := figs; c.Status = st; return c }
 	tests := []struct {
-		name string
-		cell result.Cell
-		want string
+		name    string
+		cell    result.Cell
+		figures bool   // tok/s … measured for printed
+		counts  string // completed requests
 	}{
-		{"failed after 12 ms", result.Cell{Status: result.Failed, Measured: true, MeasuredForSeconds: 0.012}, "—"},
-		{"valid full window", result.Cell{Status: result.Valid, Measured: true, MeasuredForSeconds: 30}, "30.0 s"},
-		{"over capacity never run", result.Cell{Status: result.OverCapacity}, "—"},
+		{"failed after 37 good requests", with(result.Failed), false, "37"},
+		{"failed after 12 ms", result.Cell{Status: result.Failed, Measured: true, MeasuredForSeconds: 0.012}, false, "0"},
+		{"valid", with(result.Valid), true, "37"},
+		{"queued", with(result.RequestsQueued), true, "37"},
+		{"cache missed", with(result.CacheMissed), true, "37"},
+		{"over capacity never run", result.Cell{Status: result.OverCapacity}, false, "—"},
+		{"over capacity: the engine refused in the window", with(result.OverCapacity), false, "37"},
 	}
 	for _, tt := range tests {
-		cols := cellColumns(&tt.cell, false)
-		if got := cols[len(cols)-1]; got != tt.want {
-			t.Errorf("%s: measured for %q, want %q", tt.name, got, tt.want)
+		cols := cellColumns(&tt.cell, false, false)
+		for _, i := range []int{4, 5, 6, 7, 8, 11} { // tok/s, per request, TTFT, TBT, active, measured for
+			if tt.cell.Status == result.OverCapacity && (i == 8 || i == 11) {
+				continue // tried and refused: its window and active requests stay (seed 002's 248K × 1)
+			}
+			if got := cols[i] != dash; got != tt.figures {
+				t.Errorf("%s: column %q = %q; figures shown %v, want %v", tt.name, allColumns[i], cols[i], got, tt.figures)
+			}
+		}
+		if cols[9] != tt.counts {
+			t.Errorf("%s: completed %q, want %q", tt.name, cols[9], tt.counts)
 		}
 	}
 }
@@ -232,6 +281,27 @@ func TestMarkdownTablesAreWellFormed(t *testing.T) {
 			if n != cols {
 				t.Errorf("%s: line %d has %d cells, its table's header %d: %q", name, i+1, n, cols, line)
 			}
+		}
+	}
+}
+
+// TestGridAndTableAgree: for every status, the decode grid shows a cell's
+// figures exactly when All measurements does (METHOD §3), in every format
+// that has both.
+func TestGridAndTableAgree(t *testing.T) {
+	statuses := []result.Status{result.Valid, result.RequestsQueued, result.CacheMissed, result.Failed, result.OverCapacity, result.NotRun}
+	r := &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0}}}
+	for i, st := range statuses {
+		r.Settings.Concurrency = append(r.Settings.Concurrency, i+1)
+		r.Decode = append(r.Decode, result.Cell{Context: 0, Concurrency: i + 1, Status: st, Measured: true, TotalTokPerSec: 612.5,
+			PerRequestTokPerSec: 80, TTFTms: 44, TBTms: 12, AvgActive: 1, Completed: 3, OutputTokens: 900, MeasuredForSeconds: 30})
+	}
+	v := newView(r)
+	for i, g := range v.Grid[0].Cells {
+		inGrid := g.TokS != ""
+		inTable := v.All[i][4] != dash
+		if inGrid != inTable || inGrid != statuses[i].ShowsFigures() {
+			t.Errorf("%s: figures in the grid %v, in All measurements %v; METHOD says %v", statuses[i], inGrid, inTable, statuses[i].ShowsFigures())
 		}
 	}
 }

@@ -14,12 +14,6 @@ import (
 	"github.com/tokentap/tokentap/result"
 )
 
-// percentiles are the points each per-cell chart shows.
-var percentiles = []struct {
-	label string
-	q     float64
-}{{"p50", 0.50}, {"p75", 0.75}, {"p90", 0.90}, {"p95", 0.95}, {"p99", 0.99}, {"p99.9", 0.999}}
-
 // heatStops is the heat map's colour scale, low to high total tok/s.
 var heatStops = [][3]float64{{237, 244, 252}, {107, 164, 218}, {19, 62, 124}}
 
@@ -63,7 +57,7 @@ td:first-child,th:first-child{text-align:left}
 .heat td{width:118px;height:66px;text-align:center;border-radius:6px;vertical-align:middle;padding:4px}
 .heat th{text-align:center}.heat th:first-child,.heat td.ctx{text-align:left;background:none;width:auto;font-weight:600;color:var(--muted)}
 .heat .v{display:block;font-size:18px;font-weight:700;font-variant-numeric:tabular-nums}
-.heat .t{display:block;font-size:12px}
+.heat .t{display:block;font-size:12px;white-space:normal}
 .heat .q{display:block;font-size:11px;font-weight:700;color:var(--queue);background:#fff4e5;border-radius:3px;margin:1px 8px}
 .heat td.oc{background:repeating-linear-gradient(135deg,var(--oc) 0 6px,#f3f4f6 6px 12px);color:var(--muted);font-size:12px}
 .heat td.failed{background:var(--fail);color:var(--failink);font-weight:700;font-size:13px}
@@ -218,10 +212,10 @@ func allStatuses(r *result.Result) []result.Status {
 	for _, p := range r.Prefill {
 		out = append(out, p.Status)
 	}
-	contexts, conc := axes(r)
+	contexts, cols := axes(r)
 	for _, c := range contexts {
-		for _, n := range conc {
-			if cell := r.Cell(c, n); cell != nil {
+		for _, col := range cols {
+			if cell := r.CellAt(c, col); cell != nil {
 				out = append(out, cell.Status)
 			}
 		}
@@ -246,8 +240,8 @@ func gridMax(v *view) float64 {
 func (e *htmlWriter) heatGrid(v *view) {
 	top := gridMax(v)
 	e.print("<div class=\"wide\"><table class=\"heat\">\n<tr><th>Context</th>")
-	for _, n := range v.Conc {
-		e.printf("<th>%d</th>", n)
+	for _, c := range v.Cols {
+		e.printf("<th>%s</th>", h(colHead(c)))
 	}
 	e.print("</tr>\n")
 	for _, row := range v.Grid {
@@ -267,7 +261,7 @@ func (e *htmlWriter) heatGrid(v *view) {
 }
 
 func heatCell(g gridCell, top float64) string {
-	title := fmt.Sprintf("%s context, %d at once: %s", ctxLabel(g.Context), g.N, g.Status.Label())
+	title := fmt.Sprintf("%s context, %s: %s", ctxLabel(g.Context), atOnce(g.Col), g.Status.Label())
 	if g.Cell != nil && g.Cell.Reason != "" {
 		title += " — " + g.Cell.Reason
 	}
@@ -289,8 +283,8 @@ func heatCell(g gridCell, top float64) string {
 		if m := limitMark(g.Cell); m != "" {
 			bw = "<span class=\"bw\">" + h(m) + "</span>"
 		}
-		return fmt.Sprintf("<td style=\"background:%s;color:%s\" title=\"%s\"><span class=\"v\">%s</span>%s<span class=\"t\">%s TTFT</span>%s</td>",
-			HeatColor(t), ink, h(title), h(g.TokS), q, h(g.TTFT), bw)
+		return fmt.Sprintf("<td style=\"background:%s;color:%s\" title=\"%s\"><span class=\"v\">%s</span>%s<span class=\"t\">%s %s</span>%s</td>",
+			HeatColor(t), ink, h(title), h(g.TokS), q, h(g.TTFT), h(ttftLabel(g.ttftKind())), bw)
 	case g.Status == result.OverCapacity:
 		return fmt.Sprintf("<td class=\"oc\" title=\"%s\">Over capacity</td>", h(title))
 	case g.Status == result.Failed:
@@ -308,27 +302,36 @@ func fmtLatency(d time.Duration) string {
 	return fmtFixed(ms, 0) + " ms"
 }
 
-// percentileChart draws one histogram's percentiles as an inline SVG bar
-// chart with the values written on the bars; "" when it holds no values.
-func percentileChart(name string, hist *hdr.Histogram, colour string) string {
+// percentileChart draws one histogram's percentiles ps as an inline SVG
+// bar chart with the values written on the bars and the sample count in
+// its title; a percentile read from too few samples (result.LowCount) is
+// drawn pale and marked. "" when the histogram holds no values.
+func percentileChart(name string, hist *hdr.Histogram, colour string, ps []float64) string {
 	var vals []time.Duration
-	for _, p := range percentiles {
-		d, ok := histo.Latency(hist, p.q)
+	for _, p := range ps {
+		d, ok := histo.Latency(hist, p/100)
 		if !ok {
 			return ""
 		}
 		vals = append(vals, d)
 	}
+	n := hist.TotalCount()
+	shown := name + " · n=" + fmtInt(int(n))
 	top := vals[len(vals)-1]
 	for _, d := range vals {
 		if d > top {
 			top = d
 		}
 	}
-	const w, hgt, barW, gap, base, padTop = 306, 118, 44, 7, 98, 16
+	const w, hgt, base, padTop = 306, 118, 98, 16
+	barW, gap := 44, 7
+	if len(vals) > 6 {
+		gap = 4
+		barW = (w-4)/len(vals) - gap
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"%s percentiles\">", w, hgt, w, hgt, h(name))
-	fmt.Fprintf(&b, "<text x=\"0\" y=\"11\" font-size=\"11\" fill=\"#5b6470\">%s</text>", h(name))
+	fmt.Fprintf(&b, "<text x=\"0\" y=\"11\" font-size=\"11\" fill=\"#5b6470\">%s</text>", h(shown))
 	for i, d := range vals {
 		x := 2 + i*(barW+gap)
 		bh := 1.0
@@ -336,9 +339,13 @@ func percentileChart(name string, hist *hdr.Histogram, colour string) string {
 			bh = math.Max(1, float64(d)/float64(top)*float64(base-padTop-12))
 		}
 		y := float64(base) - bh
-		fmt.Fprintf(&b, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" rx=\"2\" fill=\"%s\"/>", x, y, barW, bh, colour)
-		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" fill=\"#1b1f24\">%s</text>", x+barW/2, y-3, h(fmtLatency(d)))
-		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\" fill=\"#5b6470\">%s</text>", x+barW/2, base+13, percentiles[i].label)
+		fill, label := colour, fmtLatency(d)
+		if result.LowCount(n, ps[i]) {
+			fill, label = "#d8dde3", label+lowMark // too few samples: no tail estimate
+		}
+		fmt.Fprintf(&b, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" rx=\"2\" fill=\"%s\"/>", x, y, barW, bh, fill)
+		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" fill=\"#1b1f24\">%s</text>", x+barW/2, y-3, h(label))
+		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\" fill=\"#5b6470\">%s</text>", x+barW/2, base+13, h(result.Label(ps[i])))
 	}
 	fmt.Fprintf(&b, "<line x1=\"0\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d8dde3\"/></svg>", base, w, base)
 	return b.String()
@@ -353,25 +360,30 @@ func (e *htmlWriter) percentileCards(v *view) {
 			if g.Cell == nil || g.Cell.Histograms == nil || !g.shows() {
 				continue
 			}
-			ttft := percentileChart("TTFT", g.Cell.Histograms.TTFT, "#6ba4da")
-			tbt := percentileChart("Time between tokens", g.Cell.Histograms.TBT, "#3f8f6b")
-			if ttft == "" && tbt == "" {
+			ttft := percentileChart(ttftLabel(g.ttftKind()), g.Cell.Histograms.TTFT, "#6ba4da", v.Percentiles)
+			tbt := percentileChart("Time between tokens", g.Cell.Histograms.TBT, "#3f8f6b", v.Percentiles)
+			e2e := percentileChart("End to end", g.Cell.Histograms.E2E, "#8a6bb8", v.Percentiles)
+			if ttft == "" && tbt == "" && e2e == "" {
 				continue
 			}
 			st := ""
 			if m, _ := mark(g.Status); m != "" {
 				st = " <span class=\"st\">" + m + "</span>"
 			}
-			cards = append(cards, fmt.Sprintf("<figure class=\"card\" style=\"margin:0\"><h3>%s context · %d at once · %s tok/s%s</h3>%s%s</figure>",
-				h(row.Label), g.N, h(g.TokS), st, ttft, tbt))
+			cards = append(cards, fmt.Sprintf("<figure class=\"card\" style=\"margin:0\"><h3>%s context · %s · %s tok/s%s</h3>%s%s%s</figure>",
+				h(row.Label), h(atOnce(g.Col)), h(g.TokS), st, ttft, tbt, e2e))
 		}
 	}
 	if len(cards) == 0 {
 		return
 	}
-	e.print("<h2>Latency percentiles</h2>\n<p class=\"sub\">per cell, from the stored histograms: TTFT and time between tokens at p50, p75, p90, p95, p99 and p99.9</p>\n<div class=\"cards\">\n")
+	e.printf("<h2>Latency percentiles</h2>\n<p class=\"sub\">%s</p>\n<div class=\"cards\">\n", h(pctIntro(v)))
 	for _, c := range cards {
 		e.print(c + "\n")
 	}
 	e.print("</div>\n")
+	e.printf("<p class=\"notes\">%s</p>\n", h(lowNote))
+	for _, x := range v.Explain {
+		e.printf("<p class=\"notes\">%s</p>\n", h(x))
+	}
 }

@@ -60,17 +60,31 @@ func TestHTMLContent(t *testing.T) {
 			}
 			if c.Histograms != nil {
 				charts += 2
+				if c.Histograms.E2E.TotalCount() > 0 {
+					charts++
+				}
 			}
 		}
 	}
 	for _, want := range []string{`class="oc"`, `class="failed"`, `<span class="q">Requests queued</span>`, `<span class="q">Cache missed</span>`,
-		"Failed: requests to the server failed", "Latency percentiles", "p99.9", HeatColor(1)} {
+		"Failed: requests to the server failed", "Latency percentiles", "p90", "p99", "n=400", "TTFT, warm prefix", HeatColor(1)} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	if got := strings.Count(page, `aria-label="TTFT percentiles"`) + strings.Count(page, `aria-label="Time between tokens percentiles"`); got != charts || charts == 0 {
+	got := strings.Count(page, `aria-label="TTFT, warm prefix percentiles"`) + strings.Count(page, `aria-label="TTFT, cache missed percentiles"`) +
+		strings.Count(page, `aria-label="Time between tokens percentiles"`) + strings.Count(page, `aria-label="End to end percentiles"`)
+	if got != charts || charts == 0 {
 		t.Errorf("%d percentile charts, want %d", got, charts)
+	}
+	// Percentiles asked for are drawn; one the samples are too few for
+	// (p99.9 of 400 TTFTs) is marked, not drawn as a tail.
+	var buf bytes.Buffer
+	if err := RenderWith(&buf, r, "html", Options{Percentiles: []float64{50, 99.9}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := buf.String(); !strings.Contains(p, ">p99.9<") || strings.Contains(p, ">p90<") || !strings.Contains(p, lowMark+"</text>") {
+		t.Error("--percentiles 50,99.9: the charts do not show p99.9, marked for too few samples, alone with p50")
 	}
 	// A document without histograms (the seeds) has no chart section.
 	if strings.Contains(renderHTML(t, loadSeed(t, "002")), "Latency percentiles") {

@@ -2,7 +2,6 @@ package report
 
 import (
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/tokentap/tokentap/result"
@@ -34,15 +33,16 @@ func mdAlign(e *errWriter, right []bool) {
 	e.print("\n")
 }
 
-// gridCellMD is a decode grid cell: "156.2<br>44 ms TTFT", with "Requests
-// queued" between the two for queued cells, or the status alone.
+// gridCellMD is a decode grid cell: "156.2<br>44 ms TTFT, warm prefix",
+// with "Requests queued" between the two for queued cells, or the status
+// alone.
 func gridCellMD(g gridCell) string {
 	switch g.Status {
 	case result.Valid:
-		return g.TokS + "<br>" + g.TTFT + " TTFT"
+		return g.TokS + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())
 	case result.RequestsQueued, result.CacheMissed:
 		m, _ := mark(g.Status)
-		return g.TokS + "<br>" + m + "<br>" + g.TTFT + " TTFT"
+		return g.TokS + "<br>" + m + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())
 	}
 	return g.Status.Label()
 }
@@ -94,11 +94,11 @@ func writeMarkdown(w io.Writer, v *view) error {
 		}
 	}
 	if len(v.Grid) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are simultaneous requests\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
-		for _, n := range v.Conc {
-			head = append(head, itoa(n))
+		for _, c := range v.Cols {
+			head = append(head, colHead(c))
 			right = append(right, true)
 		}
 		mdRow(e, head)
@@ -107,7 +107,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 			cells := []string{row.Label}
 			for _, g := range row.Cells {
 				c := gridCellMD(g)
-				if m := v.LimitMarks[[2]int{row.Context, g.N}]; m != "" {
+				if m := v.LimitMarks[cellKey{row.Context, g.Col}]; m != "" {
 					c += "<br>" + m
 				}
 				cells = append(cells, c)
@@ -145,6 +145,24 @@ func writeMarkdown(w io.Writer, v *view) error {
 			e.printf("\n%s\n", strings.Join(v.Footnotes, " "))
 		}
 	}
+	if len(v.PctRows) > 0 {
+		e.printf("\n## Latency percentiles\n\n%s\n\n", pctIntro(v))
+		head := []string{"Context", colName(v.Rate), "Measure", "Samples"}
+		right := []bool{false, true, false, true}
+		for _, p := range v.Percentiles {
+			head = append(head, result.Label(p))
+			right = append(right, true)
+		}
+		mdRow(e, head)
+		mdAlign(e, right)
+		for _, r := range v.PctRows {
+			mdRow(e, append([]string{r.Context, r.Col, r.Measure, r.N}, r.Values...))
+		}
+		e.printf("\n%s\n", lowNote)
+		for _, x := range v.Explain {
+			e.printf("\n%s\n", x)
+		}
+	}
 	if len(v.Probes) > 0 {
 		e.print("\n## What the engine said\n\n")
 		mdRow(e, []string{"Fact", "Value", "Source"})
@@ -155,8 +173,6 @@ func writeMarkdown(w io.Writer, v *view) error {
 	}
 	return e.err
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // writeMarkdownBeyond writes the SLO, TTFT split and bandwidth-limit
 // sections where the run has them.
@@ -183,8 +199,8 @@ func writeMarkdownBeyond(e *errWriter, v *view) {
 	if b.SLODesc != "" {
 		e.printf("\n## SLOs\n\n%s · share of judged requests that met every SLO · good requests/s\n\n", mdEscape(b.SLODesc))
 		head := []string{"Context"}
-		for _, n := range v.Conc {
-			head = append(head, itoa(n))
+		for _, k := range v.Cols {
+			head = append(head, k.Label())
 		}
 		var rows [][]string
 		for _, r := range b.SLOGrid {

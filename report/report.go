@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tokentap/tokentap/result"
@@ -42,6 +43,10 @@ func normalize(format string) (string, error) {
 	return "", fmt.Errorf("unknown report format %q (use %s)", format, strings.Join(Formats, ", "))
 }
 
+// ParseFormat checks a format name (or alias) and returns its canonical
+// name, so a command can refuse an unknown one before it does any work.
+func ParseFormat(format string) (string, error) { return normalize(format) }
+
 // FormatForFile guesses the format from an output file's extension
 // (".md" → "md", ".html" → "html" …); ok is false when it cannot tell.
 func FormatForFile(name string) (format string, ok bool) {
@@ -54,11 +59,37 @@ func FormatForFile(name string) (format string, ok bool) {
 	return "", false
 }
 
+// Options change what a report shows.
+type Options struct {
+	// Percentiles (in percent, e.g. 50, 90, 99) every format shows for
+	// TTFT, time between tokens and end-to-end, read off each cell's
+	// histograms; nil: the ones the run recorded (Settings.Percentiles),
+	// else result.DefaultPercentiles.
+	Percentiles []float64
+}
+
+// percentilesFor is what o asks for, else what r recorded, else the
+// default.
+func (o Options) percentilesFor(r *result.Result) []float64 {
+	switch {
+	case len(o.Percentiles) > 0:
+		return o.Percentiles
+	case len(r.Settings.Percentiles) > 0:
+		return r.Settings.Percentiles
+	}
+	return result.DefaultPercentiles
+}
+
 // Render writes r in format: "text" (aligned for a terminal, fits 100
 // columns), "md" (Markdown), "csv" (one row per prefill row and decode cell,
 // raw numbers), "json" (the document re-encoded) or "html" (one
 // self-contained page).
 func Render(w io.Writer, r *result.Result, format string) error {
+	return RenderWith(w, r, format, Options{})
+}
+
+// RenderWith is Render with options.
+func RenderWith(w io.Writer, r *result.Result, format string, o Options) error {
 	if r == nil {
 		return errors.New("report: no result to render")
 	}
@@ -68,11 +99,15 @@ func Render(w io.Writer, r *result.Result, format string) error {
 	}
 	switch f {
 	case "json":
-		return r.Write(w)
+		// The numbers beside the histograms are the ones asked for.
+		cp := *r
+		cp.Decode = slices.Clone(r.Decode)
+		cp.SetPercentiles(o.percentilesFor(r))
+		return cp.Write(w)
 	case "csv":
-		return writeCSV(w, r)
+		return writeCSV(w, r, o.percentilesFor(r))
 	}
-	v := newView(r)
+	v := newViewWith(r, o)
 	switch f {
 	case "md":
 		return writeMarkdown(w, v)

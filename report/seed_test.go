@@ -95,6 +95,16 @@ func mdTables(md string) map[string][][]string {
 	return out
 }
 
+// seedLabels relabels a seed page's decode TTFTs as tokentap labels them
+// (see TestSeedPagesReproduced): grid cells, then the All measurements
+// heading.
+func seedLabels(p *seedPage) {
+	for i, row := range p.grid {
+		p.grid[i] = strings.ReplaceAll(row, " ms TTFT", " ms "+ttftLabel(result.TTFTWarm))
+	}
+	p.allHead = strings.Replace(p.allHead, "Per request tok/sTTFTTime between tokens", "Per request tok/s"+allTTFT+"Time between tokens", 1)
+}
+
 func concat(cells []string) string {
 	return strings.ReplaceAll(strings.Join(cells, ""), "<br>", "")
 }
@@ -116,10 +126,20 @@ func compareRows(t *testing.T, what string, got []string, want []string) {
 // prefill rows, grid cells with their statuses and numbers, every column of
 // All measurements, the footnotes for the statuses present, and the
 // metadata values.
+//
+// One change from the pages is deliberate (issue 16): a decode cell's TTFT
+// is measured after its prompt was warmed into the prefix cache, and is
+// labelled so ("44 ms TTFT, warm prefix"; the All measurements column
+// "TTFT (decode: warm prefix)"), where the pages print plain "TTFT" that
+// readers take for the cold TTFT other benchmarks report. The test applies
+// exactly that relabelling to the page text (seedLabels) and nothing else:
+// every number, status and other label must still match character for
+// character.
 func TestSeedPagesReproduced(t *testing.T) {
 	for _, id := range []string{"000", "002", "003"} {
 		t.Run(id, func(t *testing.T) {
 			page := readSeedPage(t, filepath.Join("testdata", "seeds", id+".txt"))
+			seedLabels(&page)
 			r, err := result.ReadFile(filepath.Join("testdata", "seed-"+id+".json"))
 			if err != nil {
 				t.Fatal(err)

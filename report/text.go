@@ -2,6 +2,7 @@ package report
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -219,14 +220,17 @@ func writeText(w io.Writer, v *view) error {
 		e.print("\nAll measurements · " + allNote + "\n")
 		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}
 		right := []bool{false, true, true, false, true, true, true, true, true, true, true, true}
-		legend := "N: requests at once · Per req: per request tok/s · TBT: time between tokens · " +
-			"Active: average active requests · Done: completed requests · Output: output tokens · For: measured for"
 		// The SLO and bandwidth-limit columns have their own sections
 		// above: 100 columns hold the cache column, not those too.
 		keep := len(allColumns)
-		if len(v.Columns) > len(allColumns) && v.Columns[len(allColumns)] == cacheColumn {
+		if v.Rate {
+			head[2] = "Rate"
+			head, right = append(head, "Achieved", "Peak"), append(right, true, true)
+			keep += len(rateColumns)
+		}
+		cache := slices.Contains(v.Columns, cacheColumn)
+		if cache {
 			head, right = append(head, "Cache"), append(right, true)
-			legend += " · Cache: prefix cache hits"
 			keep++
 		}
 		rows := make([][]string, len(v.All))
@@ -237,12 +241,24 @@ func writeText(w io.Writer, v *view) error {
 			}
 		}
 		table(e, "", head, rows, right)
+		legend := "N: requests at once · Per req: per request tok/s · TTFT: cold on Prefill rows, after a warm prefix on Decode rows · TBT: time between tokens · " +
+			"Active: average active requests · Done: requests completed in the window · Output: output tokens · For: measured for"
+		if v.Rate {
+			legend = "Rate: requests per second asked for · Per req: per request tok/s · TTFT: cold (prompts never sent before) · TBT: time between tokens · " +
+				"Active: average active requests · Done: requests completed in the window · Output: output tokens · For: measured for · Achieved: requests sent per second · Peak: most requests in flight at once"
+		}
+		if cache {
+			legend += " · Cache: prefix cache hits"
+		}
 		for _, l := range wrapWords(legend, textWidth, "") {
 			e.print(l + "\n")
 		}
 		for _, l := range wrapWords(strings.Join(v.Footnotes, " "), textWidth, "") {
 			e.print(l + "\n")
 		}
+	}
+	if len(v.PctRows) > 0 {
+		writeTextPercentiles(e, v)
 	}
 	if len(v.Probes) > 0 {
 		e.print("\nWhat the engine said\n")
@@ -255,28 +271,65 @@ func writeText(w io.Writer, v *view) error {
 	return e.err
 }
 
+// writeTextPercentiles prints the Latency percentiles table.
+func writeTextPercentiles(e *errWriter, v *view) {
+	e.print("\nLatency percentiles\n")
+	for _, l := range wrapWords(pctIntro(v), textWidth, "") {
+		e.print(l + "\n")
+	}
+	head := []string{"Context", colName(v.Rate), "Measure", "n"}
+	right := []bool{false, true, false, true}
+	for _, p := range v.Percentiles {
+		head = append(head, result.Label(p))
+		right = append(right, true)
+	}
+	rows := make([][]string, len(v.PctRows))
+	for i, r := range v.PctRows {
+		rows[i] = append([]string{r.Context, r.Col, r.Measure, r.N}, r.Values...)
+	}
+	table(e, "", head, rows, right)
+	for _, l := range wrapWords(lowNote, textWidth, "") {
+		e.print(l + "\n")
+	}
+	for _, x := range v.Explain {
+		for _, l := range wrapWords(x, textWidth, "") {
+			e.print(l + "\n")
+		}
+	}
+}
+
 // writeTextGrid prints the decode grid: per context a line of tok/s (or
-// the status), a line of TTFT, and a "queued" line where a cell queued.
+// the status), a line of TTFT labelled for what it is, and a "queued" line
+// where a cell queued.
 func writeTextGrid(e *errWriter, v *view) {
-	e.print("\nSustained decode · total tok/s, TTFT below · rows: context, columns: simultaneous requests\n")
-	labelW := runeLen("Context")
+	head0 := "Sustained decode · total tok/s, TTFT after a warm prefix below · rows: context, columns: " + columnsAre(v.Rate)
+	ttftRow := "TTFT, warm" // "TTFT, warm prefix", short enough for 8 columns in 100
+	if v.Rate {
+		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + columnsAre(v.Rate)
+		ttftRow = "TTFT, cold"
+	}
+	e.print("\n")
+	for _, l := range wrapWords(head0, textWidth, "  ") {
+		e.print(l + "\n")
+	}
+	labelW := max(runeLen("Context"), runeLen(ttftRow))
 	colW := 0
-	for _, n := range v.Conc {
-		colW = max(colW, runeLen(itoa(n)))
+	for _, c := range v.Cols {
+		colW = max(colW, runeLen(colHead(c)))
 	}
 	for _, row := range v.Grid {
 		labelW = max(labelW, runeLen(row.Label))
 		for _, g := range row.Cells {
 			if g.shows() {
 				_, m := mark(g.Status)
-				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen(m), runeLen(shortLimit(v.LimitMarks[[2]int{row.Context, g.N}])))
+				colW = max(colW, runeLen(g.TokS), runeLen(g.TTFT), runeLen(m), runeLen(shortLimit(v.LimitMarks[cellKey{row.Context, g.Col}])))
 			} else {
 				colW = max(colW, runeLen(textStatus(g.Status)))
 			}
 		}
 	}
 	gap := "  "
-	if labelW+len(v.Conc)*(colW+2) > textWidth {
+	if labelW+len(v.Cols)*(colW+2) > textWidth {
 		gap = " "
 	}
 	line := func(label string, cells []string) {
@@ -287,9 +340,9 @@ func writeTextGrid(e *errWriter, v *view) {
 		}
 		e.print(strings.TrimRight(b.String(), " ") + "\n")
 	}
-	head := make([]string, len(v.Conc))
-	for i, n := range v.Conc {
-		head[i] = itoa(n)
+	head := make([]string, len(v.Cols))
+	for i, c := range v.Cols {
+		head[i] = colHead(c)
 	}
 	line("Context", head)
 	for _, row := range v.Grid {
@@ -308,13 +361,17 @@ func writeTextGrid(e *errWriter, v *view) {
 				third[i] = m
 				queued = true
 			}
-			if m := v.LimitMarks[[2]int{row.Context, g.N}]; m != "" {
+			if m := v.LimitMarks[cellKey{row.Context, g.Col}]; m != "" {
 				fourth[i] = shortLimit(m)
 				limited = true
 			}
 		}
 		line(row.Label, first)
-		line("", second)
+		if slices.ContainsFunc(second, func(s string) bool { return s != "" }) {
+			line(ttftRow, second)
+		} else {
+			line("", second)
+		}
 		if queued {
 			line("", third)
 		}
@@ -376,8 +433,8 @@ func writeTextBeyond(e *errWriter, v *view) {
 		}
 		head := []string{"Context"}
 		right := []bool{false}
-		for _, n := range v.Conc {
-			head, right = append(head, itoa(n)), append(right, true)
+		for _, k := range v.Cols {
+			head, right = append(head, k.Label()), append(right, true)
 		}
 		var rows [][]string
 		for _, r := range b.SLOGrid {

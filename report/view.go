@@ -29,12 +29,45 @@ type prefillItem struct {
 
 // gridCell is one cell of the decode grid.
 type gridCell struct {
-	Context, N int
-	Status     result.Status
-	TokS       string  // headline tok/s, empty when the status hides figures
-	TTFT       string  // "44 ms", empty when hidden
-	Value      float64 // total tok/s, for the heat map
-	Cell       *result.Cell
+	Context int
+	Col     result.Column
+	Status  result.Status
+	TokS    string  // headline tok/s, empty when the status hides figures
+	TTFT    string  // "44 ms", empty when hidden
+	Value   float64 // total tok/s, for the heat map
+	Cell    *result.Cell
+}
+
+// ttftKind is what the cell's TTFT holds (result.TTFTWarm …).
+func (g gridCell) ttftKind() string {
+	if g.Cell == nil {
+		return result.TTFTWarm
+	}
+	return g.Cell.TTFTOf()
+}
+
+// ttftLabel names a decode cell's TTFT for what it is: warm prompts make
+// it no cold TTFT, and it must not be read as one (vllm bench serve and
+// GuideLLM include prefill).
+func ttftLabel(kind string) string {
+	switch kind {
+	case result.TTFTCacheMissed:
+		return "TTFT, cache missed"
+	case result.TTFTCold:
+		return "TTFT, cold"
+	}
+	return "TTFT, warm prefix"
+}
+
+// colHead heads a grid column: "4" or "2/s".
+func colHead(c result.Column) string { return c.Label() }
+
+// atOnce says where a cell sits, for titles: "4 at once", "2 requests/s".
+func atOnce(c result.Column) string {
+	if c.Rate > 0 {
+		return strconv.FormatFloat(c.Rate, 'f', -1, 64) + " requests/s"
+	}
+	return strconv.Itoa(c.N) + " at once"
 }
 
 // shows reports whether the grid prints figures for the cell (Valid,
@@ -62,9 +95,19 @@ type gridRow struct {
 	Cells   []gridCell
 }
 
-// allColumns heads the All measurements table, as on the seeds.
+// allColumns heads the All measurements table, as on the seeds, but for
+// the TTFT column's name: decode rows' TTFT is after a warm prefix.
 var allColumns = []string{"Phase", "Context", "Requests at once", "Status", "Total tok/s", "Per request tok/s",
-	"TTFT", "Time between tokens", "Average active requests", "Completed requests", "Output tokens", "Measured for"}
+	allTTFT, "Time between tokens", "Average active requests", "Completed requests", "Output tokens", "Measured for"}
+
+// allTTFT heads the All measurements TTFT column: prefill rows hold a cold
+// TTFT, decode rows one after a warm prefix (a Cache missed row's status
+// says it was not).
+const allTTFT = "TTFT (decode: warm prefix)"
+
+// rateColumns are the All measurements columns an arrival-rate run adds:
+// the rate reached and the concurrency it made.
+var rateColumns = []string{"Achieved rate", "Peak in flight"}
 
 // cacheColumn is the All measurements column added when the engine said
 // how much of the prompts its prefix cache served (seed documents have no
@@ -81,7 +124,8 @@ type view struct {
 	Launch     string
 	Notes      []string
 	Prefill    []prefillItem
-	Conc       []int
+	Cols       []result.Column
+	Rate       bool // the columns are request rates
 	Grid       []gridRow
 	Footnotes  []string // for statuses present in the grid and rows
 	Failures   []string // why each failed prefill row or cell failed, where the document says
@@ -92,10 +136,28 @@ type view struct {
 	// Beyond is what METHOD §6–§8 add (SLOs, TTFT split, bandwidth
 	// limit), LimitMarks each grid cell's share of the limit; beyond.go.
 	Beyond     *beyondView
-	LimitMarks map[[2]int]string
+	LimitMarks map[cellKey]string
+
+	// Percentiles are the percentiles shown (in percent) and PctRows the
+	// Latency percentiles table, per cell that has histograms.
+	Percentiles []float64
+	PctRows     []pctRow
+	// Explain are notes under the percentiles that say why figures that
+	// look wrong are right (per request above total, none completed).
+	Explain []string
 }
 
-func newView(r *result.Result) *view {
+// pctRow is one measure of one cell in the Latency percentiles table.
+type pctRow struct {
+	Context, Col, Measure string
+	First                 bool     // the cell's first row
+	N                     string   // samples
+	Values                []string // per percentile, "*" marking too few samples
+}
+
+func newView(r *result.Result) *view { return newViewWith(r, Options{}) }
+
+func newViewWith(r *result.Result, o Options) *view {
 	v := &view{
 		Title:      title(r),
 		EngineLine: engineLine(r),
@@ -142,19 +204,32 @@ func newView(r *result.Result) *view {
 	v.Sections = append(v.Sections, section{"Run", nonEmpty(run...)})
 
 	v.Notes = append(v.Notes, r.Notes...)
-	if r.Interrupted {
+	switch {
+	case r.Interrupted && !saysStopped(r.Notes):
 		v.Notes = append(v.Notes, "The run was interrupted: cells marked Not run were never measured.")
+	case r.StoppedEarly != "":
+		v.Notes = append(v.Notes, "The run stopped early ("+r.StoppedEarly+"): cells marked Not run were never measured.")
 	}
 
 	hasCache := false
 	for _, c := range r.Decode {
 		hasCache = hasCache || c.Cache != nil || c.Status == result.CacheMissed
 	}
-	v.Columns = allColumns
+	v.Rate = r.RateRun()
+	v.Columns = slices.Clone(allColumns)
 	v.TTFTNote = ttftNote
+	if v.Rate {
+		v.Columns[2], v.Columns[6] = "Request rate", "TTFT"
+		v.Columns = append(v.Columns, rateColumns...)
+		v.TTFTNote = rateTTFTNote
+	}
 	if hasCache {
-		v.Columns = append(slices.Clone(allColumns), cacheColumn)
-		v.TTFTNote = ttftNote + " " + cacheNote
+		v.Columns = append(v.Columns, cacheColumn)
+		if v.Rate {
+			v.TTFTNote += " " + rateCacheNote
+		} else {
+			v.TTFTNote += " " + cacheNote
+		}
 	}
 	withSLO, withLimit := hasSLO(r), hasLimit(r)
 	if withSLO {
@@ -163,12 +238,15 @@ func newView(r *result.Result) *view {
 	if withLimit {
 		v.Columns = append(slices.Clone(v.Columns), limitColumn)
 	}
-	extra := len(v.Columns) - len(allColumns) // columns past the seeds', for prefill rows' dashes
-	if hasCache {
-		extra--
+	extra := 0 // the SLO and limit columns, dashes on prefill rows
+	if withSLO {
+		extra++
+	}
+	if withLimit {
+		extra++
 	}
 	v.Beyond = newBeyondView(r)
-	v.LimitMarks = map[[2]int]string{}
+	v.LimitMarks = map[cellKey]string{}
 	present := map[result.Status]bool{}
 	for _, p := range r.Prefill {
 		it := prefillItem{Context: ctxLabel(p.Context), Status: p.Status}
@@ -176,7 +254,7 @@ func newView(r *result.Result) *view {
 			it.TokS, it.TTFT = fmtHeadline(p.TokPerSec), fmtMs(p.TTFTms)
 		}
 		v.Prefill = append(v.Prefill, it)
-		row := prefillColumns(p, hasCache)
+		row := prefillColumns(p, v.Rate, hasCache)
 		for range extra {
 			row = append(row, dash)
 		}
@@ -187,23 +265,23 @@ func newView(r *result.Result) *view {
 		}
 	}
 
-	contexts, conc := axes(r)
-	v.Conc = conc
+	contexts, cols := axes(r)
+	v.Cols = cols
 	for _, c := range contexts {
 		row := gridRow{Context: c, Label: ctxLabel(c)}
-		for _, n := range conc {
-			g := gridCell{Context: c, N: n, Status: result.NotRun}
-			if cell := r.Cell(c, n); cell != nil {
+		for _, col := range cols {
+			g := gridCell{Context: c, Col: col, Status: result.NotRun}
+			if cell := r.CellAt(c, col); cell != nil {
 				g.Cell, g.Status = cell, cell.Status
 				if g.shows() {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtMs(cell.TTFTms), cell.TotalTokPerSec
 				}
-				v.All = append(v.All, append(cellColumns(cell, hasCache), beyondColumns(cell, withSLO, withLimit)...))
+				v.All = append(v.All, append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...))
 				if m := limitMark(cell); m != "" {
-					v.LimitMarks[[2]int{c, n}] = m
+					v.LimitMarks[cellKey{c, col}] = m
 				}
 				if (cell.Status == result.Failed || cell.Status == result.CacheMissed) && cell.Reason != "" {
-					v.Failures = append(v.Failures, fmt.Sprintf("%s context, %d at once: %s", ctxLabel(c), n, cell.Reason))
+					v.Failures = append(v.Failures, fmt.Sprintf("%s context, %s: %s", ctxLabel(c), atOnce(col), cell.Reason))
 				}
 			}
 			present[g.Status] = true
@@ -216,30 +294,151 @@ func newView(r *result.Result) *view {
 			v.Footnotes = append(v.Footnotes, statusNote(st))
 		}
 	}
+	v.percentiles(r, o)
 	return v
 }
 
-// axes returns the grid's contexts and concurrency levels: the run's
-// settings plus any cell the document holds beyond them, ascending.
-func axes(r *result.Result) (contexts, conc []int) {
+// percentiles lays out the Latency percentiles table: for every cell that
+// shows figures and kept histograms, TTFT, time between tokens and
+// end-to-end at the chosen percentiles, with sample counts, and a mark
+// where the samples are too few for a percentile (result.LowCount).
+func (v *view) percentiles(r *result.Result, o Options) {
+	v.Percentiles = o.Percentiles
+	if len(v.Percentiles) == 0 {
+		v.Percentiles = r.Settings.Percentiles
+	}
+	if len(v.Percentiles) == 0 {
+		v.Percentiles = result.DefaultPercentiles
+	}
+	perReqAbove, anyShown, anyDone := false, false, false
+	maxOut := r.Settings.MaxOutput
+	for _, row := range v.Grid {
+		for _, g := range row.Cells {
+			if g.Cell == nil || !g.shows() {
+				continue
+			}
+			c := g.Cell
+			anyShown = true
+			anyDone = anyDone || c.Completed > 0 || (c.Histograms != nil && c.Histograms.E2E.TotalCount() > 0)
+			perReqAbove = perReqAbove || c.PerRequestTokPerSec > c.TotalTokPerSec
+			if c.Histograms == nil {
+				continue
+			}
+			p := result.PercentilesOf(c.Histograms, v.Percentiles)
+			first := true
+			for _, m := range []struct {
+				name string
+				d    *result.Dist
+				tbt  bool
+			}{{ttftLabel(c.TTFTOf()), pctDist(p, "ttft"), false}, {"Time between tokens", pctDist(p, "tbt"), true}, {"End to end", pctDist(p, "e2e"), false}} {
+				pr := pctRow{Measure: m.name, First: first, N: "0"}
+				if first {
+					pr.Context, pr.Col = row.Label, colHead(g.Col)
+				}
+				first = false
+				for _, q := range v.Percentiles {
+					val, ok := m.d.Value(q)
+					switch {
+					case !ok:
+						pr.Values = append(pr.Values, dash)
+					case m.tbt:
+						pr.Values = append(pr.Values, fmtTBT(val))
+					default:
+						pr.Values = append(pr.Values, fmtLatencyMs(val))
+					}
+					if ok && m.d.Low(q) {
+						pr.Values[len(pr.Values)-1] += lowMark
+					}
+				}
+				if m.d != nil {
+					pr.N = fmtInt(int(m.d.N))
+				}
+				v.PctRows = append(v.PctRows, pr)
+			}
+		}
+	}
+	if perReqAbove {
+		v.Explain = append(v.Explain, perRequestNote)
+	}
+	if anyShown && !anyDone && len(v.PctRows) > 0 {
+		note := "No request completed inside its window"
+		if maxOut > 0 {
+			note += fmt.Sprintf(" (Completed requests 0): %s output tokens take longer than the window at these speeds", fmtInt(maxOut))
+		}
+		v.Explain = append(v.Explain, note+". Requests still running when a window closes are cancelled, not failed: their tokens count in Output tokens and tok/s, and End to end has no samples. Give a smaller --max-output to time whole requests.")
+	}
+}
+
+// pctDist picks one distribution of p.
+func pctDist(p *result.Percentiles, which string) *result.Dist {
+	if p == nil {
+		return nil
+	}
+	switch which {
+	case "ttft":
+		return p.TTFTms
+	case "tbt":
+		return p.TBTms
+	}
+	return p.E2Ems
+}
+
+// lowMark follows a percentile read from too few samples.
+const lowMark = "*"
+
+// perRequestNote explains per request tok/s above total tok/s.
+const perRequestNote = "Per request tok/s counts each request's decoding only, from its first token to its last; Total tok/s divides all output by the whole window, including each request's wait for its first token and, in a closed loop, the moment between one request's end and the next one's first token. So at 1 request at once (or wherever requests wait) per request tok/s can exceed total tok/s."
+
+// saysStopped reports whether a note already says the run was interrupted
+// or stopped (documents written before the result said so in fields).
+func saysStopped(notes []string) bool {
+	for _, n := range notes {
+		if strings.HasPrefix(n, "The run was interrupted") || strings.HasPrefix(n, "The run stopped early") {
+			return true
+		}
+	}
+	return false
+}
+
+// axes returns the grid's contexts and columns (concurrency levels, or
+// request rates): the run's settings plus any cell the document holds
+// beyond them, ascending.
+func axes(r *result.Result) (contexts []int, cols []result.Column) {
 	contexts = slices.Clone(r.Settings.Contexts)
-	conc = slices.Clone(r.Settings.Concurrency)
+	for _, n := range r.Settings.Concurrency {
+		cols = append(cols, result.Column{N: n})
+	}
+	for _, rate := range r.Settings.Rates {
+		cols = append(cols, result.Column{Rate: rate})
+	}
 	for _, c := range r.Decode {
 		if !slices.Contains(contexts, c.Context) {
 			contexts = append(contexts, c.Context)
 		}
-		if !slices.Contains(conc, c.Concurrency) {
-			conc = append(conc, c.Concurrency)
+		if !slices.Contains(cols, c.Column()) {
+			cols = append(cols, c.Column())
 		}
 	}
 	slices.Sort(contexts)
-	slices.Sort(conc)
-	return slices.Compact(contexts), slices.Compact(conc)
+	slices.SortFunc(cols, func(a, b result.Column) int {
+		switch {
+		case a.Less(b):
+			return -1
+		case b.Less(a):
+			return 1
+		}
+		return 0
+	})
+	return slices.Compact(contexts), slices.Compact(cols)
 }
 
-func prefillColumns(p result.Prefill, cache bool) []string {
+func prefillColumns(p result.Prefill, rate, cache bool) []string {
 	cols := []string{"Prefill", ctxLabel(p.Context), "1", p.Status.Label(), fmtRate(p.TokPerSec), dash,
 		fmtMs(p.TTFTms), dash, dash, strconv.Itoa(p.Requests), dash, dash}
+	if rate {
+		cols[2] = dash
+		cols = append(cols, dash, dash)
+	}
 	if cache {
 		cols = append(cols, dash)
 	}
@@ -247,24 +446,42 @@ func prefillColumns(p result.Prefill, cache bool) []string {
 }
 
 // cellColumns are a decode cell's All measurements columns. Figures print
-// when the document has them; the request counts print for every cell
-// that ran (an Over capacity cell that was never sent shows none).
-func cellColumns(c *result.Cell, withCache bool) []string {
+// when the cell's status shows them (METHOD §3: Over capacity and Failed
+// cells show none, as the grid does, whatever a Failed cell measured
+// before it failed); the request counts print for every cell that ran (an
+// Over capacity cell that was never sent shows none).
+func cellColumns(c *result.Cell, rate, withCache bool) []string {
 	ran := c.Measured || (c.Status != result.OverCapacity && c.Status != result.NotRun)
 	completed, output := dash, dash
 	if ran {
 		completed, output = fmtInt(c.Completed), fmtInt(c.OutputTokens)
 	}
-	// A Failed cell shows no figures (METHOD §3), its time measured included:
-	// a cell stopped at its first failure was measured for a few
-	// milliseconds, which is no window (seed 000's Failed row shows "—").
-	measuredFor := fmtSeconds(c.MeasuredForSeconds)
-	if c.Status == result.Failed {
-		measuredFor = dash
+	var f result.Cell // the figures shown: none unless the status shows them
+	if c.Status.ShowsFigures() {
+		f = *c
 	}
-	cols := []string{"Sustained decode", ctxLabel(c.Context), strconv.Itoa(c.Concurrency), c.Status.Label(),
-		fmtRate(c.TotalTokPerSec), fmtRate(c.PerRequestTokPerSec), fmtMs(c.TTFTms), fmtTBT(c.TBTms),
-		fmtActive(c.AvgActive), completed, output, measuredFor}
+	// A Failed cell shows no window either: a cell stopped at its first
+	// failure was measured for milliseconds (seed 000's Failed row shows
+	// "—"). A cell the engine refused ran its window (seed 002's 248K × 1
+	// shows its average active requests and 30.0 s).
+	active, window := c.AvgActive, c.MeasuredForSeconds
+	if c.Status == result.Failed {
+		active, window = 0, 0
+	}
+	cols := []string{"Sustained decode", ctxLabel(c.Context), colHead(c.Column()), c.Status.Label(),
+		fmtRate(f.TotalTokPerSec), fmtRate(f.PerRequestTokPerSec), fmtMs(f.TTFTms), fmtTBT(f.TBTms),
+		fmtActive(active), completed, output, fmtSeconds(window)}
+	if rate {
+		peak := dash
+		if f.PeakInFlight > 0 {
+			peak = fmtInt(f.PeakInFlight)
+		}
+		achieved := dash
+		if f.AchievedRate > 0 {
+			achieved = fmtFixed(f.AchievedRate, 2) + "/s"
+		}
+		cols = append(cols, achieved, peak)
+	}
 	if withCache {
 		cache := dash
 		if c.Cache != nil && c.Status.ShowsFigures() {
@@ -352,19 +569,22 @@ func engineLine(r *result.Result) string {
 			parts = append(parts, s)
 		}
 	}
-	contexts, conc := axes(r)
-	if len(contexts) > 0 && len(conc) > 0 {
+	contexts, cols := axes(r)
+	if len(contexts) > 0 && len(cols) > 0 {
 		cr := ctxLabel(contexts[0])
 		if len(contexts) > 1 {
 			cr += "–" + ctxLabel(contexts[len(contexts)-1])
 		}
-		nr := strconv.Itoa(conc[0])
-		if len(conc) > 1 {
-			nr += "–" + strconv.Itoa(conc[len(conc)-1])
+		nr := colHead(cols[0])
+		if len(cols) > 1 {
+			nr += "–" + colHead(cols[len(cols)-1])
+		}
+		one, many := "concurrency level", "concurrency levels"
+		if r.RateRun() {
+			one, many = "request rate", "request rates"
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s)",
-			plural(len(contexts), "context", "contexts"), cr,
-			plural(len(conc), "concurrency level", "concurrency levels"), nr))
+			plural(len(contexts), "context", "contexts"), cr, plural(len(cols), one, many), nr))
 	}
 	if len(r.Settings.PrefillAt) > 0 {
 		parts = append(parts, "prefill at "+ctxList(r.Settings.PrefillAt))
@@ -393,4 +613,10 @@ func byLine(r *result.Result) string {
 		parts = append(parts, "Measured")
 	}
 	return strings.Join(parts, " · ")
+}
+
+// cellKey names a grid cell: its context and its column.
+type cellKey struct {
+	Context int
+	Col     result.Column
 }

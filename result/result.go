@@ -5,10 +5,14 @@
 package result
 
 import (
+	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/tokentap/tokentap/histo"
@@ -72,13 +76,18 @@ type Result struct {
 	// Notes are things the run wants a reader to know: dropped contexts,
 	// a fake engine that fell behind, an interrupted run.
 	Notes []string `json:"notes,omitempty"`
-	// Interrupted is set when the run stopped before every cell ran.
+	// Interrupted is set when the run was stopped by the user (Ctrl-C,
+	// SIGTERM) before every cell ran.
 	Interrupted bool `json:"interrupted,omitempty"`
 
 	// SLO is the run's service-level objectives and how it met them
 	// (--slo); Bandwidth the inputs of the decode limit (beyond.go).
 	SLO       *SLORun    `json:"slo,omitempty"`
 	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
+	// StoppedEarly says why a run that was not interrupted still stopped
+	// before every cell ran (the engine broke off the run); empty when it
+	// ran to its end or was interrupted.
+	StoppedEarly string `json:"stopped_early,omitempty"`
 }
 
 // Tool identifies the tokentap build that made the run.
@@ -126,11 +135,13 @@ type Settings struct {
 	WindowSeconds float64 `json:"window_s"`
 	MaxOutput     int     `json:"max_output"`
 	Contexts      []int   `json:"contexts"`    // decode contexts run (tokens)
-	Concurrency   []int   `json:"concurrency"` // decode concurrency levels
-	PrefillAt     []int   `json:"prefill_at"`  // prefill contexts (tokens)
-	API           string  `json:"api"`         // chat or completions
-	Dropped       []int   `json:"dropped,omitempty"`
-	KVCapacity    int     `json:"kv_capacity_tokens,omitempty"`
+	Concurrency   []int   `json:"concurrency"` // decode concurrency levels (empty in an arrival-rate run)
+	// Rates are an arrival-rate run's columns: requests per second.
+	Rates      []float64 `json:"rates,omitempty"`
+	PrefillAt  []int     `json:"prefill_at"` // prefill contexts (tokens)
+	API        string    `json:"api"`        // chat or completions
+	Dropped    []int     `json:"dropped,omitempty"`
+	KVCapacity int       `json:"kv_capacity_tokens,omitempty"`
 	// KVCapacityMin and KVCapacityMax bound the KV capacity where the
 	// engine told only bounds (KVCapacity 0): cells above the upper bound
 	// were not run, cells between the bounds were tried and the engine's
@@ -141,6 +152,9 @@ type Settings struct {
 	Scenario      string   `json:"scenario,omitempty"`
 	By            string   `json:"by,omitempty"` // who ran it
 	Extra         []string `json:"extra,omitempty"`
+	// Percentiles are the percentiles (in percent) each cell's Percentiles
+	// hold; reports show these unless asked for others.
+	Percentiles []float64 `json:"percentiles,omitempty"`
 }
 
 // Fact is one probed fact and where it came from.
@@ -164,12 +178,16 @@ type Prefill struct {
 	DuringWarmup bool `json:"during_warmup,omitempty"`
 }
 
-// Cell is one decode cell (C, N) with every column of METHOD.md §3.
-// Figures are present only when Measured is true.
+// Cell is one decode cell (C, N) with every column of METHOD.md §3, or
+// one arrival-rate cell (C, rate): Concurrency 0 and Rate set. Figures
+// are present only when Measured is true.
 type Cell struct {
-	Context     int    `json:"context"`
-	Concurrency int    `json:"concurrency"`
-	Status      Status `json:"status"`
+	Context     int `json:"context"`
+	Concurrency int `json:"concurrency"`
+	// Rate is an arrival-rate cell's request rate asked for (requests per
+	// second, Poisson arrivals, open loop); 0 for a concurrency cell.
+	Rate   float64 `json:"rate,omitempty"`
+	Status Status  `json:"status"`
 	// Reason explains the status in a sentence (why over capacity, what failed).
 	Reason string `json:"reason,omitempty"`
 
@@ -184,7 +202,14 @@ type Cell struct {
 	// client saw them).
 	AvgActiveSource string `json:"avg_active_source,omitempty"`
 	// PeakDecoding is the most requests decoding at one instant.
-	PeakDecoding       int     `json:"peak_decoding,omitempty"`
+	PeakDecoding int `json:"peak_decoding,omitempty"`
+	// AchievedRate is, for an arrival-rate cell, the requests sent in the
+	// window per window second; PeakInFlight and AvgInFlight the
+	// concurrency the rate reached: the most requests in flight (sent,
+	// not yet ended) at one instant of the window, and their time-average.
+	AchievedRate       float64 `json:"achieved_rate,omitempty"`
+	PeakInFlight       int     `json:"peak_in_flight,omitempty"`
+	AvgInFlight        float64 `json:"avg_in_flight,omitempty"`
 	Completed          int     `json:"completed"`
 	OutputTokens       int     `json:"output_tokens"`
 	MeasuredForSeconds float64 `json:"measured_for_s,omitempty"`
@@ -201,8 +226,16 @@ type Cell struct {
 	// Cache is how much of the prompts the engine's prefix cache served;
 	// nil when the engine said nothing about it.
 	Cache *Cache `json:"prefix_cache,omitempty"`
+	// TTFTKind says what the cell's TTFT holds (TTFTWarm, TTFTCacheMissed,
+	// TTFTCold): decode cells warm their prompts first, so their TTFT is
+	// not the cold TTFT other benchmarks report. Empty in old documents:
+	// warm unless the status is Cache missed.
+	TTFTKind string `json:"ttft_kind,omitempty"`
 
-	Histograms *histo.Set `json:"histograms,omitempty"`
+	// Percentiles are the histograms read at the run's percentiles
+	// (Settings.Percentiles), as numbers.
+	Percentiles *Percentiles `json:"percentiles,omitempty"`
+	Histograms  *histo.Set   `json:"histograms,omitempty"`
 
 	// SLO, TTFTSplit and DecodeLimit are the figures of beyond.go: the
 	// run's objectives met, where the engine says TTFT went, and decode
@@ -210,6 +243,30 @@ type Cell struct {
 	SLO         *SLO         `json:"slo,omitempty"`
 	TTFTSplit   *TTFTSplit   `json:"ttft_split,omitempty"`
 	DecodeLimit *DecodeLimit `json:"decode_limit,omitempty"`
+}
+
+// What Cell.TTFTKind says.
+const (
+	// TTFTWarm: the prompt was in the engine's prefix cache (warmed just
+	// before the window), so TTFT mostly excludes prefill.
+	TTFTWarm = "warm_prefix"
+	// TTFTCacheMissed: the prompts were warmed, but the cache did not hold
+	// them: TTFT includes prefill.
+	TTFTCacheMissed = "cache_missed"
+	// TTFTCold: prompts no request had sent before (arrival-rate cells):
+	// TTFT includes prefill, as in vLLM's and GuideLLM's benchmarks.
+	TTFTCold = "cold"
+)
+
+// TTFTOf is what c's TTFT holds, for documents that predate TTFTKind too.
+func (c *Cell) TTFTOf() string {
+	switch {
+	case c.TTFTKind != "":
+		return c.TTFTKind
+	case c.Status == CacheMissed:
+		return TTFTCacheMissed
+	}
+	return TTFTWarm
 }
 
 // What Cell.AvgActiveSource says.
@@ -239,20 +296,37 @@ const (
 	CacheCounters = "engine prefix-cache counters"
 )
 
-// Write encodes r as indented JSON.
+// Write encodes r as indented JSON. Prefill rows and decode cells are
+// always arrays, empty rather than null, so jq's .prefill[] never fails.
 func (r *Result) Write(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
+	if r.Prefill == nil || r.Decode == nil {
+		cp := *r
+		if cp.Prefill == nil {
+			cp.Prefill = []Prefill{}
+		}
+		if cp.Decode == nil {
+			cp.Decode = []Cell{}
+		}
+		r = &cp
+	}
 	return enc.Encode(r)
 }
 
-// WriteFile writes r to path atomically (temp file, then rename), so a run
-// stopped half-way never leaves a truncated result behind.
+// WriteFile writes r to path atomically (a temp file of its own beside it,
+// then rename), so a run stopped half-way never leaves a truncated result
+// behind, and two runs writing at once never share a temp file.
 func (r *Result) WriteFile(path string) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(tmp)
 		return err
 	}
 	if err := r.Write(f); err != nil {
@@ -274,8 +348,11 @@ func Read(rd io.Reader) (*Result, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("not a tokentap result document: %w", err)
 	}
-	if r.Schema < 1 || r.Schema > SchemaVersion {
-		return nil, fmt.Errorf("result schema %d; this tokentap reads 1 to %d", r.Schema, SchemaVersion)
+	switch {
+	case r.Schema == 0:
+		return nil, errors.New("not a tokentap result document: it has no \"schema\" field (a result is the JSON file tokentap matrix writes with --out)")
+	case r.Schema < 0 || r.Schema > SchemaVersion:
+		return nil, fmt.Errorf("result schema %d; this tokentap reads 1 to %d (a newer tokentap wrote it?)", r.Schema, SchemaVersion)
 	}
 	return &r, nil
 }
@@ -296,10 +373,64 @@ func ReadFile(path string) (*Result, error) {
 
 // Cell returns the decode cell (c, n), or nil.
 func (r *Result) Cell(c, n int) *Cell {
+	return r.CellAt(c, Column{N: n})
+}
+
+// Column is a column of the decode grid: a concurrency level N (closed
+// loop), or a request rate per second (open loop, N 0).
+type Column struct {
+	N    int
+	Rate float64
+}
+
+// Column is the column c sits in.
+func (c *Cell) Column() Column { return Column{N: c.Concurrency, Rate: c.Rate} }
+
+// Label is "4" for a concurrency level, "2/s" for a request rate.
+func (c Column) Label() string {
+	if c.Rate > 0 {
+		return strconv.FormatFloat(c.Rate, 'f', -1, 64) + "/s"
+	}
+	return strconv.Itoa(c.N)
+}
+
+// Less orders columns: concurrency levels ascending, then rates ascending.
+func (c Column) Less(o Column) bool {
+	if (c.Rate > 0) != (o.Rate > 0) {
+		return o.Rate > 0
+	}
+	if c.Rate > 0 {
+		return c.Rate < o.Rate
+	}
+	return c.N < o.N
+}
+
+// CellAt returns the decode cell of context c in column col, or nil.
+func (r *Result) CellAt(c int, col Column) *Cell {
 	for i := range r.Decode {
-		if r.Decode[i].Context == c && r.Decode[i].Concurrency == n {
+		if r.Decode[i].Context == c && r.Decode[i].Column() == col {
 			return &r.Decode[i]
 		}
 	}
 	return nil
 }
+
+// RateRun reports whether the run's columns are request rates.
+func (r *Result) RateRun() bool {
+	if len(r.Settings.Rates) > 0 {
+		return true
+	}
+	for _, c := range r.Decode {
+		if c.Rate > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// JSONSchema is the JSON Schema (draft 2020-12) of the result document,
+// result/schema.json in the repository; tests hold every document tokentap
+// writes to it.
+//
+//go:embed schema.json
+var JSONSchema []byte

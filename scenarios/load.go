@@ -22,7 +22,7 @@ const MaxFileSize = 1 << 20
 
 // Settings a scenario file may set, in the order the example documents them.
 var settings = []string{
-	"name", "model", "api", "contexts", "concurrency", "prefill", "window", "max_output",
+	"name", "model", "api", "contexts", "concurrency", "rate", "prefill", "window", "max_output",
 	"shared_prefix", "kv_capacity", "max_model_len", "sampling", "extra",
 }
 
@@ -107,7 +107,9 @@ func Parse(data []byte, name string) (Scenario, error) {
 		case "contexts":
 			sc.Contexts, err = tokenList(v, 0, false)
 		case "concurrency":
-			sc.Concurrency, err = tokenList(v, 1, false)
+			sc.Concurrency, err = countList(v, "concurrency level", 1)
+		case "rate":
+			sc.Rates, err = rateList(v)
 		case "prefill":
 			sc.Prefill, err = tokenList(v, 1, true) // prefill: [] means no prefill rows
 		case "window":
@@ -132,10 +134,26 @@ func Parse(data []byte, name string) (Scenario, error) {
 	if err != nil {
 		return Scenario{}, err
 	}
+	if len(sc.Rates) > 0 {
+		if hasKey(root, "concurrency") {
+			return Scenario{}, errors.New("rate and concurrency are both set: a matrix's columns are request rates (open loop) or concurrency levels (closed loop), not both")
+		}
+		sc.Concurrency = nil
+	}
 	if err := sc.Validate(); err != nil {
 		return Scenario{}, err
 	}
 	return sc, nil
+}
+
+// hasKey reports whether mapping m sets key.
+func hasKey(m *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
 }
 
 // eachPair calls fn for every key of mapping m, refusing non-scalar keys,
@@ -274,8 +292,55 @@ func tokenList(v *yaml.Node, least int, allowEmpty bool) ([]int, error) {
 	return normalize(out), nil
 }
 
-// duration reads a Go duration ("30s", "2m", "1m30s") or a plain number of
-// seconds; it must be positive.
+// countList reads a list of whole numbers of at least least (concurrency
+// levels), written as tokenList's lists are.
+func countList(v *yaml.Node, what string, least int) ([]int, error) {
+	switch v.Kind {
+	case yaml.SequenceNode:
+		if len(v.Content) == 0 {
+			return nil, errors.New("the list is empty; give at least one value")
+		}
+		var parts []string
+		for _, it := range v.Content {
+			it = deref(it)
+			if it.Kind != yaml.ScalarNode {
+				return nil, &lineError{line: it.Line, msg: fmt.Sprintf("want a %s, found %s", what, kindName(it))}
+			}
+			parts = append(parts, it.Value)
+		}
+		return ParseCountList(strings.Join(parts, ","), what, least)
+	case yaml.ScalarNode:
+		return ParseCountList(v.Value, what, least)
+	}
+	return nil, fmt.Errorf("want a list of %ss such as [1, 2, 4, 8], found %s", what, kindName(v))
+}
+
+// rateList reads request rates per second: [1, 2, 4] or "0.5,1".
+func rateList(v *yaml.Node) ([]float64, error) {
+	switch v.Kind {
+	case yaml.SequenceNode:
+		if len(v.Content) == 0 {
+			return nil, errors.New("the list is empty; give at least one rate")
+		}
+		var parts []string
+		for _, it := range v.Content {
+			it = deref(it)
+			if it.Kind != yaml.ScalarNode {
+				return nil, &lineError{line: it.Line, msg: fmt.Sprintf("want a request rate, found %s", kindName(it))}
+			}
+			parts = append(parts, it.Value)
+		}
+		return ParseRateList(strings.Join(parts, ","))
+	case yaml.ScalarNode:
+		return ParseRateList(v.Value)
+	}
+	return nil, fmt.Errorf("want a list of request rates such as [1, 2, 4], found %s", kindName(v))
+}
+
+// duration reads a Go duration with its unit ("30s", "2m", "1m30s"), as
+// --window does; it must be positive. A bare number is an error here as
+// there: "2" could be seconds or minutes, and a window taken in the wrong
+// unit wastes a run.
 func duration(v *yaml.Node) (time.Duration, error) {
 	s, err := scalar(v)
 	if err != nil {
@@ -284,14 +349,10 @@ func duration(v *yaml.Node) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		secs, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || secs != secs {
-			return 0, fmt.Errorf("%q: write a duration such as 30s, 2m or 1m30s", s)
+		if _, ferr := strconv.ParseFloat(s, 64); ferr == nil {
+			return 0, fmt.Errorf("%q has no unit: write %ss for seconds or %sm for minutes (a duration such as 30s, 2m or 1m30s)", s, s, s)
 		}
-		if secs > float64(1<<62)/1e9 || secs < -float64(1<<62)/1e9 {
-			return 0, fmt.Errorf("%q seconds is too long for a window", s)
-		}
-		d = time.Duration(secs * float64(time.Second))
+		return 0, fmt.Errorf("%q: write a duration such as 30s, 2m or 1m30s", s)
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%q: the window must be longer than zero", s)
@@ -404,7 +465,7 @@ func suggest(s string, known []string) string {
 		if k == norm {
 			return k
 		}
-		if d := distance(norm, k); d <= 2 {
+		if d := Distance(norm, k); d <= 2 {
 			cs = append(cs, cand{k, d})
 		}
 	}
@@ -415,9 +476,9 @@ func suggest(s string, known []string) string {
 	return cs[0].w
 }
 
-// distance is the Levenshtein distance of a and b (bytes), capped for long
-// inputs.
-func distance(a, b string) int {
+// Distance is the Levenshtein distance of a and b (bytes), capped at 99
+// for long inputs: how far a typo is from a known name.
+func Distance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 99
 	}

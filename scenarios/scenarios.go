@@ -35,8 +35,12 @@ type Scenario struct {
 	// minimal prompt). Sorted, no duplicates.
 	Contexts []int
 	// Concurrency are the decode columns: requests in flight, each >= 1.
-	// Sorted, no duplicates.
+	// Sorted, no duplicates. Unused when Rates is set.
 	Concurrency []int
+	// Rates, when set, are the decode columns instead of Concurrency:
+	// requests per second arriving at random (Poisson) times, open loop
+	// (METHOD.md §3, arrival-rate cells). Sorted, no duplicates, each > 0.
+	Rates []float64
 	// Prefill are the prefill rows' prompt tokens, each >= 1; empty means no
 	// prefill rows. Sorted, no duplicates.
 	Prefill []int
@@ -171,6 +175,57 @@ func ParseTokenList(s string) ([]int, error) {
 	return normalize(out), nil
 }
 
+// ParseCountList reads a comma-separated list of whole numbers of at least
+// least, such as concurrency levels ("1,2,4,8"), and returns it sorted,
+// without duplicates. what names the items in messages ("concurrency
+// level").
+func ParseCountList(s, what string, least int) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("empty list: write %ss separated by commas, such as 1,2,4,8", what)
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int, 0, len(parts))
+	for i, p := range parts {
+		t := strings.TrimSpace(p)
+		n, err := strconv.Atoi(t)
+		switch {
+		case t == "":
+			return nil, fmt.Errorf("list %q: item %d is empty", s, i+1)
+		case err != nil && strings.IndexFunc(strings.TrimPrefix(t, "-"), func(r rune) bool { return r < '0' || r > '9' }) < 0:
+			return nil, fmt.Errorf("list %q: item %d (%s) is too large", s, i+1, t)
+		case err != nil:
+			return nil, fmt.Errorf("list %q: item %d (%s) is not a whole number; each %s is a whole number of at least %d", s, i+1, t, what, least)
+		case n < least:
+			return nil, fmt.Errorf("list %q: item %d (%d) is below %d; each %s is a whole number of at least %d", s, i+1, n, least, what, least)
+		}
+		out = append(out, n)
+	}
+	return normalize(out), nil
+}
+
+// MaxRate is the highest request rate a rate list takes (requests/s);
+// more is taken for a typo.
+const MaxRate = 10000
+
+// ParseRateList reads request rates in requests per second ("1,2,4",
+// "0.5, 8"), each above 0, returned sorted without duplicates.
+func ParseRateList(s string) ([]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("empty list: write request rates per second separated by commas, such as 1,2,4")
+	}
+	var out []float64
+	for i, p := range strings.Split(s, ",") {
+		t := strings.TrimSuffix(strings.TrimSpace(p), "/s")
+		v, err := strconv.ParseFloat(t, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 || v > MaxRate {
+			return nil, fmt.Errorf("list %q: item %d (%s) is not a request rate: give requests per second above 0 and at most %d, such as 0.5 or 4", s, i+1, strings.TrimSpace(p), MaxRate)
+		}
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
 // ParsePrefillList reads the prefill contexts: a token list as
 // ParseTokenList reads it, or "none" (or nothing) for no prefill rows.
 func ParsePrefillList(s string) ([]int, error) {
@@ -193,7 +248,19 @@ func (s Scenario) Validate() error {
 	if err := checkList("contexts", s.Contexts, 0, false); err != nil {
 		return err
 	}
-	if err := checkList("concurrency", s.Concurrency, 1, false); err != nil {
+	if len(s.Rates) > 0 {
+		for i, r := range s.Rates {
+			if !(r > 0) || r > MaxRate {
+				return fmt.Errorf("rate: %v is not a request rate above 0 and at most %d per second", r, MaxRate)
+			}
+			if s.Window > 0 && math.Round(r*s.Window.Seconds()) < 1 {
+				return fmt.Errorf("rate: %v requests/s over a %v window is no request at all: raise the rate or the window", r, s.Window)
+			}
+			if i > 0 && r <= s.Rates[i-1] {
+				return fmt.Errorf("rate: %v is not sorted without duplicates", s.Rates)
+			}
+		}
+	} else if err := checkList("concurrency", s.Concurrency, 1, false); err != nil {
 		return err
 	}
 	if err := checkList("prefill", s.Prefill, 1, true); err != nil {

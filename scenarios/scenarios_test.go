@@ -142,7 +142,8 @@ func TestLoadExample(t *testing.T) {
 	// The example sets every setting the loader knows.
 	data, _ := os.ReadFile(filepath.Join("testdata", "example.yaml"))
 	for _, k := range settings {
-		if !strings.Contains(string(data), "\n"+k+":") {
+		// rate and concurrency are alternatives: one is shown commented out.
+		if !strings.Contains(string(data), "\n"+k+":") && !strings.Contains(string(data), "\n# "+k+":") {
 			t.Errorf("testdata/example.yaml does not show %q", k)
 		}
 	}
@@ -173,7 +174,8 @@ func TestParseSettings(t *testing.T) {
 		edit func(*Scenario) // applied to Seed() with Name "file"
 	}{
 		{"one setting keeps the seed's others", "window: 5s\n", func(s *Scenario) { s.Window = 5 * time.Second }},
-		{"window in plain seconds", "window: 2.5\n", func(s *Scenario) { s.Window = 2500 * time.Millisecond }},
+		{"rates instead of concurrency", "rate: [4, 0.5, 1]\n", func(s *Scenario) { s.Rates = []float64{0.5, 1, 4}; s.Concurrency = nil }},
+		{"rates as text", "rate: \"2,1/s\"\n", func(s *Scenario) { s.Rates = []float64{1, 2}; s.Concurrency = nil }},
 		{"window in minutes", "window: 1m30s\n", func(s *Scenario) { s.Window = 90 * time.Second }},
 		{"lists as text", "contexts: \"32k,0\"\nconcurrency: 4\n", func(s *Scenario) {
 			s.Contexts = []int{0, 32768}
@@ -236,13 +238,18 @@ func TestParseErrors(t *testing.T) {
 		{"no value", "contexts:\n", []string{"line 1", "contexts has no value"}},
 		{"bad token count", "contexts: [0, 16q]\n", []string{"line 1", "contexts", "item 2", `"16q"`}},
 		{"negative context", "contexts: [-1]\n", []string{"contexts", "whole number"}},
-		{"zero concurrency", "concurrency: [0, 1]\n", []string{"concurrency", "0 is below 1"}},
+		{"zero concurrency", "concurrency: [0, 1]\n", []string{"concurrency", "(0) is below 1"}},
+		{"negative concurrency", "concurrency: 1,-2\n", []string{"concurrency", "(-2) is below 1", "concurrency level"}},
+		{"window without a unit", "window: 2\n", []string{"line 1", "window", "no unit", "2s"}},
+		{"window in plain seconds", "window: 2.5\n", []string{"window", "no unit", "2.5s"}},
+		{"zero rate", "rate: [0, 1]\n", []string{"rate", "not a request rate"}},
+		{"rate and concurrency", "rate: [1]\nconcurrency: [2]\n", []string{"rate and concurrency are both set"}},
 		{"empty contexts", "contexts: []\n", []string{"line 1", "contexts", "empty"}},
 		{"empty concurrency text", "concurrency: \"\"\n", []string{"concurrency", "empty list"}},
 		{"zero prefill", "prefill: [0]\n", []string{"prefill", "0 is below 1"}},
 		{"list as mapping", "contexts: {a: 1}\n", []string{"want a list of token counts"}},
 		{"zero window", "window: 0s\n", []string{"line 1", "window", "longer than zero"}},
-		{"negative window", "window: -5\n", []string{"window", "longer than zero"}},
+		{"negative window", "window: -5s\n", []string{"window", "longer than zero"}},
 		{"bad window", "window: soon\n", []string{"window", "30s"}},
 		{"zero max output", "max_output: 0\n", []string{"max_output", "at least 1"}},
 		{"bad api", "api: grpc\n", []string{"line 1", "api", "chat or completions"}},
@@ -423,6 +430,86 @@ func FuzzParse(f *testing.F) {
 		}
 		if _, err := json.Marshal(sc.Extra); err != nil {
 			t.Fatalf("Parse accepted extra fields JSON cannot encode: %v", err)
+		}
+	})
+}
+
+// TestParseCountList: concurrency levels are counts, not token counts: a
+// mistake says which item is wrong and what a level is.
+func TestParseCountList(t *testing.T) {
+	good := []struct {
+		in   string
+		want []int
+	}{
+		{"1,2,4", []int{1, 2, 4}},
+		{" 8, 1 ,8", []int{1, 8}},
+	}
+	for _, tt := range good {
+		got, err := ParseCountList(tt.in, "concurrency level", 1)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseCountList(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	bad := []struct{ in, says string }{
+		{"1,-2", "item 2 (-2) is below 1; each concurrency level is a whole number of at least 1"},
+		{"0", "item 1 (0) is below 1"},
+		{"1,,2", "item 2 is empty"},
+		{"4k", "item 1 (4k) is not a whole number"},
+		{"99999999999999999999", "too large"},
+		{"", "empty list"},
+	}
+	for _, tt := range bad {
+		_, err := ParseCountList(tt.in, "concurrency level", 1)
+		if err == nil || !strings.Contains(err.Error(), tt.says) || strings.Contains(err.Error(), "token") {
+			t.Errorf("ParseCountList(%q): error %v, want one saying %q (and not about tokens)", tt.in, err, tt.says)
+		}
+	}
+}
+
+func TestParseRateList(t *testing.T) {
+	got, err := ParseRateList("4, 0.5,1/s,1")
+	if err != nil || !reflect.DeepEqual(got, []float64{0.5, 1, 4}) {
+		t.Errorf("ParseRateList = %v, %v", got, err)
+	}
+	for _, in := range []string{"0", "-1", "fast", "NaN", "Inf", "1,,2", "", "20000"} {
+		if _, err := ParseRateList(in); err == nil {
+			t.Errorf("ParseRateList(%q) accepted", in)
+		}
+	}
+}
+
+// FuzzParseCountList and FuzzParseRateList: any text fails, or gives a
+// sorted list of distinct values within bounds.
+func FuzzParseCountList(f *testing.F) {
+	for _, s := range []string{"1,2,4", "1,-2", "", "99999999999999999999", " 3 ,3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseCountList(s, "level", 1)
+		if err != nil {
+			return
+		}
+		for i, n := range l {
+			if n < 1 || (i > 0 && n <= l[i-1]) {
+				t.Fatalf("%q gave %v", s, l)
+			}
+		}
+	})
+}
+
+func FuzzParseRateList(f *testing.F) {
+	for _, s := range []string{"1,2,4", "0.5/s", "NaN", "1e4", "-1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseRateList(s)
+		if err != nil {
+			return
+		}
+		for i, r := range l {
+			if !(r > 0 && r <= MaxRate) || (i > 0 && r <= l[i-1]) {
+				t.Fatalf("%q gave %v", s, l)
+			}
 		}
 	})
 }

@@ -489,7 +489,7 @@ func (s *Stream) outcome(err error, blame record.Blame, bodyOK bool) (record.Out
 	r := s.rec
 	switch {
 	case !s.statusOK():
-		return record.HTTPError, record.BlameEngine, fmt.Sprintf("HTTP %d from the engine: %s", s.status, excerpt(s.head[:s.headN]))
+		return record.HTTPError, record.HTTPBlame(s.status), fmt.Sprintf("HTTP %d from the engine: %s", s.status, excerpt(s.head[:s.headN]))
 	case s.fail != "":
 		return s.fail, record.BlameEngine, s.failMsg
 	case s.sc.Err() != nil:

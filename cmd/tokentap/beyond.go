@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -42,7 +41,7 @@ type LimitFlags struct {
 	KVDType      string `env:"KV_DTYPE"`
 }
 
-func (l *LimitFlags) register(fs *flag.FlagSet) {
+func (l *LimitFlags) register(fs *cli) {
 	fs.StringVar(&l.SLO, "slo", l.SLO, sloHelp)
 	fs.StringVar(&l.GPUBandwidth, "gpu-bandwidth", l.GPUBandwidth, "GPU memory bandwidth for the decode limit, e.g. 360GB/s (default: tokentap's table, by the GPU detected or given with --gpu) [TOKENTAP_GPU_BANDWIDTH]")
 	fs.StringVar(&l.ModelConfig, "model-config", l.ModelConfig, "the model's Hugging Face config.json: layers, KV heads, head dim, dtype and, for dense unquantized models, weight bytes [TOKENTAP_MODEL_CONFIG]")

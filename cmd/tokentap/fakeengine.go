@@ -100,13 +100,13 @@ type fakeEngineSetup struct {
 
 // parseFakeEngine reads defaults, then TOKENTAP_* variables, then flags. done
 // means exit now with code (help shown, or a bad setting explained).
-func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, code int, done bool) {
+func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineSetup, code int, done bool) {
 	cfg := defaultFakeEngineConfig()
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
 		return setup, 2, true
 	}
-	fs := newFlagSet("fake-engine", fakeEngineSummary, stderr)
+	fs := newCLI("fake-engine", fakeEngineSummary, stdout, stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
 	fs.StringVar(&cfg.Flavor, "flavor", cfg.Flavor, "which engine to look and schedule like: vllm, llama.cpp or ollama [TOKENTAP_FAKE_FLAVOR]")
 	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "llama.cpp/ollama: requests run at once (--parallel, OLLAMA_NUM_PARALLEL); each slot caches its last prompt [TOKENTAP_FAKE_SLOTS]")
@@ -135,7 +135,7 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 	fs.Var(&faults, "fault", "engine-wide fault, repeatable: comma list of status=CODE, cut=N, stall=D@N, malformed@N, header-delay=D, min-prompt=N (per request: header X-Fake-Fault) [TOKENTAP_FAKE_FAULT, ';'-separated]")
 	fs.BoolVar(&cfg.Ledger, "ledger", cfg.Ledger, "record the ground-truth ledger and serve it on GET /fake/ledger (DELETE resets) [TOKENTAP_FAKE_LEDGER]")
 	cfg.LogFlags.register(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := fs.parse(args); done {
 		return setup, code, true
 	}
 	if fs.NArg() > 0 {
@@ -163,7 +163,7 @@ func parseFakeEngine(args []string, stderr io.Writer) (setup fakeEngineSetup, co
 }
 
 func runFakeEngine(args []string, stdout, stderr io.Writer) int {
-	setup, code, done := parseFakeEngine(args, stderr)
+	setup, code, done := parseFakeEngine(args, stdout, stderr)
 	if done {
 		return code
 	}
@@ -189,8 +189,22 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if l := e.Load(); l.Running+l.Waiting > 0 {
+		// Say why the exit waits, and let a second Ctrl-C cut at once.
+		fmt.Fprintf(stderr, "tokentap fake-engine: stopping: waiting up to 5 s for %d open requests to finish (Ctrl-C again cuts them now)\n", l.Running+l.Waiting)
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		go func() {
+			select {
+			case <-again:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
 	if err := e.Shutdown(sctx); err != nil {
-		log.Warn().Err(err).Msg("fake engine: open streams were cut at shutdown")
+		fmt.Fprintf(stderr, "tokentap fake-engine: open streams were cut at shutdown\n")
 	}
 	return 0
 }

@@ -56,7 +56,7 @@ func TestParseFakeEngine(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var errb bytes.Buffer
-			s, code, done := parseFakeEngine(tt.args, &errb)
+			s, code, done := parseFakeEngine(tt.args, &errb, &errb)
 			if tt.check != nil {
 				if done {
 					t.Fatalf("exited with %d: %s", code, errb.String())

@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/tokentap/tokentap/scenarios"
 )
 
 // Stamped at build time by the Makefile (-ldflags -X).
@@ -39,7 +43,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'tokentap <command> --help' for a command's flags. Every flag can also be set\nwith a TOKENTAP_* environment variable (shown in each command's help); flags win.\n")
+	fmt.Fprintf(w, "\nRun 'tokentap help <command>' (or 'tokentap <command> --help') for a command's flags.\nEvery flag can also be set with a TOKENTAP_* environment variable (shown in each\ncommand's help); flags win.\n\n%s", exitCodesHelp)
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -47,12 +51,18 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
-		return 2
+		return exitUsage
 	}
 	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	case "help":
+		if len(args) > 1 { // "tokentap help matrix" is "tokentap matrix --help"
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		usage(stdout)
-		return 0
+		return exitOK
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
 	case "-version", "--version":
 		return runVersion(nil, stdout, stderr)
 	}
@@ -61,23 +71,72 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return c.run(args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "tokentap: unknown command %q\n\n", args[0])
+	msg := fmt.Sprintf("tokentap: unknown command %q", args[0])
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	if s := nearestWord(args[0], names); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	fmt.Fprintf(stderr, "%s\n\n", msg)
 	usage(stderr)
-	return 2
+	return exitUsage
+}
+
+// nearestWord is the word of known closest to s (at most 2 edits), or "".
+func nearestWord(s string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := scenarios.Distance(strings.ToLower(s), k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("version", "print version, commit and build date", stderr)
-	if code, done := parseFlags(fs, args); done {
+	fs := newCLI("version", "print version, commit and build date", stdout, stderr)
+	if code, done := fs.parse(args); done {
 		return code
 	}
-	c, d := commit, date
-	if c == "" {
-		c = "unknown"
+	info, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(version, commit, date, info))
+	return exitOK
+}
+
+// versionLine is "tokentap VERSION (commit C, built D)". The Makefile
+// stamps all three; a plain go build or go install has none of them, so
+// they come from what Go embeds: the module version (go install …@v1.2.3)
+// and the checkout's revision and commit time (go build in a git checkout,
+// unless -buildvcs=false), "+dirty" when it had uncommitted changes.
+func versionLine(version, commit, date string, info *debug.BuildInfo) string {
+	if info != nil {
+		settings := map[string]string{}
+		for _, s := range info.Settings {
+			settings[s.Key] = s.Value
+		}
+		if version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			version = info.Main.Version
+		}
+		if commit == "" && settings["vcs.revision"] != "" {
+			commit = settings["vcs.revision"]
+			if len(commit) > 12 {
+				commit = commit[:12]
+			}
+			if settings["vcs.modified"] == "true" {
+				commit += "+dirty"
+			}
+		}
+		if date == "" && settings["vcs.time"] != "" {
+			date = settings["vcs.time"] + " (commit time)"
+		}
 	}
-	if d == "" {
-		d = "unknown"
+	if commit == "" {
+		commit = "unknown"
 	}
-	fmt.Fprintf(stdout, "tokentap %s (commit %s, built %s)\n", version, c, d)
-	return 0
+	if date == "" {
+		date = "unknown"
+	}
+	return fmt.Sprintf("tokentap %s (commit %s, built %s)", version, commit, date)
 }

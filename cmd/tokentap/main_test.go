@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +23,11 @@ func TestDispatch(t *testing.T) {
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`, noStdout: true},
 		{name: "version", args: []string{"version"}, code: 0, stdout: "tokentap dev"},
 		{name: "version flag", args: []string{"--version"}, code: 0, stdout: "tokentap dev"},
-		{name: "unknown flag", args: []string{"version", "--bogus"}, code: 2, stderr: "flag provided but not defined: -bogus", noStdout: true},
-		{name: "subcommand help", args: []string{"version", "--help"}, code: 0, stderr: "Usage: tokentap version"},
+		{name: "unknown flag", args: []string{"version", "--bogus"}, code: 2, stderr: "unknown flag --bogus", noStdout: true},
+		{name: "subcommand help on stdout", args: []string{"version", "--help"}, code: 0, stdout: "Usage: tokentap version"},
+		{name: "help for a command", args: []string{"help", "matrix"}, code: 0, stdout: "Usage: tokentap matrix"},
+		{name: "help lists exit codes", args: []string{"help"}, code: 0, stdout: "Exit codes:"},
+		{name: "typo'd command", args: []string{"matirx"}, code: 2, stderr: `did you mean "matrix"?`, noStdout: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,9 +72,9 @@ func TestEnvThenFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			var errb bytes.Buffer
-			fs := newFlagSet("x", "test", &errb)
+			fs := newCLI("x", "test", &errb, &errb)
 			lf.register(fs)
-			if code, done := parseFlags(fs, tt.args); done {
+			if code, done := fs.parse(tt.args); done {
 				t.Fatalf("parse stopped with %d: %s", code, errb.String())
 			}
 			if lf.Level != tt.level {
@@ -86,6 +91,118 @@ func TestBadLogLevel(t *testing.T) {
 	lf := LogFlags{Level: "loud"}
 	if _, err := lf.logger(&bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "debug, info, warn or error") {
 		t.Fatalf("want a clear error for an unknown level, got %v", err)
+	}
+}
+
+// TestHelpOnStdout: every command's --help goes to stdout (so | grep
+// works), lists its flags and the exit codes, and exits 0.
+func TestHelpOnStdout(t *testing.T) {
+	for _, c := range commands() {
+		var out, errb bytes.Buffer
+		if code := run([]string{c.name, "--help"}, &out, &errb); code != 0 {
+			t.Errorf("%s --help: exit %d", c.name, code)
+		}
+		if errb.Len() > 0 || !strings.Contains(out.String(), "Usage: tokentap "+c.name) || !strings.Contains(out.String(), "Exit codes:") {
+			t.Errorf("%s --help: stdout %.200q, stderr %q", c.name, out.String(), errb.String())
+		}
+	}
+	var out bytes.Buffer
+	run([]string{"matrix", "-h"}, &out, &out)
+	if !strings.Contains(out.String(), "-window") || !strings.Contains(out.String(), "-allow-failed") {
+		t.Errorf("matrix -h lacks its flags:\n%s", out.String())
+	}
+}
+
+// TestFlagTypos: a mistyped flag gets one line naming the nearest flag,
+// not the whole usage.
+func TestFlagTypos(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"matrix", "--windw", "2s"}, "unknown flag --windw; did you mean --window?"},
+		{[]string{"matrix", "--concurency", "4"}, "did you mean --concurrency?"},
+		{[]string{"report", "--fromat", "md"}, "did you mean --format?"},
+		{[]string{"proxy", "--upstrem", "x"}, "did you mean --upstream?"},
+		{[]string{"matrix", "--idle-timeout", "soon"}, `--idle-timeout "soon": not a value of the right kind`},
+		{[]string{"matrix", "--quiet=perhaps"}, `--quiet "perhaps"`},
+		{[]string{"matrix", "--target"}, "--target needs a value"},
+		{[]string{"matrix", "--xyzzy"}, "unknown flag --xyzzy (tokentap matrix --help"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tt.args, &out, &errb)
+		msg := errb.String()
+		if code != 2 || !strings.Contains(msg, tt.want) || strings.Count(msg, "\n") > 2 || out.Len() > 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a short message with %q", tt.args, code, msg, tt.want)
+		}
+	}
+}
+
+// TestVersionFromBuildInfo: without the Makefile's stamps, version,
+// commit and date come from what Go embeds in the binary.
+func TestVersionFromBuildInfo(t *testing.T) {
+	vcs := func(kv ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return bi
+	}
+	for _, tt := range []struct {
+		name                  string
+		version, commit, date string
+		info                  *debug.BuildInfo
+		want                  string
+	}{
+		{"make build stamps win", "v1.2.0", "abc1234", "2026-12-01T10:00:00Z", vcs("vcs.revision", "ffffffffffffffff"),
+			"tokentap v1.2.0 (commit abc1234, built 2026-12-01T10:00:00Z)"},
+		{"go build in a checkout", "dev", "", "", vcs("vcs.revision", "0123456789abcdef0123", "vcs.time", "2026-12-01T09:00:00Z", "vcs.modified", "false"),
+			"tokentap dev (commit 0123456789ab, built 2026-12-01T09:00:00Z (commit time))"},
+		{"uncommitted changes", "dev", "", "", vcs("vcs.revision", "0123456789abcdef", "vcs.modified", "true"),
+			"tokentap dev (commit 0123456789ab+dirty, built unknown)"},
+		{"go install at a version", "dev", "", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.1"}},
+			"tokentap v0.3.1 (commit unknown, built unknown)"},
+		{"nothing known", "dev", "", "", nil, "tokentap dev (commit unknown, built unknown)"},
+	} {
+		if got := versionLine(tt.version, tt.commit, tt.date, tt.info); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestEnvValuesNamed: a bad value from a variable names the variable,
+// one from a flag the flag; switches take yes/no too.
+func TestEnvValuesNamed(t *testing.T) {
+	for _, tt := range []struct {
+		env       map[string]string
+		args      []string
+		want, not string
+	}{
+		{map[string]string{"TOKENTAP_WINDOW": "10"}, nil, "TOKENTAP_WINDOW", "--window"},
+		{nil, []string{"--window", "10"}, "--window", "TOKENTAP_WINDOW"},
+		{map[string]string{"TOKENTAP_WINDOW": "10"}, []string{"--window", "10"}, "--window", "TOKENTAP_WINDOW"},
+		{map[string]string{"TOKENTAP_CONCURRENCY": "1,-2"}, nil, "TOKENTAP_CONCURRENCY: list \"1,-2\": item 2 (-2) is below 1", "token count"},
+		{nil, []string{"--concurrency", "1,-2"}, "--concurrency: list \"1,-2\": item 2 (-2) is below 1", "token count"},
+		{map[string]string{"TOKENTAP_QUIET": "maybe"}, nil, `TOKENTAP_QUIET: "maybe": want true or false`, "strconv"},
+		{map[string]string{"TOKENTAP_IDLE_TIMEOUT": "10"}, nil, `TOKENTAP_IDLE_TIMEOUT: "10": want a duration with its unit`, "time:"},
+		{map[string]string{"TOKENTAP_PERCENTILES": "50,101"}, nil, "TOKENTAP_PERCENTILES", ""},
+		{map[string]string{"TOKENTAP_FORMAT": "pdf"}, nil, "TOKENTAP_FORMAT: unknown report format", ""},
+	} {
+		t.Run(strings.Join(tt.args, " ")+fmt.Sprint(tt.env), func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			code := run(append([]string{"matrix", "--target", "http://127.0.0.1:1", "--quiet"}, tt.args...), &out, &errb)
+			if code != 2 || !strings.Contains(errb.String(), tt.want) || (tt.not != "" && strings.Contains(errb.String(), tt.not)) {
+				t.Errorf("exit %d, stderr %q; want 2 naming %q, not %q", code, errb.String(), tt.want, tt.not)
+			}
+		})
+	}
+	t.Setenv("TOKENTAP_QUIET", "yes")
+	var f matrixFlags
+	if err := loadEnv(&f); err != nil || !f.Quiet {
+		t.Errorf("TOKENTAP_QUIET=yes: quiet %v, %v", f.Quiet, err)
 	}
 }
 
@@ -133,9 +250,9 @@ func TestParseArgsInterspersed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var errb bytes.Buffer
-		fs := newFlagSet("x", "test", &errb)
+		fs := newCLI("x", "test", &errb, &errb)
 		format := fs.String("format", "text", "")
-		files, _, done := parseArgs(fs, tt.args)
+		files, _, done := fs.parseArgs(tt.args)
 		if done != tt.done || strings.Join(files, ",") != strings.Join(tt.files, ",") || *format != tt.fmt {
 			t.Errorf("%q: files %q format %q done %v; want %q %q %v", tt.args, files, *format, done, tt.files, tt.fmt, tt.done)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 
+	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/hardware"
 	"github.com/tokentap/tokentap/matrix"
@@ -33,6 +33,7 @@ type matrixFlags struct {
 	APIKey      string `env:"API_KEY"`
 	Contexts    string `env:"CONTEXTS"`
 	Concurrency string `env:"CONCURRENCY"`
+	Rate        string `env:"RATE"`
 	Prefill     string `env:"PREFILL"`
 	// PrefillSet: --prefill or TOKENTAP_PREFILL was given, even empty
 	// (an empty list, like "none", means no prefill rows).
@@ -47,6 +48,9 @@ type matrixFlags struct {
 	Out         string        `env:"OUT"`
 	Records     string        `env:"RECORDS"`
 	Format      string        `env:"FORMAT" envDefault:"text"`
+	Percentiles string        `env:"PERCENTILES" envDefault:"50,90,99"`
+	AllowFailed bool          `env:"ALLOW_FAILED"`
+	Overwrite   bool          `env:"OVERWRITE"`
 	Quiet       bool          `env:"QUIET"`
 	Salt        string        `env:"SALT"`
 
@@ -71,10 +75,12 @@ type matrixFlags struct {
 }
 
 const matrixSummary = `Run the speed test matrix (docs/METHOD.md §3) against an engine: prefill tok/s by
-context, then sustained decode over contexts × concurrency, each cell for a fixed window.
+context, then sustained decode over contexts × concurrency, each cell for a fixed window
+(or, with --rate, over contexts × request rates: Poisson arrivals, open loop).
 Without --target it runs the demo: a short matrix against the built-in fake engine.
 The report goes to stdout, progress to stderr; --out also writes the result document.
-Ctrl-C stops cleanly and writes the cells finished so far.`
+Every setting is checked before any load is sent. Ctrl-C stops cleanly and writes the
+cells finished so far.`
 
 func runMatrix(args []string, stdout, stderr io.Writer) int {
 	var f matrixFlags
@@ -82,13 +88,14 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
 		return 2
 	}
-	fs := newFlagSet("matrix", matrixSummary, stderr)
+	fs := newCLI("matrix", matrixSummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000; empty: the demo against the built-in fake engine [TOKENTAP_TARGET]")
 	fs.StringVar(&f.Model, "model", f.Model, "model name to request; empty: the engine's first model [TOKENTAP_MODEL]")
 	// The key from the environment is not the flag's default: --help would print it.
 	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
 	fs.StringVar(&f.Contexts, "contexts", f.Contexts, "decode contexts in tokens, e.g. 0,16k,32k,64k,128k,248k (default from the scenario) [TOKENTAP_CONTEXTS]")
 	fs.StringVar(&f.Concurrency, "concurrency", f.Concurrency, "concurrency levels, e.g. 1,2,4,8,16,32,64,128 (default from the scenario) [TOKENTAP_CONCURRENCY]")
+	fs.StringVar(&f.Rate, "rate", f.Rate, "request rates per second instead of concurrency levels, e.g. 1,2,4: requests arrive at random (Poisson) times, open loop [TOKENTAP_RATE]")
 	fs.StringVar(&f.Prefill, "prefill", f.Prefill, "prefill contexts, e.g. 8k,16k,32k,64k,128k, or none (default from the scenario) [TOKENTAP_PREFILL]")
 	fs.StringVar(&f.Window, "window", f.Window, "measurement window per decode cell, e.g. 30s (default from the scenario) [TOKENTAP_WINDOW]")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "give a request up when the engine sends no byte for this long, e.g. a hung engine (0: never) [TOKENTAP_IDLE_TIMEOUT]")
@@ -97,9 +104,12 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.KVCapacity, "kv-capacity", f.KVCapacity, "engine KV cache capacity in tokens, overriding the probe, e.g. 81920 or 80k [TOKENTAP_KV_CAPACITY]")
 	fs.StringVar(&f.MaxModelLen, "max-model-len", f.MaxModelLen, "engine max model length in tokens, overriding the probe [TOKENTAP_MAX_MODEL_LEN]")
 	fs.StringVar(&f.Scenario, "scenario", f.Scenario, "YAML scenario file with the run settings; flags override it [TOKENTAP_SCENARIO]")
-	fs.StringVar(&f.Out, "out", f.Out, "write the result document (JSON) here (default with --target: tokentap-run-DATE-TIME.json; the demo writes none) [TOKENTAP_OUT]")
+	fs.StringVar(&f.Out, "out", f.Out, "write the result document (JSON) here; an existing file is kept unless --overwrite (default with --target: a new tokentap-run-DATE-TIME.json; the demo writes none) [TOKENTAP_OUT]")
+	fs.BoolVar(&f.Overwrite, "overwrite", f.Overwrite, "let --out replace an existing file [TOKENTAP_OVERWRITE]")
 	fs.StringVar(&f.Records, "records", f.Records, "also write every request's record here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "report format on stdout: text, md, csv, json, html, or none [TOKENTAP_FORMAT]")
+	fs.StringVar(&f.Percentiles, "percentiles", f.Percentiles, "latency percentiles the report shows and the result holds as numbers, e.g. 50,90,99,99.9 [TOKENTAP_PERCENTILES]")
+	fs.BoolVar(&f.AllowFailed, "allow-failed", f.AllowFailed, "exit 0 even when cells failed (default: exit 3, so CI can tell a broken run) [TOKENTAP_ALLOW_FAILED]")
 	fs.BoolVar(&f.Quiet, "quiet", f.Quiet, "no progress display on stderr [TOKENTAP_QUIET]")
 	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache) [TOKENTAP_SALT]")
 	fs.StringVar(&f.HardwareType, "hardware-type", f.HardwareType, "hardware type for the report, e.g. \"Discrete GPU\" [TOKENTAP_HARDWARE_TYPE]")
@@ -119,29 +129,45 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.By, "by", f.By, "who ran the matrix, for the report [TOKENTAP_BY]")
 	f.LimitFlags.register(fs)
 	f.LogFlags.register(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := fs.parse(args); done {
 		return code
 	}
 	if *apiKey != "" {
 		f.APIKey = *apiKey
 	}
 	_, f.PrefillSet = os.LookupEnv("TOKENTAP_PREFILL")
-	fs.Visit(func(fl *flag.Flag) { f.PrefillSet = f.PrefillSet || fl.Name == "prefill" })
+	f.PrefillSet = f.PrefillSet || fs.given("prefill")
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "tokentap matrix: "+format+"\n", a...)
+		return code
+	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tokentap matrix: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
-		return 2
+		return fail(exitUsage, "unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
 	log, err := f.logger(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
-		return 2
+		return fail(exitUsage, "%s: %v", fs.source("log-level"), err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
-
+	// Everything that can be checked is checked here, before any load.
 	demo := f.Target == ""
+	if !demo {
+		if f.Target, err = targetURL(f.Target, fs.source("target")); err != nil {
+			return fail(exitUsage, "%v", err)
+		}
+	}
+	if err := checkFormat(f.Format, fs.source("format"), true); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	percentiles, err := result.ParsePercentiles(f.Percentiles)
+	if err != nil {
+		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
+	}
+	if f.Out != "" {
+		if err := checkResultPath(f.Out, fs.source("out"), f.Overwrite); err != nil {
+			return fail(exitUsage, "%v", err)
+		}
+	}
 	cfg := matrix.Config{
 		Target: replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: f.Model, IdleTimeout: idleTimeout(f.IdleTimeout)},
 		Tool:   result.Tool{Name: "tokentap", Version: version, Commit: commit},
@@ -159,21 +185,18 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	case f.Scenario != "":
 		sc, err = scenarios.Load(f.Scenario)
 		if err != nil {
-			fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
-			return 2
+			return fail(exitUsage, "%v", err)
 		}
 	case demo:
 		sc = scenarios.Demo()
 	default:
 		sc = scenarios.Seed()
 	}
-	if err := applyRunFlags(&sc, &cfg, f); err != nil {
-		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
-		return 2
+	if err := applyRunFlags(&sc, &cfg, f, fs.source); err != nil {
+		return fail(exitUsage, "%v", err)
 	}
 	if err := sc.Validate(); err != nil {
-		fmt.Fprintf(stderr, "tokentap matrix: run settings: %v\n", err)
-		return 2
+		return fail(exitUsage, "run settings: %v", err)
 	}
 	if err := f.LimitFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
@@ -181,55 +204,33 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Limits.ReadModelFile = demo || isLocal(f.Target)
 	cfg.Scenario = sc
-	// A real run takes long: keep its result even when --out was not given
-	// (and after Ctrl-C). The demo writes nothing unless asked.
-	if f.Out == "" && !demo {
-		f.Out = "tokentap-run-" + time.Now().UTC().Format("20060102-150405") + ".json"
-	}
-
-	if demo {
-		eng, err := startDemoEngine()
-		if err != nil {
-			fmt.Fprintf(stderr, "tokentap matrix: starting the built-in fake engine: %v\n", err)
-			return 1
-		}
-		defer eng.Close()
-		cfg.Target.BaseURL = eng.URL()
-		given = hardware.Override(demoHardware(), given)
-		if cfg.Engine.Name == "" {
-			cfg.Engine.Name = "tokentap-fake"
-			cfg.Engine.Version = version
-			cfg.Engine.Backend = "simulated"
-			cfg.Engine.LaunchCommand = "tokentap matrix   # demo: no --target, so the built-in fake engine (vLLM-like, a 4B model on a simulated 12 GB GPU) runs in-process"
-		}
-		if cfg.Model.Name == "" {
-			cfg.Model.Name = "demo-4b (fake engine)"
-		}
-		if !f.Quiet {
-			fmt.Fprintf(stderr, "tokentap matrix: no --target, so this is the demo: a short matrix against the built-in fake engine at %s.\nPoint it at your engine with --target http://host:8000.\n", eng.URL())
-		}
-	}
-	if demo || isLocal(f.Target) {
-		cfg.Hardware = hardware.Override(hardware.Detect(ctx), given)
-	} else {
-		cfg.Hardware = given
-		if cfg.Hardware != (result.Hardware{}) {
-			cfg.Hardware.Source = "given"
-		}
-	}
-
-	if !f.Quiet {
-		cfg.Progress = stderr
-		if fl, ok := stderr.(*os.File); ok && isatty.IsTerminal(fl.Fd()) {
-			cfg.Terminal = true
-		}
-	}
+	cfg.Percentiles = percentiles
 	var recw *record.Writer
+	if f.Records != "" {
+		if err := checkWritable(f.Records); err != nil {
+			return fail(exitUsage, "%s %s: %v", fs.source("records"), f.Records, err)
+		}
+	}
+	// A real run takes long: keep its result even when --out was not given
+	// (and after Ctrl-C), under a name no other run has. The demo writes
+	// nothing unless asked.
+	reserved := false
+	if f.Out == "" && !demo {
+		if f.Out, err = reserveResultName(".", time.Now()); err != nil {
+			return fail(exitUsage, "%v (give --out)", err)
+		}
+		reserved = true
+	}
+	unreserve := func() {
+		if reserved {
+			os.Remove(f.Out)
+		}
+	}
 	if f.Records != "" {
 		rf, err := os.Create(f.Records)
 		if err != nil {
-			fmt.Fprintf(stderr, "tokentap matrix: --records: %v\n", err)
-			return 2
+			unreserve()
+			return fail(exitUsage, "%s: %v", fs.source("records"), err)
 		}
 		defer rf.Close()
 		recw = record.NewWriter(rf)
@@ -244,91 +245,196 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
+
+	allowFailed := f.AllowFailed
+	if demo {
+		eng, err := startDemoEngine()
+		if err != nil {
+			return fail(exitError, "starting the built-in fake engine: %v", err)
+		}
+		defer eng.Close()
+		cfg.Target.BaseURL = eng.URL()
+		given = hardware.Override(demoHardware(), given)
+		if cfg.Engine.Name == "" {
+			cfg.Engine.Name = "tokentap-fake"
+			cfg.Engine.Version = version
+			cfg.Engine.Backend = "simulated"
+			cfg.Engine.LaunchCommand = "tokentap matrix   # demo: no --target, so the built-in fake engine (vLLM-like, a 4B model on a simulated 12 GB GPU) runs in-process"
+		}
+		if cfg.Model.Name == "" {
+			cfg.Model.Name = "demo-4b (fake engine)"
+		}
+		cfg.Notes = append(cfg.Notes, demoNote)
+		// The demo fails a row on purpose: that is no reason to fail.
+		allowFailed = true
+		if !f.Quiet {
+			fmt.Fprintf(stderr, "tokentap matrix: no --target, so this is the demo: a short matrix against the built-in fake engine at %s.\n"+
+				"Its 8K row fails on purpose (the fake engine injects HTTP 500 for prompts of 6,000 tokens or more) to show\n"+
+				"a Failed cell; the demo runs as with --allow-failed. Point it at your engine with --target http://host:8000.\n", eng.URL())
+		}
+	}
+	if demo || isLocal(cfg.Target.BaseURL) {
+		cfg.Hardware = hardware.Override(hardware.Detect(ctx), given)
+	} else {
+		cfg.Hardware = given
+		if cfg.Hardware != (result.Hardware{}) {
+			cfg.Hardware.Source = "given"
+		}
+	}
+
+	if !f.Quiet {
+		cfg.Progress = stderr
+		if fl, ok := stderr.(*os.File); ok && isatty.IsTerminal(fl.Fd()) {
+			cfg.Terminal = true
+		}
+	}
+
 	res, err := matrix.Run(ctx, cfg)
 	if res == nil {
-		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
-		return 1
+		unreserve()
+		switch {
+		case ctx.Err() != nil:
+			return fail(exitInterrupted, "interrupted before any load was sent")
+		case errors.Is(err, engines.ErrUnreachable) || errors.Is(err, engines.ErrUnauthorized) ||
+			errors.Is(err, engines.ErrNotOpenAI) || errors.Is(err, engines.ErrModel):
+			return fail(exitEngine, "%v", err)
+		}
+		return fail(exitError, "%v", err)
 	}
-	code := 0
+	code := exitOK
 	if err != nil {
-		code = 1
+		code = exitError
 		if errors.Is(err, matrix.ErrInterrupted) {
-			code = 130
+			code = exitInterrupted
 		}
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
 	}
 	if f.Out != "" {
 		if werr := res.WriteFile(f.Out); werr != nil {
 			fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Out, werr)
-			code = 1
+			code = exitError
 		} else if !f.Quiet {
 			fmt.Fprintf(stderr, "tokentap matrix: result written to %s (render it again with: tokentap report %s)\n", f.Out, f.Out)
 		}
 	}
 	if f.Format != "none" {
-		if rerr := report.Render(stdout, res, f.Format); rerr != nil {
+		if rerr := report.RenderWith(stdout, res, f.Format, report.Options{Percentiles: percentiles}); rerr != nil {
 			fmt.Fprintf(stderr, "tokentap matrix: report: %v\n", rerr)
-			code = max(code, 1)
+			code = max(code, exitError)
+		}
+	}
+	if failed := failedParts(res); len(failed) > 0 && code == exitOK {
+		switch {
+		case demo:
+			if !f.Quiet {
+				fmt.Fprintf(stderr, "tokentap matrix: %s failed, as the demo intends (an injected fault); exit 0.\n", joinAnd(failed))
+			}
+		case allowFailed:
+			fmt.Fprintf(stderr, "tokentap matrix: %s failed; exit 0 (--allow-failed).\n", joinAnd(failed))
+		default:
+			fmt.Fprintf(stderr, "tokentap matrix: %s failed (the report says why); exit %d. Give --allow-failed to accept failed cells.\n", joinAnd(failed), exitFailed)
+			code = exitFailed
 		}
 	}
 	return code
 }
 
+// demoNote tells the demo's reader that its Failed row is no fault of
+// tokentap's.
+const demoNote = "Demo: the fake engine fails every request of 6,000 prompt tokens or more with HTTP 500 on purpose (an injected fault), so the 8K row shows what a Failed cell looks like. A run against a real engine has no injected faults."
+
+// failedParts names what failed in a run: Failed prefill rows and decode
+// cells, e.g. "the 8K prefill row" or "2 cells (8K × 1, 8K × 2)".
+func failedParts(r *result.Result) []string {
+	var rows, cells []string
+	for _, p := range r.Prefill {
+		if p.Status == result.Failed {
+			rows = append(rows, matrix.TokenLabel(p.Context))
+		}
+	}
+	for _, c := range r.Decode {
+		if c.Status == result.Failed {
+			cells = append(cells, matrix.TokenLabel(c.Context)+" × "+matrix.ColumnLabel(c))
+		}
+	}
+	var out []string
+	if len(rows) > 0 {
+		out = append(out, plural(len(rows), "prefill row", "prefill rows")+" ("+strings.Join(rows, ", ")+")")
+	}
+	if len(cells) > 0 {
+		out = append(out, plural(len(cells), "decode cell", "decode cells")+" ("+strings.Join(cells, ", ")+")")
+	}
+	return out
+}
+
 // applyRunFlags lays the run flags given (flag or env) over the scenario.
-func applyRunFlags(sc *scenarios.Scenario, cfg *matrix.Config, f matrixFlags) error {
+// src names where a setting came from (its flag or variable) for errors;
+// nil: the flag.
+func applyRunFlags(sc *scenarios.Scenario, cfg *matrix.Config, f matrixFlags, src func(string) string) error {
+	if src == nil {
+		src = func(name string) string { return "--" + name }
+	}
 	var err error
 	if f.Contexts != "" {
 		if sc.Contexts, err = scenarios.ParseTokenList(f.Contexts); err != nil {
-			return fmt.Errorf("--contexts: %w", err)
+			return fmt.Errorf("%s: %w", src("contexts"), err)
 		}
 	}
+	if f.Concurrency != "" && f.Rate != "" {
+		return fmt.Errorf("%s and %s are both given: a matrix's columns are concurrency levels (closed loop) or request rates (open loop), not both", src("concurrency"), src("rate"))
+	}
 	if f.Concurrency != "" {
-		if sc.Concurrency, err = scenarios.ParseTokenList(f.Concurrency); err != nil {
-			return fmt.Errorf("--concurrency: %w", err)
+		if sc.Concurrency, err = scenarios.ParseCountList(f.Concurrency, "concurrency level", 1); err != nil {
+			return fmt.Errorf("%s: %w", src("concurrency"), err)
 		}
-		for _, n := range sc.Concurrency {
-			if n < 1 {
-				return fmt.Errorf("--concurrency: %d: every level must be at least 1", n)
-			}
+		sc.Rates = nil
+	}
+	if f.Rate != "" {
+		if sc.Rates, err = scenarios.ParseRateList(f.Rate); err != nil {
+			return fmt.Errorf("%s: %w", src("rate"), err)
 		}
+		sc.Concurrency = nil
 	}
 	if f.Prefill != "" || f.PrefillSet {
 		if sc.Prefill, err = scenarios.ParsePrefillList(f.Prefill); err != nil {
-			return fmt.Errorf("--prefill: %w", err)
+			return fmt.Errorf("%s: %w", src("prefill"), err)
 		}
 	}
 	if f.Window != "" {
-		if sc.Window, err = time.ParseDuration(f.Window); err != nil || sc.Window <= 0 {
-			return fmt.Errorf("--window %q: want a positive duration such as 30s or 2m", f.Window)
+		if sc.Window, err = time.ParseDuration(strings.TrimSpace(f.Window)); err != nil || sc.Window <= 0 {
+			return fmt.Errorf("%s %q: want a positive duration with its unit, such as 30s or 2m", src("window"), f.Window)
 		}
 	}
 	if f.MaxOutput != "" {
 		if sc.MaxOutput, err = scenarios.ParseTokens(f.MaxOutput); err != nil || sc.MaxOutput < 1 {
-			return fmt.Errorf("--max-output %q: want a positive number of tokens", f.MaxOutput)
+			return fmt.Errorf("%s %q: want a positive number of tokens", src("max-output"), f.MaxOutput)
 		}
 	}
 	if f.API != "" {
 		a := strings.ToLower(f.API)
 		if a != string(record.Chat) && a != string(record.Completions) {
-			return fmt.Errorf("--api %q: use chat or completions", f.API)
+			return fmt.Errorf("%s %q: use chat or completions", src("api"), f.API)
 		}
 		sc.API = a
 	}
 	if f.KVCapacity != "" {
 		if cfg.KVCapacity, err = scenarios.ParseTokens(f.KVCapacity); err != nil || cfg.KVCapacity < 1 {
-			return fmt.Errorf("--kv-capacity %q: want a positive number of tokens", f.KVCapacity)
+			return fmt.Errorf("%s %q: want a positive number of tokens", src("kv-capacity"), f.KVCapacity)
 		}
 	}
 	if f.MaxModelLen != "" {
 		if cfg.MaxModelLen, err = scenarios.ParseTokens(f.MaxModelLen); err != nil || cfg.MaxModelLen < 1 {
-			return fmt.Errorf("--max-model-len %q: want a positive number of tokens", f.MaxModelLen)
+			return fmt.Errorf("%s %q: want a positive number of tokens", src("max-model-len"), f.MaxModelLen)
 		}
 	}
 	if f.Model != "" {
 		sc.Model = f.Model
 	}
-	if len(sc.Contexts) == 0 || len(sc.Concurrency) == 0 {
-		return errors.New("no decode cells: give --contexts and --concurrency (or a scenario that sets them)")
+	if len(sc.Contexts) == 0 || (len(sc.Concurrency) == 0 && len(sc.Rates) == 0) {
+		return errors.New("no decode cells: give --contexts and --concurrency or --rate (or a scenario that sets them)")
 	}
 	return nil
 }

@@ -2,13 +2,26 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/schematest"
 	"github.com/tokentap/tokentap/matrix"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
 )
 
@@ -122,11 +135,270 @@ func TestPrefillNone(t *testing.T) {
 		sc := scenarios.Seed()
 		var cfg matrix.Config
 		f := matrixFlags{Prefill: tt.prefill, PrefillSet: tt.set}
-		if err := applyRunFlags(&sc, &cfg, f); err != nil {
+		if err := applyRunFlags(&sc, &cfg, f, nil); err != nil {
 			t.Fatalf("--prefill %q: %v", tt.prefill, err)
 		}
 		if len(sc.Prefill) != tt.want {
 			t.Errorf("--prefill %q (given %v): %d rows %v, want %d", tt.prefill, tt.set, len(sc.Prefill), sc.Prefill, tt.want)
 		}
 	}
+}
+
+// fakeEngine starts the fake engine for a test and returns its URL.
+func fakeEngine(t *testing.T, faults ...fixtures.Fault) string {
+	t.Helper()
+	eng := fixtures.New(fixtures.DefaultModel(), fixtures.WithFaults(faults...))
+	base, err := eng.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return base
+}
+
+// countingEngine is the fake engine behind a proxy that counts the
+// requests reaching it, so a test can tell that a mistake stopped a run
+// before any load (the probe included).
+func countingEngine(t *testing.T, faults ...fixtures.Fault) (url string, requests *atomic.Int64) {
+	t.Helper()
+	base := fakeEngine(t, faults...)
+	requests = new(atomic.Int64)
+	target, _ := neturl.Parse(base)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	// A fresh connection per request: a stream cut by a fault must not
+	// leave a dead kept-alive connection for the next request to meet.
+	rp.Transport = &http.Transport{DisableKeepAlives: true}
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, requests
+}
+
+// quick is a matrix of one short cell: context 0, one request at once,
+// no prefill rows.
+var quick = []string{"--contexts", "0", "--concurrency", "1", "--prefill", "none", "--max-output", "8", "--window", "300ms", "--quiet"}
+
+// TestMistakesCaughtBeforeLoad: what can be checked before load is, so a
+// mistake costs no run: an unwritable or existing --out, an unknown
+// format, bad percentiles, a target that is no URL. Not even the probe
+// is sent.
+func TestMistakesCaughtBeforeLoad(t *testing.T) {
+	url, requests := countingEngine(t)
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(existing, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no such directory", []string{"--out", "/nonexistent-dir-tokentap/run.json"}, "directory /nonexistent-dir-tokentap does not exist"},
+		{"out is a directory", []string{"--out", dir}, "is a directory"},
+		{"existing result", []string{"--out", existing}, "the file exists; give --overwrite"},
+		{"unknown format", []string{"--format", "pdf"}, `--format: unknown report format "pdf"`},
+		{"bad percentiles", []string{"--percentiles", "50,100"}, "--percentiles"},
+		{"records in no directory", []string{"--records", "/nonexistent-dir-tokentap/r.jsonl"}, "--records"},
+		{"both concurrency and rate", []string{"--rate", "1"}, "--concurrency and --rate are both given"},
+		{"not a URL", []string{"--target", "ftp://host"}, `--target: "ftp://host" is not an http(s) URL`},
+		{"bad port", []string{"--target", "127.0.0.1:99999"}, "port 99999"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"matrix", "--target", url}, quick...)
+			var out, errb bytes.Buffer
+			code := run(append(args, tt.args...), &out, &errb)
+			if code != exitUsage || !strings.Contains(errb.String(), tt.want) {
+				t.Errorf("exit %d, stderr %q; want %d saying %q", code, errb.String(), exitUsage, tt.want)
+			}
+			if n := requests.Load(); n != 0 {
+				t.Errorf("%d requests reached the engine before the mistake was reported", n)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(existing); string(b) != "{}" {
+		t.Error("the existing result was touched")
+	}
+}
+
+// TestTargetWithoutScheme: --target host:port is taken as http://host:port
+// for the probe and the load alike (it used to pass the probe and then
+// fail every cell with an unparsable URL, exit 0).
+func TestTargetWithoutScheme(t *testing.T) {
+	url := fakeEngine(t)
+	out := filepath.Join(t.TempDir(), "run.json")
+	var so, se bytes.Buffer
+	code := run(append([]string{"matrix", "--target", strings.TrimPrefix(url, "http://"), "--out", out, "--format", "none"}, quick...), &so, &se)
+	if code != exitOK {
+		r, _ := result.ReadFile(out)
+		if r != nil {
+			t.Logf("cell: %+v", r.Decode)
+		}
+		t.Fatalf("exit %d: %s", code, se.String())
+	}
+	r, err := result.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Cell(0, 1); c == nil || c.Status != result.Valid || r.Engine.URL != url {
+		t.Errorf("cell %+v, engine URL %q; want a Valid cell measured at %s", c, r.Engine.URL, url)
+	}
+	if err := schematest.Result(r); err != nil {
+		t.Errorf("the run's result does not match schema.json: %v", err)
+	}
+}
+
+// TestExitCodes: a run whose cells failed exits 3 unless --allow-failed;
+// an engine that cannot be reached exits 4; an existing --out is replaced
+// with --overwrite.
+func TestExitCodes(t *testing.T) {
+	fault, err := fixtures.ParseFault("cut=3") // decode requests break; one-token warm-ups and counts do not
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := fakeEngine(t, fault)
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name   string
+		target string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"failed cells", failing, nil, exitFailed, "1 decode cell (0 × 1) failed (the report says why); exit 3. Give --allow-failed"},
+		{"failed cells allowed", failing, []string{"--allow-failed"}, exitOK, "exit 0 (--allow-failed)"},
+		{"unreachable", "http://" + freeAddr(t), nil, exitEngine, "connection refused"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(dir, tt.name+".json")
+			var so, se bytes.Buffer
+			code := run(append(append([]string{"matrix", "--target", tt.target, "--out", out, "--format", "none"}, quick...), tt.args...), &so, &se)
+			if code != tt.code || !strings.Contains(se.String(), tt.stderr) {
+				t.Errorf("exit %d, stderr %q; want %d saying %q", code, se.String(), tt.code, tt.stderr)
+			}
+		})
+	}
+	// The failed run's result was kept; --overwrite replaces it.
+	out := filepath.Join(dir, "failed cells.json")
+	if _, err := result.ReadFile(out); err != nil {
+		t.Fatalf("the failed run's result: %v", err)
+	}
+	var so, se bytes.Buffer
+	if code := run(append([]string{"matrix", "--target", failing, "--out", out, "--overwrite", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK {
+		t.Errorf("--overwrite: exit %d: %s", code, se.String())
+	}
+}
+
+// TestDefaultResultNames: two runs started in the same second get two
+// files; neither replaces the other.
+func TestDefaultResultNames(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 12, 1, 20, 54, 30, 0, time.UTC)
+	a, err := reserveResultName(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := reserveResultName(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(a) != "tokentap-run-20261201-205430.json" || filepath.Base(b) != "tokentap-run-20261201-205430-2.json" {
+		t.Errorf("names %s and %s", a, b)
+	}
+	// A real run with no --out takes a fresh name beside an existing one.
+	url := fakeEngine(t)
+	t.Chdir(dir)
+	for range 2 {
+		var so, se bytes.Buffer
+		if code := run(append([]string{"matrix", "--target", url, "--format", "text"}, quick...), &so, &se); code != exitOK {
+			t.Log(so.String())
+			t.Fatalf("exit %d: %s", code, se.String())
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "tokentap-run-*.json"))
+	good := 0
+	for _, f := range files {
+		if _, err := result.ReadFile(f); err == nil {
+			good++
+		}
+	}
+	if good != 2 {
+		t.Errorf("%d readable results of 2 runs in %v", good, files)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestReplayFaithful: tokentap replay sends a refused request as it was
+// (its unknown model is not swapped for the engine's, so the 404 comes
+// back), cancels a cancelled one where its client did, and prints the
+// captured and replayed figures side by side with their ratio.
+func TestReplayFaithful(t *testing.T) {
+	url := fakeEngine(t)
+	m := fixtures.DefaultModel().Name
+	dir := t.TempDir()
+	capPath := filepath.Join(dir, "cap.jsonl")
+	f, err := os.Create(capPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := record.NewWriter(f)
+	recs := []record.Record{
+		{ID: "ok", Model: m, Sent: 0, End: time.Second, PromptTokens: 20, MaxTokens: 16, CompletionTokens: 16, Stream: true, API: record.Chat, Outcome: record.OK},
+		{ID: "refused", Model: "gpt-nope", Sent: 100 * time.Millisecond, End: 110 * time.Millisecond, MaxTokens: 16, Stream: true, API: record.Chat,
+			Outcome: record.HTTPError, Status: 404, Blame: record.BlameClient},
+		{ID: "cancelled", Model: m, Sent: 200 * time.Millisecond, End: 400 * time.Millisecond, PromptTokens: 20, MaxTokens: 4000, Stream: true, API: record.Chat,
+			Outcome: record.Cancelled, Blame: record.BlameClient, First: 250 * time.Millisecond,
+			Arrivals: []time.Duration{250 * time.Millisecond, 260 * time.Millisecond, 270 * time.Millisecond}},
+	}
+	for i := range recs {
+		if err := w.Write(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	f.Close()
+	out := filepath.Join(dir, "replayed.jsonl")
+	var so, se bytes.Buffer
+	code := run([]string{"replay", "--target", url, "--records", out, capPath}, &so, &se)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, se.String())
+	}
+	rf, _ := os.Open(out)
+	got, err := record.ReadAll(rf)
+	rf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range got {
+		switch r.Tag {
+		case "refused":
+			if r.Outcome != record.HTTPError || r.Model != "gpt-nope" {
+				t.Errorf("the refused request replayed as %s for %q; want it refused again, sent as it was", r.Outcome, r.Model)
+			}
+		case "cancelled":
+			if r.Outcome != record.Cancelled || r.ArrivedTokens() > 10 {
+				t.Errorf("the cancelled request replayed as %s with %d tokens; want cancelled after about 3", r.Outcome, r.ArrivedTokens())
+			}
+		}
+	}
+	for _, want := range []string{"captured", "replayed", "replayed/captured", "Requests", "3 (1 ok, 1 failed, 1 cancelled)"} {
+		if !strings.Contains(so.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, so.String())
+		}
+	}
+	t.Log(so.String())
 }

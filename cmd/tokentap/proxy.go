@@ -141,7 +141,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
 		return 2
 	}
-	fs := newFlagSet("proxy", proxySummary, stderr)
+	fs := newCLI("proxy", proxySummary, stdout, stderr)
 	fs.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "the engine's base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_UPSTREAM]")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address clients connect to, host:port (0.0.0.0:8080 for other machines) [TOKENTAP_LISTEN]")
 	fs.StringVar(&cfg.Admin, "admin", cfg.Admin, "address of /metrics and /stats; empty turns it off [TOKENTAP_ADMIN]")
@@ -160,7 +160,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) to serve clients over HTTPS, with --tls-key; for a proxy clients reach over a network [TOKENTAP_TLS_CERT]")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key of --tls-cert [TOKENTAP_TLS_KEY]")
 	cfg.LogFlags.register(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := fs.parse(args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -184,6 +184,12 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
 		return 2
 	}
+	upstream, err := targetURL(cfg.Upstream, fs.source("upstream"))
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
+		return exitUsage
+	}
+	cfg.Upstream = upstream
 	log, err := cfg.LogFlags.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
@@ -262,6 +268,16 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	log.Info().Str("listen", url).Str("upstream", cfg.Upstream).Str("admin", adminURL).Msg("proxy serving")
 	fmt.Fprintf(stderr, "tokentap proxy: %s -> %s (metrics: %s/metrics, stats: %s/stats)\n", url, cfg.Upstream, adminURL, adminURL)
 	fmt.Fprintln(stdout, url)
+	// Serve whatever the engine's state, but say what it is.
+	var listErr *proxy.ListError
+	switch models, err := p.WatchModels(ctx, 5*time.Minute); {
+	case errors.As(err, &listErr):
+		fmt.Fprintf(stderr, "tokentap proxy: the upstream %s answers, but not with its models (%v); metrics label requests by the model clients name (at most 100) until it lists them\n", cfg.Upstream, err)
+	case err != nil:
+		fmt.Fprintf(stderr, "tokentap proxy: the upstream %s does not answer (%v); serving anyway: requests fail until it does\n", cfg.Upstream, err)
+	default:
+		fmt.Fprintf(stderr, "tokentap proxy: the upstream serves %s; metrics label requests by these models, others as \"other\"\n", strings.Join(models, ", "))
+	}
 
 	code := 0
 	select {
@@ -274,10 +290,29 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if n := p.Open(); n > 0 {
+		// Streams still open get a moment to finish; say so, and let a
+		// second Ctrl-C cut them at once.
+		fmt.Fprintf(stderr, "tokentap proxy: stopping: waiting up to 5 s for %d open requests to finish (Ctrl-C again cuts them now)\n", n)
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		go func() {
+			select {
+			case <-again:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
 	if admin != nil {
 		_ = admin.Shutdown(sctx)
 	}
-	if err := p.Close(sctx); err != nil {
+	switch err := p.Close(sctx); {
+	case errors.Is(err, context.Canceled):
+		// A second Ctrl-C: the open requests were cut, as asked.
+		fmt.Fprintf(stderr, "tokentap proxy: stopped at once; the open requests were cut\n")
+	case err != nil:
 		fmt.Fprintf(stderr, "tokentap proxy: shutting down: %v\n", err)
 		code = 1
 	}

@@ -39,7 +39,7 @@ func TestProxyFlagErrors(t *testing.T) {
 		want string
 	}{
 		{"no upstream", nil, nil, "--upstream is required"},
-		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, "not an http(s)://host:port URL"},
+		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, "is not an http(s) URL of an engine"},
 		{"bad size flag", []string{"--upstream", "http://127.0.0.1:1", "--max-body-size", "huge"}, nil, "size \"huge\""},
 		{"bad size env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_MAX_BODY_SIZE": "huge"}, "TOKENTAP_MAX_BODY_SIZE"},
 		{"negative procs", []string{"--upstream", "http://127.0.0.1:1", "--procs", "-1"}, nil, "--procs -1"},

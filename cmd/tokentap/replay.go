@@ -15,6 +15,7 @@ import (
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
 )
 
 type replayFlags struct {
@@ -26,6 +27,8 @@ type replayFlags struct {
 	Out         string        `env:"OUT"`
 	Records     string        `env:"RECORDS"`
 	Format      string        `env:"FORMAT" envDefault:"text"`
+	Percentiles string        `env:"PERCENTILES" envDefault:"50,90,99"`
+	AllowFailed bool          `env:"ALLOW_FAILED"`
 	Salt        string        `env:"SALT"`
 	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
 	SLO         string        `env:"SLO"`
@@ -34,8 +37,12 @@ type replayFlags struct {
 
 const replaySummary = `Replay a proxy capture (JSONL records, e.g. from tokentap proxy --capture) against an
 engine: every request is sent again with the same shape (prompt length, max_tokens,
-streaming, API) at its original arrival time divided by --speed (open loop), and the
-replay reports TTFT, time between tokens and throughput.
+streaming, API) at its original arrival time divided by --speed (open loop), and as it
+went: a request its client cancelled is cancelled after as many tokens (or as long a
+wait) as in the capture, and a request the engine refused is sent as it was (its
+captured body with --capture-prompts, else its captured model). The summary puts the
+captured and replayed TTFT, time between tokens, end to end and throughput side by side
+with their ratio.
 
 Usage: tokentap replay --target URL [flags] capture.jsonl`
 
@@ -45,9 +52,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
 		return 2
 	}
-	fs := newFlagSet("replay", replaySummary, stderr)
+	fs := newCLI("replay", replaySummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_TARGET]")
-	fs.StringVar(&f.Model, "model", f.Model, "model to request instead of the captured one; empty: the engine's first model [TOKENTAP_MODEL]")
+	fs.StringVar(&f.Model, "model", f.Model, "model to request instead of the captured one (refused requests keep theirs); empty: the captured model where the engine lists it, else the engine's first [TOKENTAP_MODEL]")
 	// The key from the environment is not the flag's default: --help would print it.
 	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
 	fs.StringVar(&f.API, "api", f.API, "send every request to this API (chat or completions) instead of the captured one [TOKENTAP_API]")
@@ -56,32 +63,42 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Out, "out", f.Out, "write the summary here as JSON [TOKENTAP_OUT]")
 	fs.StringVar(&f.Records, "records", f.Records, "write the replayed requests' records here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "summary format on stdout: text or json [TOKENTAP_FORMAT]")
+	fs.StringVar(&f.Percentiles, "percentiles", f.Percentiles, "percentiles the summary shows, e.g. 50,90,99,99.9 [TOKENTAP_PERCENTILES]")
+	fs.BoolVar(&f.AllowFailed, "allow-failed", f.AllowFailed, "exit 0 even when more requests failed than in the capture (default: exit 3) [TOKENTAP_ALLOW_FAILED]")
 	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run) [TOKENTAP_SALT]")
 	fs.StringVar(&f.SLO, "slo", f.SLO, sloHelp)
 	f.LogFlags.register(fs)
 	// Accept the capture file before or after the flags.
-	files, code, done := parseArgs(fs, args)
+	files, code, done := fs.parseArgs(args)
 	if done {
 		return code
 	}
 	if *apiKey != "" {
 		f.APIKey = *apiKey
 	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "tokentap replay: "+format+"\n", a...)
+		return code
+	}
 	if len(files) != 1 {
-		fmt.Fprintf(stderr, "tokentap replay: want exactly one capture file, got %d (usage: tokentap replay --target URL capture.jsonl)\n", len(files))
-		return 2
+		return fail(exitUsage, "want exactly one capture file, got %d (usage: tokentap replay --target URL capture.jsonl)", len(files))
 	}
 	if f.Target == "" {
-		fmt.Fprintln(stderr, "tokentap replay: --target is required (the engine to replay the capture against)")
-		return 2
+		return fail(exitUsage, "--target is required (the engine to replay the capture against)")
+	}
+	var err error
+	if f.Target, err = targetURL(f.Target, fs.source("target")); err != nil {
+		return fail(exitUsage, "%v", err)
 	}
 	if f.Speed <= 0 {
-		fmt.Fprintf(stderr, "tokentap replay: --speed %v: want a positive factor\n", f.Speed)
-		return 2
+		return fail(exitUsage, "%s %v: want a positive factor", fs.source("speed"), f.Speed)
 	}
 	if f.Format != "text" && f.Format != "json" {
-		fmt.Fprintf(stderr, "tokentap replay: --format %q: use text or json\n", f.Format)
-		return 2
+		return fail(exitUsage, "%s %q: use text or json", fs.source("format"), f.Format)
+	}
+	percentiles, err := result.ParsePercentiles(f.Percentiles)
+	if err != nil {
+		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
 	}
 	var api record.API
 	switch f.API {
@@ -89,8 +106,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	case string(record.Chat), string(record.Completions):
 		api = record.API(f.API)
 	default:
-		fmt.Fprintf(stderr, "tokentap replay: --api %q: use chat or completions\n", f.API)
-		return 2
+		return fail(exitUsage, "%s %q: use chat or completions", fs.source("api"), f.API)
+	}
+	for _, o := range []struct{ path, flag string }{{f.Out, "out"}, {f.Records, "records"}} {
+		if o.path != "" {
+			if err := checkWritable(o.path); err != nil {
+				return fail(exitUsage, "%s %s: %v", fs.source(o.flag), o.path, err)
+			}
+		}
 	}
 	objectives, err := parseSLO(f.SLO)
 	if err != nil {
@@ -99,24 +122,20 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := f.logger(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 2
+		return fail(exitUsage, "%s: %v", fs.source("log-level"), err)
 	}
 
 	cf, err := os.Open(files[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 1
+		return fail(exitUsage, "%v", err)
 	}
 	capture, err := record.ReadAll(cf)
 	cf.Close()
 	if err != nil {
-		fmt.Fprintf(stderr, "tokentap replay: reading %s: %v\n", files[0], err)
-		return 1
+		return fail(exitUsage, "reading %s: %v (a capture is the JSONL file tokentap proxy --capture writes)", files[0], err)
 	}
 	if len(capture) == 0 {
-		fmt.Fprintf(stderr, "tokentap replay: %s holds no records\n", files[0])
-		return 1
+		return fail(exitUsage, "%s holds no records", files[0])
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -125,14 +144,15 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 
 	info, err := engines.Probe(ctx, engines.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: f.Model})
 	if err != nil {
-		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 1
+		if ctx.Err() != nil {
+			return fail(exitInterrupted, "interrupted before any request was sent")
+		}
+		return fail(exitEngine, "%v", err)
 	}
-	model := f.Model
-	if model == "" {
-		model = info.Model // the captured model may not exist on this engine
-	}
-	tgt := replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: model, API: api, IdleTimeout: idleTimeout(f.IdleTimeout)}
+	// The captured model may not exist on this engine: each request keeps
+	// its model where the engine lists it, else gets the engine's first
+	// (or --model for all).
+	tgt := replay.Target{BaseURL: f.Target, APIKey: f.APIKey, Model: f.Model, API: api, IdleTimeout: idleTimeout(f.IdleTimeout)}
 	salt := f.Salt
 	if salt == "" {
 		salt = prompts.NewSalt()
@@ -160,13 +180,15 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 
 	clock := record.NewClock()
 	recs, late, runErr := replay.RunCapture(ctx, replay.Capture{
-		Target: tgt, Clock: clock, Records: capture, Speed: f.Speed, Prompt: prompt, IgnoreEOS: true,
+		Target: tgt, Listed: info.Models, Fallback: info.Model, Clock: clock, Records: capture, Speed: f.Speed, Prompt: prompt, IgnoreEOS: true,
 	})
 	if recs == nil && runErr != nil {
-		fmt.Fprintf(stderr, "tokentap replay: %v\n", runErr)
-		return 1
+		if ctx.Err() != nil {
+			return fail(exitInterrupted, "%v", runErr)
+		}
+		return fail(exitError, "%v", runErr)
 	}
-	sum := replay.Summarize(recs)
+	sum := replay.SummarizeReplay(recs, capture, percentiles)
 	sum.Speed = f.Speed
 	sum.Engine = info.Kind
 	sum.Target = info.BaseURL
@@ -176,12 +198,12 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		sum.AddSLO(recs, objectives)
 	}
 
-	code = 0
+	code = exitOK
 	if runErr != nil {
 		fmt.Fprintf(stderr, "tokentap replay: stopped early (%v); the summary covers the %d requests sent\n", runErr, len(recs))
-		code = 130
+		code = exitInterrupted
 		if !errors.Is(runErr, context.Canceled) {
-			code = 1
+			code = exitError
 		}
 	}
 	if f.Records != "" {
@@ -203,6 +225,16 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		_ = enc.Encode(sum)
 	} else {
 		sum.WriteText(stdout)
+	}
+	// Requests the engine refused in the capture are sent as they were and
+	// may fail again; more failures than captured is a broken replay.
+	if extra := sum.Failed - sum.Captured.Failed; extra > 0 && code == exitOK {
+		if f.AllowFailed {
+			fmt.Fprintf(stderr, "tokentap replay: %d more requests failed than in the capture; exit 0 (--allow-failed).\n", extra)
+		} else {
+			fmt.Fprintf(stderr, "tokentap replay: %d more requests failed than in the capture (%d against %d); exit %d. Give --allow-failed to accept that.\n", extra, sum.Failed, sum.Captured.Failed, exitFailed)
+			code = exitFailed
+		}
 	}
 	return code
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,22 +11,29 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/report"
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/traffic"
 )
 
 // reportConfig holds the report command's settings.
 type reportConfig struct {
-	Format string `env:"REPORT_FORMAT"`
-	Output string `env:"REPORT_OUTPUT"`
+	Format      string `env:"REPORT_FORMAT"`
+	Output      string `env:"REPORT_OUTPUT"`
+	Percentiles string `env:"REPORT_PERCENTILES"`
 }
 
 const reportSummary = `Render a run's result document (the JSON a matrix run writes) as text, Markdown, CSV,
 JSON or a self-contained HTML page; give two documents to compare them cell by cell.
+Given a proxy capture (the JSONL tokentap proxy --capture writes), it renders a traffic
+summary: requests by model and outcome, tokens per second, and TTFT, time between tokens
+and end-to-end percentiles.
 
   tokentap report run.json
   tokentap report run.json --format html -o run.html
   tokentap report before.json after.json --format md
+  tokentap report traffic.jsonl
 
 Without --format the format follows the -o file's extension (.txt .md .csv .json .html),
 else text.`
@@ -35,11 +44,12 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
 		return 2
 	}
-	fset := newFlagSet("report", reportSummary, stderr)
+	fset := newCLI("report", reportSummary, stdout, stderr)
 	fset.StringVar(&cfg.Format, "format", cfg.Format, "text, md, csv, json or html [TOKENTAP_REPORT_FORMAT]")
 	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout [TOKENTAP_REPORT_OUTPUT]")
+	fset.StringVar(&cfg.Percentiles, "percentiles", cfg.Percentiles, "latency percentiles to show, e.g. 50,90,99,99.9 (default: the run's, else 50,90,99) [TOKENTAP_REPORT_PERCENTILES]")
 	// Flags may come before or after the file names.
-	files, code, done := parseArgs(fset, args)
+	files, code, done := fset.parseArgs(args)
 	if done {
 		return code
 	}
@@ -55,40 +65,126 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 			format = "text"
 		}
 	}
+	// Check what can be checked before reading anything.
+	if err := checkFormat(format, fset.source("format"), false); err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
+		return exitUsage
+	}
+	var opts report.Options
+	if cfg.Percentiles != "" {
+		ps, err := result.ParsePercentiles(cfg.Percentiles)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %s %v\n", fset.source("percentiles"), err)
+			return exitUsage
+		}
+		opts.Percentiles = ps
+	}
+	if cfg.Output != "" && cfg.Output != "-" {
+		if err := checkWritable(cfg.Output); err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %s %s: %v\n", fset.source("o"), cfg.Output, err)
+			return exitUsage
+		}
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(stderr, "tokentap report: %s does not exist: give the result file a matrix run wrote, or a proxy capture\n", f)
+			return exitUsage
+		}
+	}
+	if isCapture(files[0]) || (len(files) == 2 && isCapture(files[1])) {
+		if len(files) == 2 {
+			fmt.Fprintf(stderr, "tokentap report: %s is a proxy capture: a capture is summarised alone; comparing takes two result files\n", files[0])
+			return exitUsage
+		}
+		return reportCapture(files[0], format, opts, cfg.Output, stdout, stderr)
+	}
 	var docs []*result.Result
 	for _, f := range files {
 		r, err := result.ReadFile(f)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				fmt.Fprintf(stderr, "tokentap report: %s does not exist: give the result file a matrix run wrote\n", f)
-			} else {
-				fmt.Fprintf(stderr, "tokentap report: cannot use %v\n", err)
-			}
-			return 1
+			fmt.Fprintf(stderr, "tokentap report: cannot use %v\n", err)
+			return exitUsage
 		}
 		docs = append(docs, r)
 	}
 	var buf bytes.Buffer
 	var err error
 	if len(docs) == 1 {
-		err = report.Render(&buf, docs[0], format)
+		err = report.RenderWith(&buf, docs[0], format, opts)
 	} else {
 		err = report.CompareLabeled(&buf, docs[0], docs[1], filepath.Base(files[0]), filepath.Base(files[1]), format)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
-		return 2
+		return exitUsage
 	}
-	if cfg.Output == "" || cfg.Output == "-" {
-		if _, err := stdout.Write(buf.Bytes()); err != nil {
+	return writeReport(buf.Bytes(), cfg.Output, stdout, stderr)
+}
+
+// writeReport writes a rendered report to stdout, or to output.
+func writeReport(b []byte, output string, stdout, stderr io.Writer) int {
+	if output == "" || output == "-" {
+		if _, err := stdout.Write(b); err != nil {
 			fmt.Fprintf(stderr, "tokentap report: writing the report: %v\n", err)
-			return 1
+			return exitError
 		}
-		return 0
+		return exitOK
 	}
-	if err := os.WriteFile(cfg.Output, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(output, b, 0o644); err != nil {
 		fmt.Fprintf(stderr, "tokentap report: cannot write the report: %v\n", err)
-		return 1
+		return exitError
 	}
-	return 0
+	return exitOK
+}
+
+// isCapture reports whether path holds JSONL records (a proxy capture, a
+// replay's --records) rather than a result document: its first line is a
+// JSON object with a record's fields.
+func isCapture(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 64<<20) // a record of a long stream is a long line
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var probe map[string]json.RawMessage
+		if json.Unmarshal(line, &probe) != nil {
+			return false
+		}
+		_, sent := probe["sent_ns"]
+		_, v := probe["v"]
+		return sent && v
+	}
+	return false
+}
+
+// reportCapture renders the traffic summary of a capture.
+func reportCapture(path, format string, o report.Options, output string, stdout, stderr io.Writer) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
+		return exitUsage
+	}
+	recs, err := record.ReadAll(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %s: %v (after %d good records)\n", path, err, len(recs))
+		return exitUsage
+	}
+	if len(recs) == 0 {
+		fmt.Fprintf(stderr, "tokentap report: %s holds no records\n", path)
+		return exitUsage
+	}
+	var buf bytes.Buffer
+	if err := report.RenderTraffic(&buf, traffic.Summarize(recs, o.Percentiles), format, filepath.Base(path)); err != nil {
+		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
+		return exitUsage
+	}
+	return writeReport(buf.Bytes(), output, stdout, stderr)
 }

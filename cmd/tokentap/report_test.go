@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
 )
 
 const seedDoc = "../../report/testdata/seed-002.json"
@@ -35,10 +39,10 @@ func TestReportCommand(t *testing.T) {
 		{name: "compare", args: []string{seedDoc, "../../report/testdata/seed-003.json"}, stdout: "A = seed-002.json"},
 		{name: "no file", args: nil, code: 2, stderr: "give one result file"},
 		{name: "three files", args: []string{seedDoc, seedDoc, seedDoc}, code: 2, stderr: "(got 3)"},
-		{name: "missing file", args: []string{filepath.Join(dir, "nope.json")}, code: 1, stderr: "nope.json does not exist"},
-		{name: "invalid file", args: []string{bad}, code: 1, stderr: "not a tokentap result document"},
+		{name: "missing file", args: []string{filepath.Join(dir, "nope.json")}, code: 2, stderr: "nope.json does not exist"},
+		{name: "invalid file", args: []string{bad}, code: 2, stderr: "not a tokentap result document"},
 		{name: "unknown format", args: []string{"--format", "pdf", seedDoc}, code: 2, stderr: `unknown report format "pdf"`},
-		{name: "bad flag", args: []string{"--bogus", seedDoc}, code: 2, stderr: "flag provided but not defined"},
+		{name: "bad flag", args: []string{"--bogus", seedDoc}, code: 2, stderr: "unknown flag --bogus"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,5 +68,47 @@ func TestReportCommand(t *testing.T) {
 	b, err := os.ReadFile(out)
 	if err != nil || !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) {
 		t.Errorf("-o run.html: %v, starts %.40q", err, b)
+	}
+}
+
+// TestReportCapture: tokentap report takes a proxy capture (it failed with
+// "cannot unmarshal string into … result.Model") and renders its traffic.
+func TestReportCapture(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "capture.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := record.NewWriter(f)
+	for i := range 3 {
+		r := record.Record{ID: fmt.Sprint(i), Model: "demo", Stream: true, Sent: time.Duration(i) * time.Second, Outcome: record.OK, PromptTokens: 9}
+		for j := range 8 {
+			r.AddEvent(r.Sent+30*time.Millisecond+time.Duration(j)*5*time.Millisecond, 1)
+		}
+		r.End = r.Sent + 70*time.Millisecond
+		if err := w.Write(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	f.Close()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{path}, "TTFT"},
+		{[]string{path, "--format", "md"}, "## Requests by model and outcome"},
+		{[]string{path, "--format", "csv", "--percentiles", "50,99.9"}, "ttft_p99.9_ms"},
+		{[]string{"--format", "json", path}, `"output_tokens": 24`},
+	} {
+		var so, se bytes.Buffer
+		if code := run(append([]string{"report"}, tt.args...), &so, &se); code != 0 || !strings.Contains(so.String(), tt.want) {
+			t.Errorf("report %v: exit %d, stderr %q; stdout lacks %q:\n%.600s", tt.args, code, se.String(), tt.want, so.String())
+		}
+	}
+	var so, se bytes.Buffer
+	if code := run([]string{"report", path, seedDoc}, &so, &se); code != 2 || !strings.Contains(se.String(), "summarised alone") {
+		t.Errorf("comparing a capture: exit %d, %q", code, se.String())
 	}
 }

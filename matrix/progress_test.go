@@ -1,0 +1,88 @@
+package matrix
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+// TestProgressCountsPrefillAndWarmup: the estimate of the time left covers
+// the cold prefill rows, each row's cold request and each cell's warm-up,
+// not only the windows (it said "left ~0:16" for a run that took 0:38),
+// and it follows the prefills measured.
+func TestProgressCountsPrefillAndWarmup(t *testing.T) {
+	p := makePlan([]int{0, 32 * k}, []int{1, 4}, nil, []int{8 * k, 32 * k}, 256, 262144, 0, 0)
+	steps := p.steps(2*time.Second, func(n int) int { return n })
+	kinds := map[int]int{}
+	for _, s := range steps {
+		kinds[s.kind]++
+	}
+	if kinds[stepPrefill] != 1 || kinds[stepRowCold] != 2 || kinds[stepWarm] != 4 || kinds[stepWindow] != 4 {
+		t.Fatalf("steps %v; want the 8K cold prefill, 2 row starts, 4 warm-ups, 4 windows", kinds)
+	}
+	// 32K × 4 warms the 3 prompts 32K × 1 did not.
+	for _, s := range steps {
+		if s.kind == stepWarm && s.context == 32*k && s.col.N == 4 && s.prompts != 3 {
+			t.Errorf("32K × 4 warms %d new prompts, want 3", s.prompts)
+		}
+	}
+	var e eta
+	e.add(8*k, 828*time.Millisecond) // seed 000's 8K prefill
+	e.add(16*k, 2303*time.Millisecond)
+	if got := e.prefill(32 * k); got < 5*time.Second || got > 8*time.Second {
+		t.Errorf("32K prefill estimated %v from 8K and 16K; seed 000 measured 7.3 s", got)
+	}
+	if got := e.prefill(12 * k); got < 828*time.Millisecond || got > 2303*time.Millisecond {
+		t.Errorf("12K prefill %v not between 8K's and 16K's", got)
+	}
+	windows := 4 * 2 * time.Second
+	var total time.Duration
+	for _, s := range steps {
+		total += e.estimate(s)
+	}
+	// 32K: the row's cold request, then 3 more prompts for N=4: ~4 × 6 s.
+	if total < windows+20*time.Second {
+		t.Errorf("estimate %v: the 32K prefills are missing (windows alone are %v)", total, windows)
+	}
+}
+
+// TestProgressMovesDuringSteps: the time left counts down during a long
+// prefill, steps are named by context and N (not "C="), and the plain
+// display says which step runs.
+func TestProgressMovesDuringSteps(t *testing.T) {
+	plan := makePlan([]int{32 * k}, []int{1}, nil, nil, 256, 262144, 0, 0)
+	var out bytes.Buffer
+	clock := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	p := &progress{w: &out, now: func() time.Time { return clock }, steps: plan.steps(10*time.Second, func(n int) int { return n }), cur: -1,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	p.start = clock
+	p.cellsAll = 1
+	p.eta.add(8*k, time.Second)
+	p.begin(stepRowCold, 32*k, result.Column{}, "cold prefill, context 32K (the row's first warm-up)")
+	p.mu.Lock()
+	left0, _ := p.left(clock)
+	clock = clock.Add(3 * time.Second)
+	left3, _ := p.left(clock)
+	p.mu.Unlock()
+	if left0 < 10*time.Second+5*time.Second || left3 != left0-3*time.Second {
+		t.Errorf("left %v at the prefill's start, %v 3 s into it; want the 32K prefill (~8 s) and the window, counting down", left0, left3)
+	}
+	p.begin(stepWindow, 32*k, result.Column{N: 1}, cellLabel(32*k, result.Column{N: 1}))
+	p.cellDone(32*k, result.Column{N: 1}, cellLabel(32*k, result.Column{N: 1}), "Valid")
+	p.mu.Lock()
+	left, _ := p.left(clock)
+	p.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%v left after the last cell", left)
+	}
+	s := out.String()
+	if !strings.Contains(s, "cold prefill, context 32K") || !strings.Contains(s, "decode context 32K, N=1") || strings.Contains(s, "C=") {
+		t.Errorf("progress lines:\n%s", s)
+	}
+	if got := cellLabel(0, result.Column{Rate: 2.5}); got != "decode context 0, 2.5 requests/s" {
+		t.Errorf("rate cell label %q", got)
+	}
+}

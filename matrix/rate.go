@@ -1,0 +1,203 @@
+package matrix
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/prompts"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+)
+
+// Arrival-rate cells (METHOD §3): in place of N requests kept in flight,
+// requests arrive at random (Poisson) times at a rate per second, open
+// loop, each with a prompt no request sent before, for the window; the
+// requests still running when it closes get as long again to end.
+
+// rateSlot is the first prompt slot of the k-th rate cell of a row: every
+// request of a run's rate cells has a prompt of its own, cold.
+func rateSlot(k int) int { return (2 + k) << 20 }
+
+// rateRow runs the arrival-rate cells of context c: slot 0's prompt sent
+// alone and cold first (the row's prefill measurement, as in a closed
+// row), then each rate for one window.
+func (r *runner) rateRow(ctx context.Context, c int, rates []float64) error {
+	cols := make([]result.Column, len(rates))
+	for i, rate := range rates {
+		cols[i] = result.Column{Rate: rate}
+	}
+	rw, ok, err := r.rowStart(ctx, c, 1, cols)
+	if err != nil || !ok {
+		return err
+	}
+	for k, rate := range rates {
+		col := cols[k]
+		if r.rateRefused[c] > 0 && rate >= r.rateRefused[c] {
+			r.skip(c, col, result.OverCapacity, fmt.Sprintf("the engine already refused requests of this context at %s requests/s", strconv.FormatFloat(r.rateRefused[c], 'f', -1, 64)))
+			continue
+		}
+		if err := r.rateCell(ctx, rw, k, rate); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rateSeed makes a cell's arrival schedule reproducible for a run (its
+// salt) and distinct between cells.
+func (r *runner) rateSeed(c int, rate float64) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%d|%g", r.build.Salt(), c, rate)
+	return h.Sum64()
+}
+
+// rateCell runs arrival-rate cell (rw.c, rate), the k-th of its row.
+func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) error {
+	c := rw.c
+	col := result.Column{Rate: rate}
+	label := cellLabel(c, col)
+	win := r.sc.Window
+	at := replay.PoissonArrivals(rate, win, r.rateSeed(c, rate))
+	if len(at) == 0 {
+		r.skip(c, col, result.Failed, fmt.Sprintf("%s requests/s over a %s window is no request: raise the rate or the window", strconv.FormatFloat(rate, 'f', -1, 64), win))
+		return nil
+	}
+	r.prog.begin(stepPrompts, c, col, fmt.Sprintf("prompts for context %s, %d requests", TokenLabel(c), len(at)))
+	if err := r.primeEstimate(ctx, c); err != nil {
+		return err
+	}
+	ps, err := r.build.PromptsFrom(ctx, c, rateSlot(k), len(at))
+	var capped *prompts.CappedError
+	if errors.As(err, &capped) {
+		r.skip(c, col, result.Failed, r.cutShort(c, capped.Target, capped.Max))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("build the %d cold %s-token prompts of %s requests/s: %w", len(at), TokenLabel(c), strconv.FormatFloat(rate, 'f', -1, 64), err)
+	}
+	bodies := make([]replay.Body, len(ps))
+	for i := range ps {
+		if bodies[i], _, err = r.bodies(ps[i]); err != nil {
+			return err
+		}
+		ps[i].Text = ""
+	}
+
+	r.prog.begin(stepWindow, c, col, label)
+	r.drain(ctx)
+	// The gauges are read over the window only: the grace after it is
+	// for the stragglers' latencies, not the cell's load.
+	wctx, cancel := context.WithTimeout(ctx, win)
+	defer cancel()
+	smp := &sampler{maxWaiting: -1}
+	scrapeDone := make(chan struct{})
+	go func() {
+		defer close(scrapeDone)
+		smp.run(wctx, r.info, r.cfg.LoadEvery)
+	}()
+	run := replay.RunOpen(ctx, replay.Open{
+		Target: r.tgt, Clock: r.clock, Bodies: bodies, At: at, MaxTokens: r.sc.MaxOutput, Stream: true,
+		Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Grace: win, StopOnFailure: true, Tokens: r.prog.counter(),
+	})
+	cancel()
+	<-scrapeDone
+	recs := run.Records
+	r.emit(recs)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	w := cell.Window{Start: run.Start, End: run.End}
+	figs := cell.Decode(recs, w)
+	rateFigures(&figs, recs, w)
+	smp.mu.Lock()
+	// N 0: an open loop has no N to hold decoding at once; queueing is the
+	// waiting gauge's to say (none: not judged).
+	j := cell.Judge{N: 0, MaxWaiting: smp.maxWaiting, AvgRunning: -1}
+	if smp.samples > 0 {
+		j.AvgRunning = smp.running / float64(smp.samples)
+	}
+	smp.mu.Unlock()
+	r.judgeRecords(&j, recs, w, bodies)
+	out := r.res.CellAt(c, col)
+	out.Status = cell.Status(figs, j)
+	out.TTFTKind = result.TTFTCold
+	figs.Fill(out, j)
+	if secs := w.Len().Seconds(); secs > 0 {
+		out.AchievedRate = float64(figs.Sent) / secs
+	}
+	out.PeakInFlight, out.AvgInFlight = inFlight(recs, w)
+	if out.Status == result.OverCapacity {
+		if cur, ok := r.rateRefused[c]; !ok || rate < cur {
+			r.rateRefused[c] = rate
+		}
+	}
+	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
+	if out.Status.ShowsFigures() {
+		summary = fmt.Sprintf("%-16s %8.1f tok/s  %.2f req/s  TTFT %.0f ms  TBT %.1f ms  in flight ≤%d", out.Status.Label(),
+			out.TotalTokPerSec, out.AchievedRate, out.TTFTms, out.TBTms, out.PeakInFlight)
+	}
+	r.prog.cellDone(c, col, label, summary)
+	if r.cfg.OnCell != nil {
+		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: j.MaxWaiting})
+	}
+	return nil
+}
+
+// rateFigures puts an arrival-rate cell's own definitions over the
+// closed-loop ones cell.Decode gave: end to end and completed count every
+// request sent in the window that completed, in the window or in the grace
+// after it (an open loop's requests are not cut at the window's end to
+// make room for the next).
+func rateFigures(f *cell.Figures, recs []record.Record, w cell.Window) {
+	f.Hist.E2E.Reset()
+	f.Completed = 0
+	for i := range recs {
+		r := &recs[i]
+		if w.Contains(r.Sent) && r.Outcome == record.OK {
+			f.Completed++
+			f.Hist.RecordE2E(r.End - r.Sent)
+		}
+	}
+}
+
+// inFlight is the concurrency an open loop reached in window w: the most
+// requests in flight (sent, not ended) at one instant, and their
+// time-average.
+func inFlight(recs []record.Record, w cell.Window) (peak int, avg float64) {
+	type edge struct {
+		at time.Duration
+		d  int
+	}
+	var edges []edge
+	var sum time.Duration
+	for i := range recs {
+		from, to := max(recs[i].Sent, w.Start), min(recs[i].End, w.End)
+		if recs[i].End < recs[i].Sent {
+			to = w.End // still running (no end recorded)
+		}
+		if to <= from {
+			continue
+		}
+		sum += to - from
+		edges = append(edges, edge{from, +1}, edge{to, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.d, b.d)) })
+	cur := 0
+	for _, e := range edges {
+		cur += e.d
+		peak = max(peak, cur)
+	}
+	if secs := w.Len().Seconds(); secs > 0 {
+		avg = math.Round(sum.Seconds()/secs*100) / 100
+	}
+	return peak, avg
+}

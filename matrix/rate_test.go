@@ -1,0 +1,75 @@
+package matrix
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
+)
+
+// TestArrivalRate runs arrival-rate cells against the fake engine: each
+// sends the rate asked for (Poisson arrivals, open loop) with prompts no
+// request sent before, and reports the rate it achieved, the concurrency
+// it reached, and TTFT (cold), TBT and end-to-end latencies of its
+// requests; more arrivals than the engine runs at once wait in its queue,
+// which its waiting gauge shows: Requests queued.
+func TestArrivalRate(t *testing.T) {
+	m := quickModel()
+	m.MaxRunning = 3
+	m.KVCapacity = 65536
+	eng := fixtures.StartTest(t, m)
+	sc := scenarios.Scenario{Name: "rate", Contexts: []int{0, 1024}, Rates: []float64{2, 20}, Window: 1500 * time.Millisecond, MaxOutput: 12, API: "chat"}
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Settings.Concurrency) != 0 || len(res.Settings.Rates) != 2 || !strings.Contains(res.Settings.DecodeTest, "Poisson") {
+		t.Errorf("settings %+v", res.Settings)
+	}
+	if len(res.Decode) != 4 {
+		t.Fatalf("%d cells, want 4", len(res.Decode))
+	}
+	for _, c := range res.Decode {
+		name := TokenLabel(c.Context) + " × " + ColumnLabel(c)
+		if c.Concurrency != 0 || c.Rate == 0 || !c.Measured || c.TTFTKind != result.TTFTCold {
+			t.Errorf("%s: %+v", name, c)
+			continue
+		}
+		want := result.Valid
+		if c.Rate == 20 {
+			want = result.RequestsQueued // 20 requests/s of ~250 ms each want 5 at once; the fake runs 3
+		}
+		// (2/s sends 3 requests: never more than the fake runs at once.)
+		if c.Status != want {
+			t.Errorf("%s: %s (%s), want %s", name, c.Status, c.Reason, want)
+		}
+		if c.AchievedRate < 0.9*c.Rate || c.AchievedRate > 1.05*c.Rate {
+			t.Errorf("%s: achieved %.2f requests/s", name, c.AchievedRate)
+		}
+		// The 2/s cells' requests all end within the window and its grace;
+		// at 20/s the engine falls behind, and what is left at the grace's
+		// end is cancelled.
+		sent := int(c.Rate * 1.5)
+		if c.PeakInFlight < 1 || c.AvgInFlight <= 0 || c.Completed > sent || (c.Rate == 2 && c.Completed < sent) || c.Completed == 0 {
+			t.Errorf("%s: in flight peak %d avg %.2f, completed %d", name, c.PeakInFlight, c.AvgInFlight, c.Completed)
+		}
+		if p := c.Percentiles; p == nil || p.TTFTms == nil || p.E2Ems == nil || p.TBTms == nil || int(p.E2Ems.N) != c.Completed {
+			t.Errorf("%s: percentiles %+v, completed %d", name, p, c.Completed)
+		}
+		if c.Context == 1024 && (c.Cache == nil || c.Cache.HitRate > 0.1) {
+			t.Errorf("%s: prefix cache %+v; an arrival-rate cell's prompts are cold", name, c.Cache)
+		}
+	}
+	if a, b := res.CellAt(0, result.Column{Rate: 2}), res.CellAt(0, result.Column{Rate: 20}); a.PeakInFlight >= b.PeakInFlight {
+		t.Errorf("peak in flight %d at 2/s, %d at 20/s: a higher rate reached no more concurrency", a.PeakInFlight, b.PeakInFlight)
+	}
+	if err := schematest.Result(res); err != nil {
+		t.Errorf("the rate run's result does not match schema.json: %v", err)
+	}
+}

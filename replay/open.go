@@ -1,0 +1,281 @@
+package replay
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokentap/tokentap/record"
+)
+
+// Open configures an open loop: request i is sent at offset At[i] from the
+// loop's start, whatever is still running (arrivals do not wait for
+// answers, as in vllm bench serve --request-rate), each on a connection of
+// its own while it runs.
+type Open struct {
+	Target Target
+	Clock  record.Clock
+	// Bodies[i] is sent at At[i] (ascending offsets).
+	Bodies []Body
+	At     []time.Duration
+	// MaxTokens and Stream describe what the bodies ask for; they are
+	// copied into every record.
+	MaxTokens int
+	Stream    bool
+	// Tag labels every record; IDs numbers them (nil: from 1).
+	Tag string
+	IDs *atomic.Int64
+	// Window ends the sending: no request is sent at or after it. Requests
+	// still running then get Grace more to end (their latencies count),
+	// and are cancelled after it.
+	Window, Grace time.Duration
+	// StopOnFailure ends the loop at the first failed request: what still
+	// runs is cancelled and nothing more is sent.
+	StopOnFailure bool
+	// Tokens, when set, counts tokens as they arrive (live progress).
+	Tokens *atomic.Int64
+}
+
+// OpenRun is what an open loop did.
+type OpenRun struct {
+	// Records of the requests sent, in send order.
+	Records []record.Record
+	// Start is the loop's start (offset 0 of At), End the window's end
+	// (or when a failure stopped it), on the run clock.
+	Start, End time.Duration
+	// Late is how far behind their times the requests were sent.
+	Late Late
+	// Failed is true when a request failed.
+	Failed bool
+}
+
+// PoissonArrivals returns the arrival offsets of requests at rate per
+// second over window w: a Poisson process conditioned on its count, the
+// expected round(rate × w) arrivals drawn uniformly over the window and
+// sorted. Given its count, a Poisson process's arrival times are exactly
+// such order statistics, so the gaps are as random as a Poisson process's
+// (exponential, in the limit) while the count, and so the achieved rate,
+// is the one asked for rather than off by ±√(rate × w). seed makes the
+// schedule reproducible.
+func PoissonArrivals(rate float64, w time.Duration, seed uint64) []time.Duration {
+	n := int(math.Round(rate * w.Seconds()))
+	if n < 1 || w <= 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	at := make([]time.Duration, n)
+	for i := range at {
+		at[i] = time.Duration(rng.Int64N(int64(w)))
+	}
+	slices.Sort(at)
+	return at
+}
+
+// RunOpen runs the open loop. A cancelled ctx cancels everything and
+// returns the records so far.
+func RunOpen(ctx context.Context, cfg Open) OpenRun {
+	ids := cfg.IDs
+	if ids == nil {
+		ids = new(atomic.Int64)
+	}
+	jobs := make([]openJob, 0, len(cfg.At))
+	for i, at := range cfg.At {
+		if i >= len(cfg.Bodies) || (cfg.Window > 0 && at >= cfg.Window) {
+			break
+		}
+		jobs = append(jobs, openJob{at: at, target: cfg.Target, body: cfg.Bodies[i],
+			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: cfg.MaxTokens, Stream: cfg.Stream}})
+	}
+	res := runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure,
+		tokens: cfg.Tokens, dial: min(len(jobs), 16)})
+	return OpenRun{Records: res.recs, Start: res.start, End: res.end, Late: res.late, Failed: res.failed}
+}
+
+// openJob is one request of an open loop.
+type openJob struct {
+	at     time.Duration // offset from the loop's start
+	target Target
+	body   Body
+	rec    record.Record
+	// stopAfter tokens, or after stopIn when none came: where a replayed
+	// request's client cancelled.
+	stopAfter int
+	stopIn    time.Duration
+}
+
+type openOpts struct {
+	window, grace time.Duration // window 0: no window (send every job, wait for all)
+	stopOnFailure bool
+	tokens        *atomic.Int64
+	dial          int // connections to dial before the start
+}
+
+type openResult struct {
+	recs       []record.Record
+	start, end time.Duration
+	late       Late
+	failed     bool
+	err        error
+}
+
+// runOpen sends each job at its offset from the start on a connection of
+// its own (idle ones are reused, per target) and waits for them all.
+func runOpen(parent context.Context, clock record.Clock, jobs []openJob, o openOpts) openResult {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	var (
+		poolMu sync.Mutex
+		pool   = map[Target][]*Conn{}
+	)
+	get := func(t Target) *Conn {
+		poolMu.Lock()
+		defer poolMu.Unlock()
+		if p := pool[t]; len(p) > 0 {
+			c := p[len(p)-1]
+			pool[t] = p[:len(p)-1]
+			return c
+		}
+		c := NewConn(t, clock)
+		c.Tokens = o.tokens
+		return c
+	}
+	put := func(t Target, c *Conn) {
+		poolMu.Lock()
+		pool[t] = append(pool[t], c)
+		poolMu.Unlock()
+	}
+	defer func() {
+		for _, p := range pool {
+			for _, c := range p {
+				c.Close()
+			}
+		}
+	}()
+	// Connections first, so the first arrivals measure requests, not TCP
+	// set-up.
+	if o.dial > 0 && len(jobs) > 0 {
+		var wg sync.WaitGroup
+		conns := make([]*Conn, o.dial)
+		for i := range conns {
+			conns[i] = get(jobs[0].target)
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = conns[i].Dial(ctx) }()
+		}
+		wg.Wait()
+		for _, c := range conns {
+			put(jobs[0].target, c)
+		}
+	}
+
+	var (
+		wg       sync.WaitGroup
+		failed   atomic.Bool
+		stopped  atomic.Int64 // the failure's end + 1, once it stopped the loop
+		lates    = make([]time.Duration, 0, len(jobs))
+		sent     = 0
+		stopSend = make(chan struct{})
+		stopOnce sync.Once
+		err      error
+	)
+	start := clock.Now()
+	if o.window > 0 && o.grace >= 0 {
+		t := time.AfterFunc(o.window+o.grace, cancel) // what runs after the grace is cancelled
+		defer t.Stop()
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+loop:
+	for i := range jobs {
+		j := &jobs[i]
+		if wait := start + j.at - clock.Now(); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				break loop
+			case <-stopSend:
+				timer.Stop()
+				break loop
+			case <-timer.C:
+			}
+		} else {
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-stopSend:
+				break loop
+			default:
+			}
+		}
+		lates = append(lates, clock.Now()-(start+j.at))
+		sent++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := get(j.target)
+			c.StopAfter = j.stopAfter
+			rctx := ctx
+			if j.stopIn > 0 {
+				// A cancel, not a deadline: a dial given the deadline
+				// could time out before the context says it is done,
+				// and read as the engine's failure.
+				var cancelReq context.CancelFunc
+				rctx, cancelReq = context.WithCancel(ctx)
+				t := time.AfterFunc(j.stopIn, cancelReq)
+				defer t.Stop()
+				defer cancelReq()
+			}
+			c.Do(rctx, j.body, &j.rec)
+			j.body = Body{}
+			if j.rec.Outcome.Failed() {
+				failed.Store(true)
+				if o.stopOnFailure && stopped.CompareAndSwap(0, int64(j.rec.End)+1) {
+					stopOnce.Do(func() { close(stopSend) })
+					cancel()
+				}
+			}
+			if j.rec.Outcome == record.OK {
+				put(j.target, c)
+			} else {
+				c.Close()
+			}
+		}()
+	}
+	// The window is a fixed duration: its figures are per window second
+	// even when every request ended before it closed.
+	if o.window > 0 {
+		if wait := start + o.window - clock.Now(); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+			case <-stopSend:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+	}
+	wg.Wait()
+	err = parent.Err()
+	out := make([]record.Record, 0, sent)
+	for i := 0; i < sent; i++ {
+		out = append(out, jobs[i].rec)
+	}
+	end := clock.Now()
+	switch {
+	case stopped.Load() > 0:
+		end = time.Duration(stopped.Load() - 1)
+	case o.window > 0:
+		end = min(end, start+o.window)
+	}
+	var late Late
+	if len(lates) > 0 {
+		slices.Sort(lates)
+		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
+	}
+	return openResult{recs: out, start: start, end: end, late: late, failed: failed.Load(), err: err}
+}

@@ -1,0 +1,85 @@
+package replay
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+)
+
+// TestPoissonArrivals: the count is the rate asked for, the times fall in
+// the window in order, the same seed gives the same schedule, and the gaps
+// look like a Poisson process's: exponential, their spread as large as
+// their mean (coefficient of variation about 1, where evenly spaced
+// arrivals have 0).
+func TestPoissonArrivals(t *testing.T) {
+	w := 100 * time.Second
+	at := PoissonArrivals(20, w, 7)
+	if len(at) != 2000 || !slices.IsSorted(at) || at[0] < 0 || at[len(at)-1] >= w {
+		t.Fatalf("%d arrivals, sorted %v, from %v to %v", len(at), slices.IsSorted(at), at[0], at[len(at)-1])
+	}
+	if !slices.Equal(at, PoissonArrivals(20, w, 7)) || slices.Equal(at, PoissonArrivals(20, w, 8)) {
+		t.Error("the schedule does not follow its seed")
+	}
+	var sum, sq float64
+	for i := 1; i < len(at); i++ {
+		g := (at[i] - at[i-1]).Seconds()
+		sum += g
+		sq += g * g
+	}
+	n := float64(len(at) - 1)
+	mean := sum / n
+	cv := math.Sqrt(sq/n-mean*mean) / mean
+	if mean < 0.045 || mean > 0.055 || cv < 0.9 || cv > 1.1 {
+		t.Errorf("gaps: mean %.4f s (want 0.05), coefficient of variation %.2f (want about 1)", mean, cv)
+	}
+	if PoissonArrivals(0.1, time.Second, 1) != nil {
+		t.Error("a rate that rounds to no request in the window gave arrivals")
+	}
+}
+
+// TestRunOpen: requests go out at their times whatever is still running,
+// what runs past the window gets its grace and is then cancelled, and
+// every record is kept.
+func TestRunOpen(t *testing.T) {
+	eng := fixtures.StartTest(t, testModel())
+	tg := Target{BaseURL: eng.URL(), Model: "test"}
+	short, long := body(t, tg, "hi", 4), body(t, tg, "hi", 5000) // ~20 s of tokens at 4 ms
+	at := []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}
+	clock := record.NewClock()
+	run := RunOpen(context.Background(), Open{Target: tg, Clock: clock, Bodies: []Body{short, long, short, short}, At: at,
+		MaxTokens: 4, Stream: true, Tag: "open", Window: 300 * time.Millisecond, Grace: 300 * time.Millisecond})
+	if len(run.Records) != 4 {
+		t.Fatalf("%d records", len(run.Records))
+	}
+	for i, r := range run.Records {
+		if r.Sent < run.Start+at[i] {
+			t.Errorf("request %d sent at +%v, before its time +%v", i, r.Sent-run.Start, at[i])
+		}
+		if !strings.HasPrefix(r.ID, "open#") {
+			t.Errorf("id %q", r.ID)
+		}
+	}
+	if r := run.Records[1]; r.Outcome != record.Cancelled || r.End-run.Start < 550*time.Millisecond {
+		t.Errorf("the long request: %s ending at +%v; want cancelled after window + grace (600 ms)", r.Outcome, r.End-run.Start)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if r := run.Records[i]; r.Outcome != record.OK || r.ArrivedTokens() != 4 {
+			t.Errorf("request %d: %s with %d tokens", i, r.Outcome, r.ArrivedTokens())
+		}
+	}
+	if run.End-run.Start != 300*time.Millisecond || run.Failed {
+		t.Errorf("window %v, failed %v", run.End-run.Start, run.Failed)
+	}
+	// Requests that all end early leave the window its full length.
+	run = RunOpen(context.Background(), Open{Target: tg, Clock: clock, Bodies: []Body{short}, At: at[:1],
+		MaxTokens: 4, Stream: true, Window: 400 * time.Millisecond, Grace: time.Second})
+	if len(run.Records) != 1 || run.End-run.Start != 400*time.Millisecond || clock.Now()-run.Start < 400*time.Millisecond {
+		t.Errorf("a window whose one request ended early was measured for %v", run.End-run.Start)
+	}
+}
