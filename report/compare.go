@@ -273,7 +273,7 @@ func (cmp *comparison) intro() []string {
 // change ("⚠V→OC"), or the status when both runs agree it has no figures.
 func gridText(p pairCell) string {
 	short := map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.CacheMissed: "CM",
-		result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR"}
+		result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR", result.LateWindow: "LW"}
 	if p.changed() {
 		return "⚠" + short[p.SA] + "→" + short[p.SB]
 	}
