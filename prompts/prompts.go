@@ -474,6 +474,19 @@ func (b *Builder) calibrate(ctx context.Context, api string) (*calibration, int,
 // many goroutines as GOMAXPROCS (counting calls run in parallel too). It
 // returns the first error, if any.
 func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, error) {
+	slots := make([]int, n)
+	for i := range slots {
+		slots[i] = i
+	}
+	return b.Slots(ctx, contextTokens, slots)
+}
+
+// Slots builds the prompts of the slots given, in that order, for one
+// context row, as Prompts does: a shard of a sharded run builds only its
+// own slots' prompts, and each is the prompt its global slot would have in
+// a single-process run.
+func (b *Builder) Slots(ctx context.Context, contextTokens int, slots []int) ([]Prompt, error) {
+	n := len(slots)
 	out := make([]Prompt, n)
 	if n == 0 {
 		return out, nil
@@ -491,7 +504,7 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 	}
 	start := 0
 	if b.Estimate {
-		p, err := b.Prompt(ctx, contextTokens, 0)
+		p, err := b.Prompt(ctx, contextTokens, slots[0])
 		if err != nil {
 			return nil, err
 		}
@@ -514,7 +527,7 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				p, err := b.Prompt(ctx, contextTokens, i)
+				p, err := b.Prompt(ctx, contextTokens, slots[i])
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return

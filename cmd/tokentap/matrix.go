@@ -49,6 +49,10 @@ type matrixFlags struct {
 	Format      string        `env:"FORMAT" envDefault:"text"`
 	Quiet       bool          `env:"QUIET"`
 	Salt        string        `env:"SALT"`
+	Shard       string        `env:"SHARD"`
+	Shards      int           `env:"SHARDS"`
+	StartAt     string        `env:"START_AT"`
+	Gap         time.Duration `env:"GAP"`
 
 	HardwareType  string `env:"HARDWARE_TYPE"`
 	GPU           string `env:"GPU"`
@@ -100,7 +104,11 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Records, "records", f.Records, "also write every request's record here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "report format on stdout: text, md, csv, json, html, or none [TOKENTAP_FORMAT]")
 	fs.BoolVar(&f.Quiet, "quiet", f.Quiet, "no progress display on stderr [TOKENTAP_QUIET]")
-	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache) [TOKENTAP_SALT]")
+	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache; a sharded run's derives from --start-at) [TOKENTAP_SALT]")
+	fs.StringVar(&f.Shard, "shard", f.Shard, "run shard I of N of a sharded run, e.g. 0/3: this shard's share of every cell's requests; every shard needs the same --start-at (docs/METHOD.md §6) [TOKENTAP_SHARD]")
+	fs.IntVar(&f.Shards, "shards", f.Shards, "run one of N shards, the one JOB_COMPLETION_INDEX names (a Kubernetes Indexed Job sets it) [TOKENTAP_SHARDS]")
+	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "a sharded run's common start, RFC 3339 (e.g. 2025-06-01T12:00:00Z), a little in the future; every window opens on a schedule from it [TOKENTAP_START_AT]")
+	fs.DurationVar(&f.Gap, "gap", f.Gap, "a sharded run's gap before each window, for drain and warm-up (default 30s; long contexts need more) [TOKENTAP_GAP]")
 	fs.StringVar(&f.HardwareType, "hardware-type", f.HardwareType, "hardware type for the report, e.g. \"Discrete GPU\" [TOKENTAP_HARDWARE_TYPE]")
 	fs.StringVar(&f.GPU, "gpu", f.GPU, "GPU for the report, e.g. \"RTX 3060\" (default: detected when the engine runs here) [TOKENTAP_GPU]")
 	fs.StringVar(&f.VRAM, "vram", f.VRAM, "VRAM for the report, e.g. \"12 GB\" [TOKENTAP_VRAM]")
@@ -171,6 +179,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := sc.Validate(); err != nil {
 		fmt.Fprintf(stderr, "tokentap matrix: run settings: %v\n", err)
+		return 2
+	}
+	if err := applyShardFlags(&cfg, f, os.Getenv("JOB_COMPLETION_INDEX")); err != nil {
+		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
 		return 2
 	}
 	cfg.Scenario = sc
