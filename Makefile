@@ -23,7 +23,7 @@ TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
 TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
 
-.PHONY: build test unit race lint e2e live bench fuzz deps tools clean demo
+.PHONY: build test unit race lint manifests e2e live bench fuzz deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
@@ -33,7 +33,7 @@ demo: build
 
 # The one command that runs all tests (README, .ci/run). The live tier
 # runs where the engines are (make live), and says it skipped where not.
-test: deps lint race e2e live
+test: deps lint race manifests e2e live
 
 unit:
 	$(GO) test ./...
@@ -46,6 +46,12 @@ lint: tools
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# The deployment files (deploy/, a module of its own so tokentap's does
+# not depend on Kubernetes): every manifest decoded strictly with the
+# Kubernetes API's types, and its wiring checked. No cluster needed.
+manifests: tools
+	cd deploy && $(GO) vet ./... && $$($(GO) env GOPATH)/bin/staticcheck ./... && $(GO) test -count=1 ./...
 
 # Slow end-to-end checks: the built binary as a user runs it.
 e2e: build
