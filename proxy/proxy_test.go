@@ -636,8 +636,8 @@ func TestMetricsStatsAndCapture(t *testing.T) {
 		`tokentap_request_duration_seconds_count{model="fake-4b"} 3`,
 		`tokentap_output_tokens_sum{model="fake-4b"} 30`,
 		`tokentap_prompt_tokens_count{model="fake-4b"} 3`,
-		`tokentap_requests_total{model="fake-4b",outcome="ok",blame="none"} 3`,
-		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="engine"} 1`,
+		`tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`,
+		`tokentap_requests_total{blame="engine",model="no-such-model",outcome="http_error"} 1`,
 		"tokentap_requests_in_flight 0",
 		"# TYPE tokentap_time_between_tokens_seconds histogram",
 	} {
