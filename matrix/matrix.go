@@ -828,7 +828,9 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	r.prog.begin(label)
 	win := r.sc.Window
 	if r.sharded() {
-		r.drainUntil(ctx, startAt)
+		// Leave time for the prefix-cache reading and the connections'
+		// dialling before the window opens.
+		r.drainUntil(ctx, startAt.Add(-r.openMargin()))
 	} else {
 		r.drain(ctx)
 	}

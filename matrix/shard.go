@@ -189,6 +189,11 @@ func (r *runner) prepareEnd(c int, ns []int) time.Time {
 	return r.sched.Warm(r.slotOf(c, ns[0]))
 }
 
+// openMargin is how long before a window opens a shard stops draining, for
+// what it does before the window (a /metrics reading, dialling the
+// connections): a quarter of the gap, at most a second.
+func (r *runner) openMargin() time.Duration { return min(r.cfg.Gap/4, time.Second) }
+
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a
