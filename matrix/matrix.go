@@ -726,7 +726,7 @@ func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record,
 	r.prog.begin(fmt.Sprintf("warm-up C=%s ×%d", TokenLabel(rw.c), k))
 	if r.sharded() {
 		// Drained already; every shard sends its warm-up now, at once.
-		if err := waitUntil(ctx, r.sched.Warm(r.slotOf(rw.c, n))); err != nil {
+		if err := waitUntil(ctx, r.sched.Warm(r.slotOf(rw.c, n), r.rowFirst(rw.c, n))); err != nil {
 			return nil, err
 		}
 	} else {
@@ -814,7 +814,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		startAt = r.sched.Open(slot)
 		// The previous window's cancelled streams leave the engine before
 		// the warm-up, which starts on the schedule.
-		r.drainUntil(ctx, r.sched.Warm(slot))
+		r.drainUntil(ctx, r.sched.Warm(slot, r.rowFirst(c, n)))
 	}
 	refused, err := r.warmUp(ctx, rw, n)
 	if err != nil {

@@ -119,6 +119,13 @@ func (r *runner) slotOf(c, n int) int {
 	return k
 }
 
+// rowFirst reports whether (c, n) is the first cell its row runs: its
+// preparation holds the row's prompts and shard 0's cold prefill.
+func (r *runner) rowFirst(c, n int) bool {
+	ns := r.plan.runnable(c)
+	return len(ns) > 0 && ns[0] == n
+}
+
 // share is how many of a cell's n requests this load generator sends.
 func (r *runner) share(n int) int { return r.cfg.Shard.Share(n) }
 
@@ -186,7 +193,7 @@ func (r *runner) prepareEnd(c int, ns []int) time.Time {
 	if !r.sharded() || len(ns) == 0 {
 		return time.Now().Add(10 * time.Second)
 	}
-	return r.sched.Warm(r.slotOf(c, ns[0]))
+	return r.sched.Warm(r.slotOf(c, ns[0]), true)
 }
 
 // openMargin is how long before a window opens a shard stops draining, for

@@ -125,10 +125,13 @@ func RunID(startAt time.Time) string {
 
 // Schedule is when every phase of a sharded run starts, from the common
 // start: cell slot k's window opens at Start + Gap + k × (Window + Gap).
-// Each gap is halved: the first half (from the previous window's close)
-// lets cancelled streams leave and prepares the next cell (prompts, the
-// row's cold prefill on shard 0), and at the second half every shard sends
-// its warm-up requests at once, as a single load generator would.
+// In each gap cancelled streams leave, then the next cell warms up, every
+// shard at the same instant, as a single load generator would send all of
+// a cell's warm-up requests at once (so each shard's gauges and counters
+// see the same engine). A row's first cell needs the first half of its gap
+// for its preparation (prompts, shard 0's cold prefill alone on the
+// engine) and warms up at mid-gap; the row's other cells have a quarter
+// gap to drain and warm up for three quarters.
 type Schedule struct {
 	Start  time.Time // the common start (--start-at)
 	Window time.Duration
@@ -143,8 +146,14 @@ func (s Schedule) Open(k int) time.Time {
 // Close is when cell slot k's window closes.
 func (s Schedule) Close(k int) time.Time { return s.Open(k).Add(s.Window) }
 
-// Warm is when the shards send cell slot k's warm-up requests.
-func (s Schedule) Warm(k int) time.Time { return s.Open(k).Add(-s.Gap / 2) }
+// Warm is when the shards send cell slot k's warm-up requests; rowFirst
+// says it is the first cell of its context row.
+func (s Schedule) Warm(k int, rowFirst bool) time.Time {
+	if rowFirst {
+		return s.Open(k).Add(-s.Gap / 2)
+	}
+	return s.Open(k).Add(-s.Gap * 3 / 4)
+}
 
 // After is when the schedule's k cells are over, and half a gap later: when
 // shard 0 measures the prefill rows that are not decode rows, alone on the

@@ -133,10 +133,11 @@ func TestSchedule(t *testing.T) {
 		what      string
 	}{
 		{s.Open(0), start.Add(20 * time.Second), "first window opens one gap after the start"},
-		{s.Warm(0), start.Add(10 * time.Second), "its warm-up half a gap before"},
+		{s.Warm(0, true), start.Add(10 * time.Second), "a row's first cell warms up half a gap before"},
+		{s.Warm(1, false), start.Add(55 * time.Second), "another cell a quarter gap after the close"},
 		{s.Close(0), start.Add(50 * time.Second), "it closes a window later"},
 		{s.Open(1), start.Add(70 * time.Second), "the next opens a gap after that"},
-		{s.Warm(1), start.Add(60 * time.Second), "its warm-up half a gap after the close"},
+		{s.Warm(1, true), start.Add(60 * time.Second), "a row's first cell half a gap after the close"},
 		{s.Open(5), start.Add(20*time.Second + 5*50*time.Second), "cell 5"},
 		{s.After(2), start.Add(110 * time.Second), "half a gap after the last of two windows"},
 		{s.After(0), start, "no cells: the start"},
