@@ -813,7 +813,15 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		}
 		startAt = r.sched.Open(slot)
 		// The previous window's cancelled streams leave the engine before
-		// the warm-up, which starts on the schedule.
+		// the warm-up, which starts on the schedule. A shard that had no
+		// share of the previous cell waits for its window to close first:
+		// polling the engine's gauges through another shard's window
+		// would load the engine it measures.
+		if slot > 0 {
+			if err := waitUntil(ctx, r.sched.Close(slot-1)); err != nil {
+				return err
+			}
+		}
 		r.drainUntil(ctx, r.sched.Warm(slot, r.rowFirst(c, n)))
 	}
 	refused, err := r.warmUp(ctx, rw, n)

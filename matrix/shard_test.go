@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -31,7 +34,7 @@ type shardRun struct {
 
 // runShards runs count shards of one matrix at once against one fake
 // engine, as count machines with one --start-at would.
-func runShards(t *testing.T, eng *fixtures.Engine, sc scenarios.Scenario, count int, lead, gap time.Duration) []shardRun {
+func runShards(t *testing.T, url string, sc scenarios.Scenario, count int, lead, gap time.Duration) ([]shardRun, time.Time) {
 	t.Helper()
 	start := time.Now().Add(lead).Truncate(time.Millisecond)
 	out := make([]shardRun, count)
@@ -44,7 +47,7 @@ func runShards(t *testing.T, eng *fixtures.Engine, sc scenarios.Scenario, count 
 		go func() {
 			defer wg.Done()
 			res, err := Run(context.Background(), Config{
-				Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
+				Target: replay.Target{BaseURL: url}, Scenario: sc,
 				Shard: shard.Spec{Index: i, Count: count}, StartAt: start, Gap: gap,
 				OnCell: func(c CellRun) {
 					mu.Lock()
@@ -66,7 +69,35 @@ func runShards(t *testing.T, eng *fixtures.Engine, sc scenarios.Scenario, count 
 			t.Fatalf("shard %d/%d: %v", i, count, err)
 		}
 	}
-	return out
+	return out, start
+}
+
+// scrapeLog serves h and notes when each GET /metrics came.
+type scrapeLog struct {
+	h  http.Handler
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (s *scrapeLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/metrics" {
+		s.mu.Lock()
+		s.at = append(s.at, time.Now())
+		s.mu.Unlock()
+	}
+	s.h.ServeHTTP(w, r)
+}
+
+func (s *scrapeLog) between(from, to time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, t := range s.at {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // roundTrip writes a result as the shard's file would hold it and reads it
@@ -94,7 +125,7 @@ func TestShardedMatrixMergesExactly(t *testing.T) {
 	sc := scenarios.Scenario{Name: "sharded", Contexts: []int{0, 1024}, Concurrency: []int{1, 2, 4}, Prefill: []int{2048},
 		Window: time.Second, MaxOutput: 256, API: "chat"}
 	// 3.5 s ahead: each shard has time to read the engine's clock.
-	runs := runShards(t, eng, sc, 3, 3500*time.Millisecond, time.Second)
+	runs, _ := runShards(t, eng.URL(), sc, 3, 3500*time.Millisecond, time.Second)
 
 	var ins []merge.Input
 	for i, r := range runs {
@@ -341,5 +372,34 @@ func TestShardRefusesBadSchedules(t *testing.T) {
 	}
 	if n := len(eng.Ledger()); n != 0 {
 		t.Errorf("the engine got %d generation requests from refused shards", n)
+	}
+}
+
+// TestShardsWaitOutOthersWindows: a shard with no share of a cell does not
+// poll the engine's gauges (draining for its next cell) through the other
+// shards' window of it; only the running shard's sampler, every 250 ms,
+// reads /metrics then. Another client's long stream keeps the engine busy,
+// so a drain that started would poll until its deadline.
+func TestShardsWaitOutOthersWindows(t *testing.T) {
+	eng := fixtures.New(quickModel())
+	scrapes := &scrapeLog{h: eng.Handler()}
+	srv := httptest.NewServer(scrapes)
+	defer srv.Close()
+	go func() {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"busy","max_tokens":250,"ignore_eos":true,"stream":true}`, quickModel().Name)
+		resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(body))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	sc := scenarios.Scenario{Name: "wait", Contexts: []int{0}, Concurrency: []int{1, 2}, Window: time.Second, MaxOutput: 64, API: "chat"}
+	runs, start := runShards(t, srv.URL, sc, 2, 1500*time.Millisecond, time.Second)
+	w := runs[0].cells[[2]int{0, 1}].Window
+	if w.Len() <= 0 {
+		t.Fatal("shard 0 did not run 0 × 1")
+	}
+	if n := scrapes.between(start.Add(w.Start), start.Add(w.End)); n > 8 {
+		t.Errorf("the engine's /metrics was read %d times during a 1 s window only shard 0 ran (its sampler reads it 4 or 5 times)", n)
 	}
 }
