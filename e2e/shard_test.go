@@ -24,7 +24,9 @@ import (
 // TestShardedMatrixMatchesOneProcess runs a matrix as three shard processes
 // with one --start-at against one fake engine (the third as a Kubernetes
 // Indexed Job's pod runs it: --shards 3 and JOB_COMPLETION_INDEX), merges
-// them with tokentap merge, and runs the same matrix from one process.
+// them with tokentap merge, and runs the same matrix from one process: a
+// 1K row (prefix cache warmed) at 4 requests (2 + 1 + 1 over the shards)
+// and 6 (2 + 2 + 2).
 //
 // Every time: the merged run has every cell's N, sent and streaming at
 // once, histogram counts that are the shards' sums, and the shards' records
@@ -65,7 +67,7 @@ func TestShardedMatrixMatchesOneProcess(t *testing.T) {
 func shardedAttempt(t *testing.T, url, attempt string) (problems []string) {
 	t.Helper()
 	dir := t.TempDir()
-	common := []string{"matrix", "--target", url, "--prefill", "none", "--contexts", "0,1k", "--concurrency", "3,6",
+	common := []string{"matrix", "--target", url, "--prefill", "none", "--contexts", "1k", "--concurrency", "4,6",
 		"--max-output", "2048", "--window", "3s", "--quiet", "--format", "none"}
 
 	one := filepath.Join(dir, "one.json")

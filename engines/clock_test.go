@@ -36,7 +36,7 @@ func TestClockOffset(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads clocks for seconds")
 	}
-	for _, skew := range []time.Duration{1234 * time.Millisecond, -350 * time.Millisecond, -3*time.Second - 7*time.Millisecond} {
+	for _, skew := range []time.Duration{1234 * time.Millisecond, -3*time.Second - 7*time.Millisecond} {
 		in := skewedEngine(t, skew, true)
 		got, err := in.ClockOffset(context.Background())
 		if err != nil {
