@@ -571,7 +571,7 @@ func (r *runner) drainUntil(ctx context.Context, deadline time.Time) {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.log.Warn().Int("running", running).Int("waiting", waiting).Msg("matrix: the engine still runs requests after the last window closed; going on to the next step anyway")
+			r.log.Warn().Int("running", running).Int("waiting", waiting).Msg("matrix: the engine still runs requests at the end of the drain (10 s, or a shard's schedule); going on to the next step anyway")
 			return
 		}
 		select {
