@@ -28,7 +28,7 @@ TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
 TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
 
-.PHONY: build test unit race lint e2e live bench fuzz soak fuzz-proxy deps tools clean demo
+.PHONY: build test unit race lint manifests e2e live bench fuzz soak fuzz-proxy deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
@@ -38,7 +38,7 @@ demo: build
 
 # The one command that runs all tests (README, .ci/run). The live tier
 # runs where the engines are (make live), and says it skipped where not.
-test: deps lint race e2e live
+test: deps lint race manifests e2e live
 
 unit:
 	$(GO) test ./...
@@ -53,6 +53,12 @@ lint: tools
 	$(GO) vet -tags 'e2e soak fuzzproxy' ./e2e/
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
 	$$($(GO) env GOPATH)/bin/staticcheck -tags 'e2e soak fuzzproxy' ./e2e/
+
+# The deployment files (deploy/, a module of its own so tokentap's does
+# not depend on Kubernetes): every manifest decoded strictly with the
+# Kubernetes API's types, and its wiring checked. No cluster needed.
+manifests: tools
+	cd deploy && $(GO) vet ./... && $$($(GO) env GOPATH)/bin/staticcheck ./... && $(GO) test -count=1 ./...
 
 # Slow end-to-end checks: the built binary as a user runs it. The fault
 # suite's proxies run side by side (-parallel): most of its time is waiting.

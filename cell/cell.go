@@ -85,7 +85,6 @@
 package cell
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -153,6 +152,10 @@ type Figures struct {
 	// PeakDecoding the most that decoded at one instant of the window.
 	AvgDecoding  float64
 	PeakDecoding int
+	// Decoding is how many requests streamed (first token event to last),
+	// instant by instant, over the window (see Steps); PeakDecoding is its
+	// highest step.
+	Decoding Steps
 	// Completed counts requests that ended OK inside the window.
 	Completed int
 
@@ -184,92 +187,136 @@ type Figures struct {
 // package doc for every definition). Records outside the window simply add
 // nothing; Decode does not modify recs.
 func Decode(recs []record.Record, w Window) Figures {
-	f := Figures{Window: w, MeasuredFor: w.Len(), Hist: histo.New()}
-	if f.MeasuredFor <= 0 {
-		return f
+	return DecodeAll([]Part{{Records: recs, Window: w}})
+}
+
+// Part is what one load generator measured of a cell: its records and its
+// window.
+type Part struct {
+	Records []record.Record
+	Window  Window
+}
+
+// DecodeAll computes the figures of one cell that several load generators
+// measured together (the shards of a sharded run, METHOD §10). Each record
+// is judged against its own part's window, by the package doc's rules, and
+// the figures are those of every part's records at once: counts, output
+// tokens and the histograms (and so every median) over all of them; Total
+// tok/s and AvgDecoding the sums of each part's over its own window;
+// PeakDecoding the most requests of all parts streaming at one instant;
+// MeasuredFor the longest window, and Window the span of them all. The
+// parts' windows and records must be on one clock. Parts with an empty
+// window add nothing.
+func DecodeAll(parts []Part) Figures {
+	f := Figures{Hist: histo.New()}
+	if len(parts) == 1 {
+		f.Window = parts[0].Window
 	}
 	var (
-		active   time.Duration
 		edges    []edge
 		prompts  []int
 		firstErr = time.Duration(-1)
+		seen     bool
 	)
-	for i := range recs {
-		r := &recs[i]
-		sentIn := w.Contains(r.Sent)
-		if sentIn {
-			f.Sent++
-			if ttft, ok := r.TTFT(); ok {
-				f.Hist.RecordTTFT(ttft)
-			}
-			if r.PromptTokens > 0 {
-				prompts = append(prompts, r.PromptTokens)
-			}
-			if r.CachedSource != record.SourceNone && r.PromptTokens > 0 {
-				f.CacheCounted++
-				f.CachedTokens += int64(r.CachedTokens)
-				f.CachePromptTokens += int64(r.PromptTokens)
-				if float64(r.CachedTokens) < CacheHitShare*float64(r.PromptTokens) {
-					f.CacheMisses++
-				}
-			}
-		}
-		if failed(r, w) {
-			f.Failed++
-			if firstErr < 0 || r.End < firstErr {
-				firstErr = r.End
-				f.FailReason = describe(r)
-			}
-		}
-		if r.Outcome == record.OK && w.Contains(r.End) {
-			f.Completed++
-			f.Hist.RecordE2E(r.End - r.Sent)
-		}
-		n := len(r.Arrivals)
-		if n == 0 {
+	for _, p := range parts {
+		w := p.Window
+		if w.Len() <= 0 {
 			continue
 		}
-		// Decoding time inside the window.
-		last := r.Arrivals[n-1]
-		end := r.End
-		if end < last {
-			end = w.End // still running: End not set yet
+		if !seen || w.Start < f.Window.Start {
+			f.Window.Start = w.Start
 		}
-		if d := overlap(r.First, end, w); d > 0 {
-			active += d
+		if !seen || w.End > f.Window.End {
+			f.Window.End = w.End
 		}
-		// For the peak, a request streams from its first token event to its
-		// last: the [DONE] after it is the engine's bookkeeping, and a
-		// one-slot engine may start the next request's first token before
-		// the previous one's [DONE] arrives (seen on Ollama).
-		if overlap(r.First, last, w) > 0 {
-			edges = append(edges, edge{max(r.First, w.Start), +1}, edge{min(last, w.End), -1})
-		}
-		// Token events inside the window.
-		lo, _ := slices.BinarySearch(r.Arrivals, w.Start)
-		hi, _ := slices.BinarySearch(r.Arrivals, w.End)
-		var gapSum time.Duration
-		gapTokens := 0
-		for j := lo; j < hi; j++ {
-			k := eventTokens(r, j)
-			f.OutputTokens += k
-			if j == 0 {
+		seen = true
+		f.MeasuredFor = max(f.MeasuredFor, w.Len())
+		var active time.Duration
+		tokens := 0
+		for i := range p.Records {
+			r := &p.Records[i]
+			sentIn := w.Contains(r.Sent)
+			if sentIn {
+				f.Sent++
+				if ttft, ok := r.TTFT(); ok {
+					f.Hist.RecordTTFT(ttft)
+				}
+				if r.PromptTokens > 0 {
+					prompts = append(prompts, r.PromptTokens)
+				}
+				if r.CachedSource != record.SourceNone && r.PromptTokens > 0 {
+					f.CacheCounted++
+					f.CachedTokens += int64(r.CachedTokens)
+					f.CachePromptTokens += int64(r.PromptTokens)
+					if float64(r.CachedTokens) < CacheHitShare*float64(r.PromptTokens) {
+						f.CacheMisses++
+					}
+				}
+			}
+			if failed(r, w) {
+				f.Failed++
+				if firstErr < 0 || r.End < firstErr {
+					firstErr = r.End
+					f.FailReason = describe(r)
+				}
+			}
+			if r.Outcome == record.OK && w.Contains(r.End) {
+				f.Completed++
+				f.Hist.RecordE2E(r.End - r.Sent)
+			}
+			n := len(r.Arrivals)
+			if n == 0 {
 				continue
 			}
-			gap := r.Arrivals[j] - r.Arrivals[j-1]
-			f.Hist.RecordTBT(gap/time.Duration(k), k)
-			gapSum += gap
-			gapTokens += k
+			// Decoding time inside the window.
+			last := r.Arrivals[n-1]
+			end := r.End
+			if end < last {
+				end = w.End // still running: End not set yet
+			}
+			if d := overlap(r.First, end, w); d > 0 {
+				active += d
+			}
+			// For the peak, a request streams from its first token event to its
+			// last: the [DONE] after it is the engine's bookkeeping, and a
+			// one-slot engine may start the next request's first token before
+			// the previous one's [DONE] arrives (seen on Ollama).
+			if overlap(r.First, last, w) > 0 {
+				edges = append(edges, edge{max(r.First, w.Start), +1}, edge{min(last, w.End), -1})
+			}
+			// Token events inside the window.
+			lo, _ := slices.BinarySearch(r.Arrivals, w.Start)
+			hi, _ := slices.BinarySearch(r.Arrivals, w.End)
+			var gapSum time.Duration
+			gapTokens := 0
+			for j := lo; j < hi; j++ {
+				k := eventTokens(r, j)
+				tokens += k
+				if j == 0 {
+					continue
+				}
+				gap := r.Arrivals[j] - r.Arrivals[j-1]
+				f.Hist.RecordTBT(gap/time.Duration(k), k)
+				gapSum += gap
+				gapTokens += k
+			}
+			if gapTokens > 0 && gapSum > 0 {
+				f.Hist.RecordRate(float64(gapTokens) / gapSum.Seconds())
+			}
 		}
-		if gapTokens > 0 && gapSum > 0 {
-			f.Hist.RecordRate(float64(gapTokens) / gapSum.Seconds())
-		}
+		secs := w.Len().Seconds()
+		f.OutputTokens += tokens
+		f.TotalTokPerSec += float64(tokens) / secs
+		f.AvgDecoding += active.Seconds() / secs
 	}
-	secs := f.MeasuredFor.Seconds()
-	f.TotalTokPerSec = float64(f.OutputTokens) / secs
-	f.AvgDecoding = active.Seconds() / secs
+	if !seen {
+		return f
+	}
 	f.AvgActive = f.AvgDecoding
-	f.PeakDecoding = peak(edges)
+	f.Decoding = steps(edges)
+	for _, st := range f.Decoding {
+		f.PeakDecoding = max(f.PeakDecoding, st.N)
+	}
 	f.TTFT, _ = histo.Latency(f.Hist.TTFT, 0.5)
 	f.TBT, _ = histo.Latency(f.Hist.TBT, 0.5)
 	f.PerRequestTokPerSec, _ = f.Hist.RateAt(0.5)
@@ -278,29 +325,6 @@ func Decode(recs []record.Record, w Window) Figures {
 		f.PromptTokens = prompts[(len(prompts)-1)/2]
 	}
 	return f
-}
-
-// edge is a request starting (+1) or ending (-1) its decoding at an instant.
-type edge struct {
-	at    time.Duration
-	delta int
-}
-
-// peak is the most intervals open at one instant; an interval ending where
-// another starts does not overlap it ([from, to) intervals).
-func peak(edges []edge) int {
-	slices.SortFunc(edges, func(a, b edge) int {
-		if a.at != b.at {
-			return cmp.Compare(a.at, b.at)
-		}
-		return a.delta - b.delta // ends before starts
-	})
-	cur, top := 0, 0
-	for _, e := range edges {
-		cur += e.delta
-		top = max(top, cur)
-	}
-	return top
 }
 
 // CacheHitRate is the share of the counted requests' prompt tokens that
@@ -547,10 +571,11 @@ func cacheOf(f Figures, j Judge) *result.Cache {
 	switch {
 	case f.CacheCounted > 0:
 		rate, _ := f.CacheHitRate()
-		return &result.Cache{HitRate: rate, Requests: f.CacheCounted, Misses: f.CacheMisses, Source: result.CacheUsage}
+		return &result.Cache{HitRate: rate, Requests: f.CacheCounted, Misses: f.CacheMisses,
+			CachedTokens: f.CachedTokens, PromptTokens: f.CachePromptTokens, Source: result.CacheUsage}
 	case j.Running.Requests > 0:
 		return &result.Cache{HitRate: float64(j.Running.Cached) / float64(j.Running.Prompt), Requests: j.Running.Requests,
-			Misses: j.Running.Misses, Source: result.CacheRunning}
+			Misses: j.Running.Misses, CachedTokens: j.Running.Cached, PromptTokens: j.Running.Prompt, Source: result.CacheRunning}
 	case j.EngineQueries > 0:
 		return &result.Cache{HitRate: float64(j.EngineHits) / float64(j.EngineQueries), Source: result.CacheCounters}
 	}

@@ -132,7 +132,7 @@ func TestBeyondProxyAndReplay(t *testing.T) {
 	capture := filepath.Join(dir, "capture.jsonl")
 	url, stop := pxStart(t, "proxy", "--upstream", "http://"+addr, "--listen", pxFreeAddr(t), "--admin", admin,
 		"--slo", "ttft=2s,e2e=10s", "--capture", capture)
-	body := `{"model":"anything","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":12}`
+	body := `{"model":"fake-4b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":12}`
 	for range 3 {
 		if code, _ := httpDo(t, "POST", url+"/v1/chat/completions", body, "Content-Type", "application/json"); code != 200 {
 			t.Fatalf("chat through the proxy: HTTP %d", code)
@@ -141,12 +141,12 @@ func TestBeyondProxyAndReplay(t *testing.T) {
 	var metrics string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		_, metrics = httpDo(t, "GET", "http://"+admin+"/metrics", "")
-		if strings.Contains(metrics, `tokentap_slo_judged_requests_total{model="anything"} 3`) {
+		if strings.Contains(metrics, `tokentap_slo_judged_requests_total{model="fake-4b"} 3`) {
 			break
 		}
 	}
-	for _, want := range []string{`tokentap_slo_good_requests_total{model="anything"} 3`, `tokentap_slo_judged_requests_total{model="anything"} 3`,
-		`tokentap_slo_objective_seconds{slo="e2e"} 10`, `tokentap_requests_total{model="anything",outcome="ok",blame="none"} 3`} {
+	for _, want := range []string{`tokentap_slo_good_requests_total{model="fake-4b"} 3`, `tokentap_slo_judged_requests_total{model="fake-4b"} 3`,
+		`tokentap_slo_objective_seconds{slo="e2e"} 10`, `tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -157,7 +157,7 @@ func TestBeyondProxyAndReplay(t *testing.T) {
 			SLO *result.SLO `json:"slo"`
 		} `json:"models"`
 	}
-	if err := json.Unmarshal([]byte(stats), &st); err != nil || st.Models["anything"].SLO == nil || st.Models["anything"].SLO.Good != 3 {
+	if err := json.Unmarshal([]byte(stats), &st); err != nil || st.Models["fake-4b"].SLO == nil || st.Models["fake-4b"].SLO.Good != 3 {
 		t.Errorf("/stats: %v %s", err, stats)
 	}
 	if err := stop(); err != nil {

@@ -123,7 +123,7 @@ func TestProxyWithOpenAISDK(t *testing.T) {
 	// Records reach the metrics just after the client's stream ended: poll.
 	var m []byte
 	wants := []string{
-		`tokentap_requests_total{model="fake-4b",outcome="ok",blame="none"} 1`,
+		`tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 1`,
 		`tokentap_time_to_first_token_seconds_count{model="fake-4b"} 1`,
 		`tokentap_output_tokens_sum{model="fake-4b"} 25`,
 	}

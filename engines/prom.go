@@ -123,6 +123,13 @@ var ErrMetricsSyntax = errors.New("bad Prometheus text line")
 // newlines, values may be NaN, +Inf or -Inf, and an optional timestamp after
 // the value is ignored. A malformed line does not stop the parse: every good
 // sample is returned, with an error naming the first bad line.
+//
+// Why not prometheus/common/expfmt's TextParser (BenchmarkParseMetrics,
+// TestGaugesSurviveOddPages): on a vLLM-shaped 36 KB page it takes about
+// 3 times the CPU (1.6 ms against 0.53 ms a scrape; 12,417 allocations
+// against 3,426), and it stops at the first line it cannot read or a
+// family written twice, losing every gauge after it, where one odd metric
+// must not hide the gauges a cell's status is judged from.
 func ParseMetrics(text []byte) (Metrics, error) {
 	var out Metrics
 	var firstErr error

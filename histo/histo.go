@@ -119,6 +119,49 @@ func (s *Set) Merge(o *Set) {
 	s.Clamped += o.Clamped
 }
 
+// MergeExact adds every value of o into s, as Merge does, but first checks
+// that each histogram of o has the settings (lowest and highest trackable
+// value, significant figures) of its counterpart in s, and refuses to merge
+// anything when one does not: values merged into other settings land in
+// other buckets, and a merge that changes values is not the exact merge
+// METHOD §10 promises. It returns how many values the merge dropped (out of
+// s's range; 0 whenever the settings match, as they do here). A nil o is a
+// no-op.
+func (s *Set) MergeExact(o *Set) (dropped int64, err error) {
+	if o == nil {
+		return 0, nil
+	}
+	for _, p := range s.pairs(o) {
+		if p.a == nil || p.b == nil {
+			return 0, fmt.Errorf("histo: %s: missing histogram", p.name)
+		}
+		if !sameSettings(p.a, p.b) {
+			return 0, fmt.Errorf("histo: %s: settings differ (lowest %d, highest %d, %d digits against lowest %d, highest %d, %d digits): refusing a merge that would move values",
+				p.name, p.b.LowestTrackableValue(), p.b.HighestTrackableValue(), p.b.SignificantFigures(),
+				p.a.LowestTrackableValue(), p.a.HighestTrackableValue(), p.a.SignificantFigures())
+		}
+	}
+	for _, p := range s.pairs(o) {
+		dropped += p.a.Merge(p.b)
+	}
+	s.Clamped += o.Clamped + dropped
+	return dropped, nil
+}
+
+type histPair struct {
+	name string
+	a, b *hdr.Histogram
+}
+
+func (s *Set) pairs(o *Set) [4]histPair {
+	return [4]histPair{{"ttft_us", s.TTFT, o.TTFT}, {"tbt_us", s.TBT, o.TBT}, {"e2e_us", s.E2E, o.E2E}, {"rate_mtok_s", s.Rate, o.Rate}}
+}
+
+func sameSettings(a, b *hdr.Histogram) bool {
+	return a.LowestTrackableValue() == b.LowestTrackableValue() && a.HighestTrackableValue() == b.HighestTrackableValue() &&
+		a.SignificantFigures() == b.SignificantFigures()
+}
+
 // Reset empties s.
 func (s *Set) Reset() {
 	s.TTFT.Reset()

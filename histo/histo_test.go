@@ -445,3 +445,48 @@ func BenchmarkRecordTBT(b *testing.B) {
 		s.RecordTBT(time.Duration(5000+i%50000)*time.Microsecond, 1)
 	}
 }
+
+// TestMergeExact: shards' sets merge to exactly the set of all their
+// values, and a set of other settings is refused before anything merges.
+func TestMergeExact(t *testing.T) {
+	parts := []*Set{New(), New(), New()}
+	all := New()
+	for i := range 3000 {
+		d := time.Duration(i*i%97+1) * 137 * time.Microsecond
+		p := parts[i%3]
+		p.RecordTTFT(d)
+		p.RecordTBT(d/7, 1+i%3)
+		p.RecordRate(float64(i%500) + 0.25)
+		all.RecordTTFT(d)
+		all.RecordTBT(d/7, 1+i%3)
+		all.RecordRate(float64(i%500) + 0.25)
+	}
+	m := New()
+	for _, p := range parts {
+		dropped, err := m.MergeExact(p)
+		if err != nil || dropped != 0 {
+			t.Fatalf("MergeExact: dropped %d, %v", dropped, err)
+		}
+	}
+	if !m.TTFT.Equals(all.TTFT) || !m.TBT.Equals(all.TBT) || !m.Rate.Equals(all.Rate) || !m.E2E.Equals(all.E2E) {
+		t.Error("the merged set is not the set of all values")
+	}
+
+	// Other settings: the values would land in other buckets.
+	other := New()
+	other.TBT = hdr.New(1, MaxLatency.Microseconds(), 2)
+	_ = other.TBT.RecordValue(12345)
+	before := m.TTFT.TotalCount()
+	if _, err := m.MergeExact(other); err == nil || !strings.Contains(err.Error(), "settings differ") {
+		t.Errorf("merging other settings: %v, want a refusal", err)
+	}
+	if m.TTFT.TotalCount() != before {
+		t.Error("a refused merge merged part of the set")
+	}
+	if _, err := m.MergeExact(&Set{TTFT: newLatency()}); err == nil {
+		t.Error("merging a set without histograms succeeded")
+	}
+	if d, err := m.MergeExact(nil); d != 0 || err != nil {
+		t.Errorf("merging nil: %d, %v", d, err)
+	}
+}

@@ -42,6 +42,7 @@ import (
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
+	"github.com/tokentap/tokentap/shard"
 	"github.com/tokentap/tokentap/slo"
 )
 
@@ -104,6 +105,17 @@ type Config struct {
 	// besides the engine's (§8). See beyond.go.
 	SLO    slo.Spec
 	Limits Limits
+
+	// Shard, when set, runs one shard of a sharded run (METHOD §10): its
+	// share of every cell's requests, each window opening on the schedule
+	// from StartAt with Gap (default DefaultGap) before each window. The
+	// salt, when empty, derives from StartAt, so all shards share it.
+	Shard   shard.Spec
+	StartAt time.Time
+	Gap     time.Duration
+	// Host names this load generator in a sharded run's result; empty:
+	// the host name.
+	Host string
 }
 
 // CellRun is a measured cell with what it was judged from.
@@ -135,6 +147,7 @@ type runner struct {
 	build *prompts.Builder
 	res   *result.Result
 	plan  plan
+	sched shard.Schedule // a sharded run's schedule
 
 	// kvBelow, once the engine refused a cell for not fitting its context
 	// or KV cache, is that cell's need (N × (C + max output)): the capacity
@@ -183,7 +196,13 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	if r.tgt.Model == "" {
 		r.tgt.Model = sc.Model
 	}
+	if err := r.checkShard(); err != nil {
+		return nil, err
+	}
 	salt := cfg.Salt
+	if salt == "" && r.sharded() {
+		salt = shard.RunID(cfg.StartAt)
+	}
 	if salt == "" {
 		salt = prompts.NewSalt()
 	}
@@ -293,6 +312,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	for _, n := range r.plan.notes {
 		r.prog.note(n)
 	}
+	r.startShard(ctx, salt)
 	r.log.Info().Str("engine", info.Kind).Str("version", info.Version).Str("model", r.tgt.Model).
 		Int("max_model_len", maxLen).Int("kv_capacity", kv).Int("cells", r.plan.runnableCells()).Msg("matrix: plan ready")
 
@@ -303,6 +323,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	res.Notes = append(res.Notes, cfg.Notes...)
 	res.SetPercentiles(cfg.Percentiles)
 	// The report says what stopped the run (once: from these fields).
+	defer r.endShard()
 	if err != nil && ctx.Err() != nil {
 		res.Interrupted = true
 		return res, ErrInterrupted
@@ -314,12 +335,18 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	return res, nil
 }
 
-// execute sends the load: cold prefill rows, then every decode row.
+// execute sends the load: cold prefill rows, then every decode row. A
+// shard of a sharded run starts at the common start, and its shard 0
+// measures the cold prefill rows last, once every shard's last window has
+// closed, alone on the engine.
 func (r *runner) execute(ctx context.Context) error {
-	for _, pc := range r.plan.coldPrefill {
-		if err := r.coldPrefill(ctx, pc); err != nil {
+	if r.sharded() {
+		r.prog.begin(stepWait, 0, result.Column{}, "waiting for the start at "+r.cfg.StartAt.Local().Format("15:04:05.000"))
+		if err := waitUntil(ctx, r.cfg.StartAt); err != nil {
 			return err
 		}
+	} else if err := r.coldRows(ctx); err != nil {
+		return err
 	}
 	for _, c := range r.plan.contexts {
 		if ns := r.plan.runnable(c); len(ns) > 0 {
@@ -333,6 +360,23 @@ func (r *runner) execute(ctx context.Context) error {
 			}
 		}
 	}
+	if r.sharded() && len(r.plan.coldPrefill) > 0 {
+		r.prog.begin(stepWait, 0, result.Column{}, "prefill (cold): waiting for every shard's last window to close")
+		if err := waitUntil(ctx, r.sched.After(r.plan.runnableCells())); err != nil {
+			return err
+		}
+		return r.coldRows(ctx)
+	}
+	return nil
+}
+
+// coldRows measures the prefill contexts that are not decode rows.
+func (r *runner) coldRows(ctx context.Context) error {
+	for _, pc := range r.plan.coldPrefill {
+		if err := r.coldPrefill(ctx, pc); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -344,7 +388,8 @@ func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []repla
 	if err := r.primeEstimate(ctx, c); err != nil {
 		return nil, nil, err
 	}
-	ps, err := r.build.Prompts(ctx, c, n)
+	// A shard builds only its own slots' prompts (all of them otherwise).
+	ps, err := r.build.Slots(ctx, c, r.cfg.Shard.Slots(n))
 	if err != nil {
 		return nil, nil, fmt.Errorf("build the %s-token prompts of %d slots: %w", TokenLabel(c), n, err)
 	}
@@ -547,17 +592,23 @@ func (r *runner) isPrefillRow(c int) bool {
 // nothing: streams cancelled at the last window's end may still hold slots
 // and KV cache for a moment, and would read as queueing in the next cell.
 func (r *runner) drain(ctx context.Context) {
+	r.drainUntil(ctx, time.Now().Add(10*time.Second))
+}
+
+// drainUntil drains, giving up at deadline (a shard must keep its
+// schedule) or 10 s from now, whichever comes first.
+func (r *runner) drainUntil(ctx context.Context, deadline time.Time) {
 	if !r.info.Gauges {
 		return
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = minTime(deadline, time.Now().Add(10*time.Second))
 	for {
 		running, waiting, ok, err := r.info.Load(ctx)
 		if err != nil || !ok || (running == 0 && waiting == 0) || ctx.Err() != nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.log.Warn().Int("running", running).Int("waiting", waiting).Msg("matrix: the engine still runs requests 10 s after the last window closed; starting the next cell anyway")
+			r.log.Warn().Int("running", running).Int("waiting", waiting).Msg("matrix: the engine still runs requests at the end of the drain (10 s, or a shard's schedule); going on to the next step anyway")
 			return
 		}
 		select {
@@ -614,10 +665,14 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 	if err != nil {
 		return nil, false, err
 	}
+	if r.sharded() && (r.cfg.Shard.Index != 0 || len(warm) == 0) {
+		// Slot 0 is shard 0's: it alone measures the row's cold prefill.
+		return &rowRun{c: c, decode: decode, warm: warm}, true, nil
+	}
 	r.prog.begin(stepRowCold, c, result.Column{}, "cold prefill, context "+TokenLabel(c)+" (the row's first warm-up)")
 	// The first warm-up request is the row's prefill measurement: let the
 	// previous row's cancelled streams leave the engine first.
-	r.drain(ctx)
+	r.drainUntil(ctx, r.prepareEnd(c, []int{cols[0].N}))
 	tag := "warmup C=" + TokenLabel(c)
 	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
 	if ctx.Err() != nil {
@@ -712,9 +767,9 @@ func (r *runner) learn(c, n int) {
 // hold one prompt per slot: warming more would evict what was warmed.
 func (r *runner) warmSlots(n int) int {
 	if r.info.Slots > 0 {
-		return min(n, r.info.Slots)
+		n = min(n, r.info.Slots)
 	}
-	return n
+	return r.share(n) // a shard warms its own of those slots
 }
 
 // warmUp sends, all at once, the warm-up request of each of the cell's
@@ -725,7 +780,14 @@ func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record,
 	k := r.warmSlots(n)
 	r.prog.begin(stepWarm, rw.c, result.Column{N: n}, fmt.Sprintf("warm-up context %s, %s", TokenLabel(rw.c), plural(k, "prompt", "prompts")))
 	defer func() { rw.warmed = max(rw.warmed, k) }()
-	r.drain(ctx)
+	if r.sharded() {
+		// Drained already; every shard sends its warm-up now, at once.
+		if err := waitUntil(ctx, r.sched.Warm(r.slotOf(rw.c, n), r.rowFirst(rw.c, n))); err != nil {
+			return nil, err
+		}
+	} else {
+		r.drain(ctx)
+	}
 	recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: rw.warm[:k], MaxTokens: 1, Stream: true,
 		Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids, Once: true}).Records
 	if ctx.Err() != nil {
@@ -799,6 +861,26 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	c := rw.c
 	col := result.Column{N: n}
 	label := cellLabel(c, col)
+	slot, share := r.slotOf(c, n), r.share(n)
+	var startAt time.Time // a shard's window opens on the schedule
+	if r.sharded() {
+		if share == 0 {
+			r.noShare(c, n)
+			return nil
+		}
+		startAt = r.sched.Open(slot)
+		// The previous window's cancelled streams leave the engine before
+		// the warm-up, which starts on the schedule. A shard that had no
+		// share of the previous cell waits for its window to close first:
+		// polling the engine's gauges through another shard's window
+		// would load the engine it measures.
+		if slot > 0 {
+			if err := waitUntil(ctx, r.sched.Close(slot-1)); err != nil {
+				return err
+			}
+		}
+		r.drainUntil(ctx, r.sched.Warm(slot, r.rowFirst(c, n)))
+	}
 	refused, err := r.warmUp(ctx, rw, n)
 	if err != nil {
 		return err
@@ -810,7 +892,13 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	}
 	r.prog.begin(stepWindow, c, col, label)
 	win := r.sc.Window
-	r.drain(ctx)
+	if r.sharded() {
+		// Leave time for the prefix-cache reading and the connections'
+		// dialling before the window opens.
+		r.drainUntil(ctx, startAt.Add(-r.openMargin()))
+	} else {
+		r.drain(ctx)
+	}
 	hits0, queries0, cacheOK, _ := r.info.PrefixCache(ctx)
 	timings0 := r.beyondStart(ctx)
 
@@ -823,8 +911,9 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		smp.run(wctx, r.info, r.cfg.LoadEvery)
 	}()
 	run := replay.RunClosed(wctx, replay.Closed{
-		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:n], MaxTokens: r.sc.MaxOutput, Stream: true,
+		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
+		StartAt: startAt,
 	})
 	cancel()
 	<-scrapeDone
@@ -836,9 +925,15 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	w := cell.Window{Start: run.Start, End: run.End}
 	figs := cell.Decode(recs, w)
 	smp.mu.Lock()
-	j := cell.Judge{N: n, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold}
+	j := cell.Judge{N: share, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold}
+	engineRunning := 0.0
 	if smp.samples > 0 {
-		j.AvgRunning = smp.running / float64(smp.samples)
+		engineRunning = smp.running / float64(smp.samples)
+		if !r.sharded() {
+			// A shard's average active requests are its own: the gauge
+			// counts every shard's, and is kept as EngineRunning.
+			j.AvgRunning = engineRunning
+		}
 	}
 	for _, sc := range smp.slots {
 		j.Running.Add(sc.Processed+sc.Cached, sc.Cached)
@@ -853,10 +948,14 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 			j.EngineHits, j.EngineQueries = hits1-hits0, queries1-queries0
 		}
 	}
-	r.judgeRecords(&j, recs, w, rw.decode[:n])
+	r.judgeRecords(&j, recs, w, rw.decode[:share])
 	out := r.res.Cell(c, n)
 	out.Status = cell.Status(figs, j)
 	figs.Fill(out, j) // explains a status other than Valid in Reason
+	if r.sharded() {
+		out.EngineRunning = engineRunning
+		r.shardCell(out, slot, share, w, figs)
+	}
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
 	}
@@ -913,6 +1012,7 @@ func clip(s string, n int) string {
 }
 
 func (r *runner) emit(recs []record.Record) {
+	r.ownIDs(recs)
 	if r.cfg.OnRecords != nil && len(recs) > 0 {
 		r.cfg.OnRecords(recs)
 	}

@@ -58,6 +58,7 @@ const (
 	stepRowCold        // a row's slot 0, alone and cold
 	stepWarm           // a cell's warm-up
 	stepWindow         // a cell's window
+	stepWait           // a shard waiting for its schedule (never planned)
 )
 
 // pstep is one planned step and its estimate's inputs.

@@ -481,6 +481,19 @@ func (b *Builder) Prompts(ctx context.Context, contextTokens, n int) ([]Prompt, 
 // does: prompts no other slot of the run shares, e.g. fresh cold prompts
 // for each request of an arrival-rate cell.
 func (b *Builder) PromptsFrom(ctx context.Context, contextTokens, first, n int) ([]Prompt, error) {
+	slots := make([]int, n)
+	for i := range slots {
+		slots[i] = first + i
+	}
+	return b.Slots(ctx, contextTokens, slots)
+}
+
+// Slots builds the prompts of the slots given, in that order, for one
+// context row, as Prompts does: a shard of a sharded run builds only its
+// own slots' prompts, and each is the prompt its global slot would have in
+// a single-process run.
+func (b *Builder) Slots(ctx context.Context, contextTokens int, slots []int) ([]Prompt, error) {
+	n := len(slots)
 	out := make([]Prompt, n)
 	if n == 0 {
 		return out, nil
@@ -498,7 +511,7 @@ func (b *Builder) PromptsFrom(ctx context.Context, contextTokens, first, n int) 
 	}
 	start := 0
 	if b.Estimate {
-		p, err := b.Prompt(ctx, contextTokens, first)
+		p, err := b.Prompt(ctx, contextTokens, slots[0])
 		if err != nil {
 			return nil, err
 		}
@@ -521,7 +534,7 @@ func (b *Builder) PromptsFrom(ctx context.Context, contextTokens, first, n int) 
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				p, err := b.Prompt(ctx, contextTokens, first+i)
+				p, err := b.Prompt(ctx, contextTokens, slots[i])
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return

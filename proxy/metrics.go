@@ -1,16 +1,15 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
-	"math"
-	"os"
-	"runtime"
-	"sort"
-	"strconv"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/record"
@@ -24,9 +23,11 @@ import (
 // further models are counted under otherModel.
 const maxModels = 100
 
-// Prometheus bucket bounds (seconds or tokens), chosen for LLM serving:
-// TTFT from cached prompts (ms) to long prefills (minutes), decode gaps from
-// fast small models (~1 ms) to stalls.
+// Classic Prometheus bucket bounds (seconds or tokens), chosen for LLM
+// serving: TTFT from cached prompts (ms) to long prefills (minutes), decode
+// gaps from fast small models (~1 ms) to stalls. Every histogram keeps them
+// for Prometheus servers without native histograms, and is a native
+// histogram besides (nativeFactor).
 var (
 	ttftBuckets   = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	tbtBuckets    = []float64{0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}
@@ -35,29 +36,21 @@ var (
 	outputBuckets = []float64{1, 8, 32, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
 )
 
-// promHist is a Prometheus histogram: cumulative only, never reset.
-type promHist struct {
-	bounds []float64
-	counts []uint64 // per bucket, not cumulative; the last is +Inf
-	sum    float64
-	count  uint64
-}
-
-func newPromHist(bounds []float64) *promHist {
-	return &promHist{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
-}
-
-func (h *promHist) observe(v float64, n uint64) {
-	i := sort.SearchFloat64s(h.bounds, v) // first bound >= v: le semantics
-	h.counts[i] += n
-	h.sum += v * float64(n)
-	h.count += n
-}
+// Native histograms: every bucket at most 5% wider than the one before
+// (schema 4, 16 buckets per power of two), so a quantile over any number of
+// replicas, summed by Prometheus, is exact to within one such bucket. At
+// most nativeMaxBuckets buckets per series; beyond them the histogram
+// halves its resolution rather than reset (MinResetDuration 0), so its
+// counts only grow.
+const (
+	nativeFactor     = 1.05
+	nativeMaxBuckets = 160
+)
 
 // modelStats is everything kept per model.
 type modelStats struct {
-	// Prometheus side: monotonic since start.
-	ttft, tbt, e2e, prompt, output *promHist
+	// Prometheus side: monotonic since start, this model's series.
+	ttft, tbt, e2e, prompt, output prometheus.Observer
 	// /stats side: reset by POST /stats.
 	set       *histo.Set
 	requests  int64
@@ -67,27 +60,14 @@ type modelStats struct {
 	slo       sloStats // slo.go
 }
 
-func newModelStats() *modelStats {
-	return &modelStats{
-		ttft: newPromHist(ttftBuckets), tbt: newPromHist(tbtBuckets), e2e: newPromHist(e2eBuckets),
-		prompt: newPromHist(promptBuckets), output: newPromHist(outputBuckets),
-		set: histo.New(), outcomes: map[record.Outcome]int64{},
-	}
-}
-
-type outcomeKey struct {
-	model   string
-	outcome record.Outcome
-	blame   record.Blame
-}
-
 // metrics aggregates finished records for /metrics and /stats. One
-// goroutine (the proxy's recorder) writes; the admin handlers read under mu.
+// goroutine (the proxy's recorder) writes; the admin handlers read under mu
+// (/stats) or through the registry (/metrics), whose histograms and
+// counters are safe to read while they are written.
 type metrics struct {
 	mu       sync.Mutex
 	names    *modelNames // the engine's models: the labels allowed
 	models   map[string]*modelStats
-	totals   map[outcomeKey]uint64
 	since    time.Time
 	inFlight atomic.Int64 // measured requests between arrival and record
 	passed   atomic.Uint64
@@ -98,13 +78,49 @@ type metrics struct {
 	rejects     [nRejectReasons]atomic.Uint64 // refused requests and connections, by reason
 	resends     [nResendReasons]atomic.Uint64 // requests sent to the engine again, by reason
 	staleConns  atomic.Uint64                 // idle upstream connections found closed before use
+
+	reg                            *prometheus.Registry
+	ttft, tbt, e2e, prompt, output *prometheus.HistogramVec
+	requests                       *prometheus.CounterVec
+}
+
+func histogram(name, help string, buckets []float64) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: name, Help: help, Buckets: buckets,
+		NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+	}, []string{"model"})
 }
 
 // rejected counts a refused request or connection.
 func (m *metrics) rejected(r rejectReason) { m.rejects[r].Add(1) }
 
 func newMetrics() *metrics {
-	return &metrics{names: newModelNames(), models: map[string]*modelStats{}, totals: map[outcomeKey]uint64{}, since: time.Now()}
+	m := &metrics{names: newModelNames(), models: map[string]*modelStats{}, since: time.Now(), reg: prometheus.NewRegistry()}
+	m.ttft = histogram("tokentap_time_to_first_token_seconds", "Time from the request reaching the proxy to the first token event from the engine.", ttftBuckets)
+	m.tbt = histogram("tokentap_time_between_tokens_seconds", "Gap between successive output tokens of a stream (a multi-token event's gap split evenly).", tbtBuckets)
+	m.e2e = histogram("tokentap_request_duration_seconds", "Time from the request reaching the proxy to the end of the engine's response.", e2eBuckets)
+	m.prompt = histogram("tokentap_prompt_tokens", "Prompt tokens per request, as the engine counted them.", promptBuckets)
+	m.output = histogram("tokentap_output_tokens", "Output tokens per request (the engine's usage, else counted token events).", outputBuckets)
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokentap_requests_total",
+		Help: "Measured requests (chat and completions) by model, outcome and whose fault a failure was."}, []string{"model", "outcome", "blame"})
+	m.reg.MustRegister(m.ttft, m.tbt, m.e2e, m.prompt, m.output, m.requests,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_requests_in_flight", Help: "Measured requests the proxy is serving now."},
+			func() float64 { return float64(m.inFlight.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_passthrough_requests_total", Help: "Requests proxied without measurement (other paths and methods)."},
+			func() float64 { return float64(m.passed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_measurement_errors_total", Help: "Streams whose measurement failed inside tokentap; the client's stream went on unmeasured."},
+			func() float64 { return float64(m.measErrs.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_upstream_stale_connections_total", Help: "Idle connections to the engine found closed before a request was written on them (dropped unused)."},
+			func() float64 { return float64(m.staleConns.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_client_connections", Help: "Client connections open now."},
+			func() float64 { return float64(m.clientConns.Load()) }),
+		edgeCollector{m},
+		// The process's goroutines, descriptors, memory and CPU: a leak
+		// shows as a line that only grows.
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
 }
 
 // model returns the stats of a model and the label it is kept under.
@@ -119,7 +135,11 @@ func (m *metrics) model(name string) (string, *modelStats) {
 			return name, s
 		}
 	}
-	s := newModelStats()
+	s := &modelStats{
+		ttft: m.ttft.WithLabelValues(name), tbt: m.tbt.WithLabelValues(name), e2e: m.e2e.WithLabelValues(name),
+		prompt: m.prompt.WithLabelValues(name), output: m.output.WithLabelValues(name),
+		set: histo.New(), outcomes: map[record.Outcome]int64{},
+	}
 	m.models[name] = s
 	return name, s
 }
@@ -129,153 +149,78 @@ func (m *metrics) add(r *record.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	name, s := m.model(r.Model)
-	m.totals[outcomeKey{name, r.Outcome, r.Blame}]++
+	blame := string(r.Blame)
+	if blame == "" {
+		blame = "none"
+	}
+	m.requests.WithLabelValues(name, string(r.Outcome), blame).Inc()
 	s.requests++
 	s.outcomes[r.Outcome]++
 	if !m.slo.IsZero() {
 		s.slo.add(m.slo.Judge(r), r.CompletionTokens)
 	}
 	if d, ok := r.TTFT(); ok {
-		s.ttft.observe(d.Seconds(), 1)
+		s.ttft.Observe(d.Seconds())
 		s.set.RecordTTFT(d)
 	}
 	for i := 1; i < len(r.Arrivals); i++ {
 		n := r.EventTokens(i)
 		gap := (r.Arrivals[i] - r.Arrivals[i-1]) / time.Duration(n)
-		s.tbt.observe(gap.Seconds(), uint64(n))
+		for range n {
+			s.tbt.Observe(gap.Seconds())
+		}
 		s.set.RecordTBT(gap, n)
 	}
 	if e2e := r.End - r.Sent; e2e > 0 {
-		s.e2e.observe(e2e.Seconds(), 1)
+		s.e2e.Observe(e2e.Seconds())
 		s.set.RecordE2E(e2e)
 	}
 	if rate, ok := r.DecodeRate(); ok {
 		s.set.RecordRate(rate)
 	}
 	if r.PromptTokens > 0 {
-		s.prompt.observe(float64(r.PromptTokens), 1)
+		s.prompt.Observe(float64(r.PromptTokens))
 		s.promptSum += int64(r.PromptTokens)
 	}
 	if r.CompletionTokens > 0 || r.Outcome == record.OK {
-		s.output.observe(float64(r.CompletionTokens), 1)
+		s.output.Observe(float64(r.CompletionTokens))
 		s.outputSum += int64(r.CompletionTokens)
 	}
 }
 
-// writeProm writes the Prometheus text exposition (format 0.0.4).
-func (m *metrics) writeProm(b *bytes.Buffer) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	names := make([]string, 0, len(m.models))
-	for n := range m.models {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+// handler serves the registry: the Prometheus text format (classic buckets)
+// by default, the protobuf format with native histograms where the scraper
+// asks for it, OpenMetrics where it asks for that.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true})
+}
 
-	hist := func(metric, help string, get func(*modelStats) *promHist) {
-		b.WriteString("# HELP " + metric + " " + help + "\n# TYPE " + metric + " histogram\n")
-		for _, n := range names {
-			h := get(m.models[n])
-			lbl := `model="` + escapeLabel(n) + `"`
-			var cum uint64
-			for i, ub := range h.bounds {
-				cum += h.counts[i]
-				b.WriteString(metric + "_bucket{" + lbl + `,le="` + formatFloat(ub) + `"} ` + strconv.FormatUint(cum, 10) + "\n")
-			}
-			cum += h.counts[len(h.bounds)]
-			b.WriteString(metric + "_bucket{" + lbl + `,le="+Inf"} ` + strconv.FormatUint(cum, 10) + "\n")
-			b.WriteString(metric + "_sum{" + lbl + "} " + formatFloat(h.sum) + "\n")
-			b.WriteString(metric + "_count{" + lbl + "} " + strconv.FormatUint(h.count, 10) + "\n")
-		}
-	}
-	hist("tokentap_time_to_first_token_seconds", "Time from the request reaching the proxy to the first token event from the engine.",
-		func(s *modelStats) *promHist { return s.ttft })
-	hist("tokentap_time_between_tokens_seconds", "Gap between successive output tokens of a stream (a multi-token event's gap split evenly).",
-		func(s *modelStats) *promHist { return s.tbt })
-	hist("tokentap_request_duration_seconds", "Time from the request reaching the proxy to the end of the engine's response.",
-		func(s *modelStats) *promHist { return s.e2e })
-	hist("tokentap_prompt_tokens", "Prompt tokens per request, as the engine counted them.",
-		func(s *modelStats) *promHist { return s.prompt })
-	hist("tokentap_output_tokens", "Output tokens per request (the engine's usage, else counted token events).",
-		func(s *modelStats) *promHist { return s.output })
+// The counters kept in arrays by reason, and the SLO counters per model
+// (slo.go), are read at each scrape: edgeCollector hands them to the
+// registry as they are then.
+var (
+	retriesDesc = prometheus.NewDesc("tokentap_upstream_retries_total",
+		"Requests sent to the engine again, by why that was safe: nothing of them had been written, or they are replayable (Idempotency-Key; GET, HEAD, OPTIONS, TRACE) and no answer had begun.",
+		[]string{"reason"}, nil)
+	rejectedDesc = prometheus.NewDesc("tokentap_client_rejected_total",
+		"Client requests and connections the proxy refused, by reason.", []string{"reason"}, nil)
+)
 
-	keys := make([]outcomeKey, 0, len(m.totals))
-	for k := range m.totals {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, c := keys[i], keys[j]
-		if a.model != c.model {
-			return a.model < c.model
-		}
-		if a.outcome != c.outcome {
-			return a.outcome < c.outcome
-		}
-		return a.blame < c.blame
-	})
-	b.WriteString("# HELP tokentap_requests_total Measured requests (chat and completions) by model, outcome and whose fault a failure was.\n# TYPE tokentap_requests_total counter\n")
-	for _, k := range keys {
-		blame := string(k.blame)
-		if blame == "" {
-			blame = "none"
-		}
-		b.WriteString(`tokentap_requests_total{model="` + escapeLabel(k.model) + `",outcome="` + escapeLabel(string(k.outcome)) +
-			`",blame="` + escapeLabel(blame) + `"} ` + strconv.FormatUint(m.totals[k], 10) + "\n")
-	}
-	m.writeSLOProm(b, names)
-	b.WriteString("# HELP tokentap_requests_in_flight Measured requests the proxy is serving now.\n# TYPE tokentap_requests_in_flight gauge\n")
-	b.WriteString("tokentap_requests_in_flight " + strconv.FormatInt(m.inFlight.Load(), 10) + "\n")
-	b.WriteString("# HELP tokentap_passthrough_requests_total Requests proxied without measurement (other paths and methods).\n# TYPE tokentap_passthrough_requests_total counter\n")
-	b.WriteString("tokentap_passthrough_requests_total " + strconv.FormatUint(m.passed.Load(), 10) + "\n")
-	b.WriteString("# HELP tokentap_measurement_errors_total Streams whose measurement failed inside tokentap; the client's stream went on unmeasured.\n# TYPE tokentap_measurement_errors_total counter\n")
-	b.WriteString("tokentap_measurement_errors_total " + strconv.FormatUint(m.measErrs.Load(), 10) + "\n")
-	b.WriteString("# HELP tokentap_upstream_retries_total Requests sent to the engine again, by why that was safe: nothing of them had been written, or they are replayable (Idempotency-Key; GET, HEAD, OPTIONS, TRACE) and no answer had begun.\n# TYPE tokentap_upstream_retries_total counter\n")
+type edgeCollector struct{ m *metrics }
+
+// Describe sends nothing: the collector is unchecked, as its SLO series
+// exist only where the proxy has objectives.
+func (edgeCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c edgeCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
 	for i, name := range resendReasonNames {
-		b.WriteString(`tokentap_upstream_retries_total{reason="` + name + `"} ` + strconv.FormatUint(m.resends[i].Load(), 10) + "\n")
+		ch <- prometheus.MustNewConstMetric(retriesDesc, prometheus.CounterValue, float64(m.resends[i].Load()), name)
 	}
-	b.WriteString("# HELP tokentap_upstream_stale_connections_total Idle connections to the engine found closed before a request was written on them (dropped unused).\n# TYPE tokentap_upstream_stale_connections_total counter\n")
-	b.WriteString("tokentap_upstream_stale_connections_total " + strconv.FormatUint(m.staleConns.Load(), 10) + "\n")
-	b.WriteString("# HELP tokentap_client_connections Client connections open now.\n# TYPE tokentap_client_connections gauge\n")
-	b.WriteString("tokentap_client_connections " + strconv.FormatInt(m.clientConns.Load(), 10) + "\n")
-	b.WriteString("# HELP tokentap_client_rejected_total Client requests and connections the proxy refused, by reason.\n# TYPE tokentap_client_rejected_total counter\n")
 	for i, name := range rejectReasonNames {
-		b.WriteString(`tokentap_client_rejected_total{reason="` + name + `"} ` + strconv.FormatUint(m.rejects[i].Load(), 10) + "\n")
+		ch <- prometheus.MustNewConstMetric(rejectedDesc, prometheus.CounterValue, float64(m.rejects[i].Load()), name)
 	}
-	writeProcessMetrics(b)
-}
-
-func escapeLabel(s string) string {
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '\\', '"', '\n':
-			if b == nil {
-				b = append(make([]byte, 0, len(s)+4), s[:i]...)
-			}
-			switch c {
-			case '\n':
-				b = append(b, '\\', 'n')
-			default:
-				b = append(b, '\\', c)
-			}
-		default:
-			if b != nil {
-				b = append(b, c)
-			}
-		}
-	}
-	if b == nil {
-		return s
-	}
-	return string(b)
-}
-
-func formatFloat(f float64) string {
-	if math.IsInf(f, 1) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
+	m.collectSLO(ch)
 }
 
 // Stats is the JSON document served at /stats: per-model summaries since
@@ -380,34 +325,4 @@ func latencyPercentiles(h hdrLike) *Percentiles {
 func (st *Stats) encode() []byte {
 	b, _ := json.MarshalIndent(st, "", "  ")
 	return append(b, '\n')
-}
-
-// writeProcessMetrics adds the process's goroutines and open descriptors,
-// under the names Prometheus's Go client uses: a leak shows as a line that
-// only grows.
-func writeProcessMetrics(b *bytes.Buffer) {
-	b.WriteString("# HELP go_goroutines Number of goroutines that currently exist.\n# TYPE go_goroutines gauge\n")
-	b.WriteString("go_goroutines " + strconv.Itoa(runtime.NumGoroutine()) + "\n")
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	b.WriteString("# HELP go_memstats_heap_inuse_bytes Number of heap bytes that are in use.\n# TYPE go_memstats_heap_inuse_bytes gauge\n")
-	b.WriteString("go_memstats_heap_inuse_bytes " + strconv.FormatUint(ms.HeapInuse, 10) + "\n")
-	if n, ok := openFDs(); ok {
-		b.WriteString("# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\n")
-		b.WriteString("process_open_fds " + strconv.Itoa(n) + "\n")
-	}
-}
-
-// openFDs counts the process's open descriptors where /proc tells.
-func openFDs() (int, bool) {
-	d, err := os.Open("/proc/self/fd")
-	if err != nil {
-		return 0, false
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return 0, false
-	}
-	return len(names) - 1, true // less the directory being read
 }

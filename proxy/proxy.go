@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -224,6 +225,8 @@ func New(cfg Config) (*Proxy, error) {
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 	}
 	p.m.slo = cfg.SLO
+	p.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_upstream_connections",
+		Help: "Connections to the engine open now, busy or idle."}, func() float64 { return float64(p.hc.ConnsCount()) }))
 	if prefix != "" {
 		p.prefix = []byte(prefix)
 	}

@@ -703,8 +703,8 @@ func TestMetricsStatsAndCapture(t *testing.T) {
 		`tokentap_request_duration_seconds_count{model="fake-4b"} 3`,
 		`tokentap_output_tokens_sum{model="fake-4b"} 30`,
 		`tokentap_prompt_tokens_count{model="fake-4b"} 3`,
-		`tokentap_requests_total{model="fake-4b",outcome="ok",blame="none"} 3`,
-		`tokentap_requests_total{model="no-such-model",outcome="http_error",blame="client"} 1`, // a 404: the client named no model the engine has
+		`tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`,
+		`tokentap_requests_total{blame="client",model="no-such-model",outcome="http_error"} 1`, // a 404: the client named no model the engine has
 		"tokentap_requests_in_flight 0",
 		"# TYPE tokentap_time_between_tokens_seconds histogram",
 	} {
@@ -778,7 +778,7 @@ func TestModelLabelLimited(t *testing.T) {
 	if len(labels) != 2 || !labels[e.Model().Name] || !labels["other"] {
 		t.Errorf("model labels %v; want only the engine's model and other", labels)
 	}
-	if !strings.Contains(string(body), `tokentap_requests_total{model="other",outcome="http_error",blame="client"} 150`) {
+	if !strings.Contains(string(body), `tokentap_requests_total{blame="client",model="other",outcome="http_error"} 150`) {
 		t.Errorf("the invented models' 404s are not counted under other, blamed on the client:\n%s", body)
 	}
 	st := h.p.Stats(false)

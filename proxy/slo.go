@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"bytes"
-	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
@@ -13,9 +13,8 @@ import (
 // ends is judged against Config.SLO, per model. Judged are the requests
 // that ended, OK or failed (a failed one is never good); a client that
 // left before the end is not judged. Prometheus gets monotonic counters
-// (kept apart from the rest of /metrics so they port one to one to
-// client_golang CounterVecs: good and judged by model, missed by model and
-// objective, and a gauge of the objectives); /stats gets the share and the
+// (good and judged by model, missed by model and objective) and a gauge of
+// the objectives, read at each scrape; /stats gets the share and the
 // goodput since its last reset.
 
 // sloStats are one model's SLO counts.
@@ -30,34 +29,37 @@ func (s *sloStats) add(v slo.Verdict, tokens int) {
 	s.stats.AddVerdict(v, tokens)
 }
 
-// writeSLOProm writes the SLO series for the models in names (sorted).
-// m.mu is held.
-func (m *metrics) writeSLOProm(b *bytes.Buffer, names []string) {
+var (
+	sloGoodDesc = prometheus.NewDesc("tokentap_slo_good_requests_total",
+		"Requests that met every SLO, by model.", []string{"model"}, nil)
+	sloJudgedDesc = prometheus.NewDesc("tokentap_slo_judged_requests_total",
+		"Requests judged against the SLOs: every measured request that ended, OK or failed (failed ones are never good); requests the client left are not.",
+		[]string{"model"}, nil)
+	sloMissedDesc = prometheus.NewDesc("tokentap_slo_missed_requests_total",
+		"Judged requests that missed an SLO, by model and SLO (a request may miss several).", []string{"model", "slo"}, nil)
+	sloObjectiveDesc = prometheus.NewDesc("tokentap_slo_objective_seconds",
+		"The SLOs requests are judged against.", []string{"slo"}, nil)
+)
+
+// collectSLO sends the SLO series, where the proxy has objectives: counts
+// since start per model, and the objectives themselves.
+func (m *metrics) collectSLO(ch chan<- prometheus.Metric) {
 	if m.slo.IsZero() {
 		return
 	}
-	desc := m.slo.Describe()
-	counter := func(metric, help string, get func(*sloStats) int) {
-		b.WriteString("# HELP " + metric + " " + help + "\n# TYPE " + metric + " counter\n")
-		for _, n := range names {
-			b.WriteString(metric + `{model="` + escapeLabel(n) + `"} ` + strconv.Itoa(get(&m.models[n].slo)) + "\n")
-		}
-	}
-	counter("tokentap_slo_good_requests_total", "Requests that met every SLO ("+desc+"), by model.",
-		func(s *sloStats) int { return s.prom.Good })
-	counter("tokentap_slo_judged_requests_total", "Requests judged against the SLOs: every measured request that ended, OK or failed (failed ones are never good); requests the client left are not.",
-		func(s *sloStats) int { return s.prom.Judged })
-	b.WriteString("# HELP tokentap_slo_missed_requests_total Judged requests that missed an SLO, by model and SLO (a request may miss several).\n# TYPE tokentap_slo_missed_requests_total counter\n")
 	set := m.slo.Set()
-	for _, n := range names {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, s := range m.models {
+		t := &s.slo.prom
+		ch <- prometheus.MustNewConstMetric(sloGoodDesc, prometheus.CounterValue, float64(t.Good), name)
+		ch <- prometheus.MustNewConstMetric(sloJudgedDesc, prometheus.CounterValue, float64(t.Judged), name)
 		for _, o := range set {
-			b.WriteString(`tokentap_slo_missed_requests_total{model="` + escapeLabel(n) + `",slo="` + o + `"} ` +
-				strconv.Itoa(m.models[n].slo.prom.Missed[o]) + "\n")
+			ch <- prometheus.MustNewConstMetric(sloMissedDesc, prometheus.CounterValue, float64(t.Missed[o]), name, o)
 		}
 	}
-	b.WriteString("# HELP tokentap_slo_objective_seconds The SLOs requests are judged against.\n# TYPE tokentap_slo_objective_seconds gauge\n")
 	for _, o := range set {
-		b.WriteString(`tokentap_slo_objective_seconds{slo="` + o + `"} ` + formatFloat(objective(m.slo, o).Seconds()) + "\n")
+		ch <- prometheus.MustNewConstMetric(sloObjectiveDesc, prometheus.GaugeValue, objective(m.slo, o).Seconds(), o)
 	}
 }
 

@@ -37,6 +37,11 @@ type Closed struct {
 	Tokens *atomic.Int64
 	// Once sends each body exactly once instead of looping (warm-up).
 	Once bool
+	// StartAt, when set, is when the streams start (a sharded run's
+	// schedule): the connections are dialled first, then the loop waits
+	// for it. A StartAt already past starts at once; Run.Start says when
+	// the streams really started.
+	StartAt time.Time
 }
 
 // Run is what a closed loop did.
@@ -82,6 +87,16 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 		}
 	}()
 
+	if !cfg.StartAt.IsZero() {
+		if d := time.Until(cfg.StartAt); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
 	var (
 		mu       sync.Mutex
 		out      []record.Record

@@ -496,7 +496,7 @@ func (cmp *comparison) legend(letters bool) string {
 
 // shortLetter is a status in the text grid's change marks.
 var shortLetter = map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.CacheMissed: "CM",
-	result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR"}
+	result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR", result.LateWindow: "LW"}
 
 // Compare writes runs a and b side by side in format (text, md, csv, json
 // or html): metadata that differs, prefill and every decode cell with B/A

@@ -124,6 +124,8 @@ func statusNote(s result.Status) string {
 		return "Requests queued: the server could not run all requests at once, so some waited in a queue."
 	case result.CacheMissed:
 		return "Cache missed: the server's prefix cache did not hold the warmed prompts, so this TTFT includes prefill."
+	case result.LateWindow:
+		return "Late window: one of the load generators of a sharded run opened this measurement late, so fewer requests than shown ran at its start."
 	case result.OverCapacity:
 		return "Over capacity: not run because this many requests at this context would exceed the server's KV cache."
 	case result.NotRun:
@@ -134,7 +136,7 @@ func statusNote(s result.Status) string {
 
 // footnoteOrder is the order footnotes appear in (the seeds put Over
 // capacity last).
-var footnoteOrder = []result.Status{result.Failed, result.RequestsQueued, result.CacheMissed, result.NotRun, result.OverCapacity}
+var footnoteOrder = []result.Status{result.Failed, result.RequestsQueued, result.LateWindow, result.CacheMissed, result.NotRun, result.OverCapacity}
 
 // ttftNote is the seeds' remark under the decode grid; cacheNote follows it
 // where the run has prefix-cache figures.

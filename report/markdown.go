@@ -40,7 +40,7 @@ func gridCellMD(g gridCell) string {
 	switch g.Status {
 	case result.Valid:
 		return g.TokS + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())
-	case result.RequestsQueued, result.CacheMissed:
+	case result.RequestsQueued, result.CacheMissed, result.LateWindow:
 		m, _ := mark(g.Status)
 		return g.TokS + "<br>" + m + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())
 	}

@@ -390,6 +390,9 @@ func writeTextGrid(e *errWriter, v *view) {
 		if strings.HasPrefix(n, "Cache missed:") {
 			notes[i] = "cache missed = " + n
 		}
+		if strings.HasPrefix(n, "Late window:") {
+			notes[i] = "late = " + n
+		}
 	}
 	for _, l := range wrapWords(strings.Join(notes, " "), textWidth, "") {
 		e.print(l + "\n")

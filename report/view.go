@@ -84,6 +84,8 @@ func mark(s result.Status) (long, short string) {
 		return "Requests queued", "queued"
 	case result.CacheMissed:
 		return "Cache missed", "cache missed"
+	case result.LateWindow:
+		return "Late window", "late"
 	}
 	return "", ""
 }

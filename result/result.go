@@ -30,8 +30,11 @@ const (
 	Failed         Status = "failed"
 	RequestsQueued Status = "requests_queued"
 	CacheMissed    Status = "cache_missed" // ran, but the prefix cache did not serve its warmed prompts: TTFT includes prefill
-	Valid          Status = "valid"
-	NotRun         Status = "not_run" // the run was stopped (Ctrl-C, error) before this cell
+	// LateWindow: a shard of a sharded run opened the window too late, so
+	// fewer than N requests ran at its start (METHOD §10).
+	LateWindow Status = "late_window"
+	Valid      Status = "valid"
+	NotRun     Status = "not_run" // the run was stopped (Ctrl-C, error) before this cell
 )
 
 // Label is the status as the seed pages print it.
@@ -45,6 +48,8 @@ func (s Status) Label() string {
 		return "Requests queued"
 	case CacheMissed:
 		return "Cache missed"
+	case LateWindow:
+		return "Late window"
 	case Valid:
 		return "Valid"
 	case NotRun:
@@ -54,10 +59,11 @@ func (s Status) Label() string {
 }
 
 // ShowsFigures reports whether reports show a cell's figures for this
-// status: Valid, Requests queued and Cache missed cells ran and measured
-// something worth reading; Over capacity, Failed and Not run ones did not.
+// status: Valid, Requests queued, Cache missed and Late window cells ran
+// and measured something worth reading; Over capacity, Failed and Not run
+// ones did not.
 func (s Status) ShowsFigures() bool {
-	return s == Valid || s == RequestsQueued || s == CacheMissed
+	return s == Valid || s == RequestsQueued || s == CacheMissed || s == LateWindow
 }
 
 // Result is one run.
@@ -88,6 +94,9 @@ type Result struct {
 	// before every cell ran (the engine broke off the run); empty when it
 	// ran to its end or was interrupted.
 	StoppedEarly string `json:"stopped_early,omitempty"`
+	// Sharding is set on a shard of a sharded run (tokentap matrix
+	// --shard) and on the run tokentap merge made of its shards.
+	Sharding *Sharding `json:"sharding,omitempty"`
 }
 
 // Tool identifies the tokentap build that made the run.
@@ -231,6 +240,14 @@ type Cell struct {
 	// not the cold TTFT other benchmarks report. Empty in old documents:
 	// warm unless the status is Cache missed.
 	TTFTKind string `json:"ttft_kind,omitempty"`
+	// EngineRunning is the mean of the engine's running gauge over the
+	// window, in a sharded run, where the engine has one: the gauge counts
+	// every shard's requests, so a shard's AvgActive counts its own
+	// (requests decoding) and this keeps the engine's figure.
+	EngineRunning float64 `json:"engine_running,omitempty"`
+	// Shards is, in a sharded run, each shard's part of this cell (one
+	// entry in a shard's own document, all of them in a merged run).
+	Shards []CellShard `json:"shards,omitempty"`
 
 	// Percentiles are the histograms read at the run's percentiles
 	// (Settings.Percentiles), as numbers.
@@ -285,7 +302,12 @@ type Cache struct {
 	// their prompt cached.
 	Requests int `json:"requests,omitempty"`
 	Misses   int `json:"misses,omitempty"`
-	// Source is CacheUsage or CacheCounters.
+	// CachedTokens and PromptTokens are the counted requests' cached and
+	// prompt tokens (usage and running sources), so the rates of several
+	// shards merge exactly.
+	CachedTokens int64 `json:"cached_tokens,omitempty"`
+	PromptTokens int64 `json:"prompt_tokens,omitempty"`
+	// Source is CacheUsage, CacheRunning or CacheCounters.
 	Source string `json:"source"`
 }
 

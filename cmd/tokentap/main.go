@@ -33,6 +33,7 @@ func commands() []command {
 		{"proxy", "measuring reverse proxy in front of an engine", runProxy},
 		{"replay", "replay a proxy capture against an engine with its original timing", runReplay},
 		{"report", "render a run's result as text, Markdown, CSV, JSON or HTML; compare two runs", runReport},
+		{"merge", "merge the results of a sharded run's shards into one run", runMerge},
 		{"fake-engine", "serve the built-in fake engine (vLLM-like, known timing) for trying tokentap without a GPU", runFakeEngine},
 		{"version", "print version, commit and build date", runVersion},
 	}

@@ -53,6 +53,10 @@ type matrixFlags struct {
 	Overwrite   bool          `env:"OVERWRITE"`
 	Quiet       bool          `env:"QUIET"`
 	Salt        string        `env:"SALT"`
+	Shard       string        `env:"SHARD"`
+	Shards      int           `env:"SHARDS"`
+	StartAt     string        `env:"START_AT"`
+	Gap         time.Duration `env:"GAP"`
 
 	HardwareType  string `env:"HARDWARE_TYPE"`
 	GPU           string `env:"GPU"`
@@ -111,7 +115,11 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Percentiles, "percentiles", f.Percentiles, "latency percentiles the report shows and the result holds as numbers, e.g. 50,90,99,99.9 [TOKENTAP_PERCENTILES]")
 	fs.BoolVar(&f.AllowFailed, "allow-failed", f.AllowFailed, "exit 0 even when cells failed (default: exit 3, so CI can tell a broken run) [TOKENTAP_ALLOW_FAILED]")
 	fs.BoolVar(&f.Quiet, "quiet", f.Quiet, "no progress display on stderr [TOKENTAP_QUIET]")
-	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache) [TOKENTAP_SALT]")
+	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache; a sharded run's derives from --start-at) [TOKENTAP_SALT]")
+	fs.StringVar(&f.Shard, "shard", f.Shard, "run shard I of N of a sharded run, e.g. 0/3: this shard's share of every cell's requests; every shard needs the same --start-at (docs/METHOD.md §10) [TOKENTAP_SHARD]")
+	fs.IntVar(&f.Shards, "shards", f.Shards, "run one of N shards, the one JOB_COMPLETION_INDEX names (a Kubernetes Indexed Job sets it) [TOKENTAP_SHARDS]")
+	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "a sharded run's common start, RFC 3339 (e.g. 2025-06-01T12:00:00Z), a little in the future; every window opens on a schedule from it [TOKENTAP_START_AT]")
+	fs.DurationVar(&f.Gap, "gap", f.Gap, "a sharded run's gap before each window, for drain and warm-up (default 30s; long contexts need more) [TOKENTAP_GAP]")
 	fs.StringVar(&f.HardwareType, "hardware-type", f.HardwareType, "hardware type for the report, e.g. \"Discrete GPU\" [TOKENTAP_HARDWARE_TYPE]")
 	fs.StringVar(&f.GPU, "gpu", f.GPU, "GPU for the report, e.g. \"RTX 3060\" (default: detected when the engine runs here) [TOKENTAP_GPU]")
 	fs.StringVar(&f.VRAM, "vram", f.VRAM, "VRAM for the report, e.g. \"12 GB\" [TOKENTAP_VRAM]")
@@ -203,6 +211,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Limits.ReadModelFile = demo || isLocal(f.Target)
+	if err := applyShardFlags(&cfg, f, os.Getenv("JOB_COMPLETION_INDEX")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
 	cfg.Scenario = sc
 	cfg.Percentiles = percentiles
 	var recw *record.Writer

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/matrix"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/shard"
+)
+
+func TestShardFlags(t *testing.T) {
+	soon := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	tgt := "http://127.0.0.1:1"
+	for _, tc := range []struct {
+		name  string
+		f     matrixFlags
+		index string
+		want  shard.Spec
+		err   string
+	}{
+		{"not sharded", matrixFlags{Target: tgt}, "", shard.Spec{}, ""},
+		{"shard", matrixFlags{Target: tgt, Shard: "1/3", StartAt: soon}, "", shard.Spec{Index: 1, Count: 3}, ""},
+		{"indexed job", matrixFlags{Target: tgt, Shards: 3, StartAt: soon}, "2", shard.Spec{Index: 2, Count: 3}, ""},
+		{"index ignored without --shards", matrixFlags{Target: tgt}, "2", shard.Spec{}, ""},
+		{"both", matrixFlags{Target: tgt, Shard: "1/3", Shards: 3, StartAt: soon}, "1", shard.Spec{}, "give one"},
+		{"no index", matrixFlags{Target: tgt, Shards: 3, StartAt: soon}, "", shard.Spec{}, "JOB_COMPLETION_INDEX is not set"},
+		{"index out of range", matrixFlags{Target: tgt, Shards: 3, StartAt: soon}, "3", shard.Spec{}, "completions must equal --shards"},
+		{"bad shard", matrixFlags{Target: tgt, Shard: "3/3", StartAt: soon}, "", shard.Spec{}, "--shard"},
+		{"no start", matrixFlags{Target: tgt, Shard: "0/2"}, "", shard.Spec{}, "same --start-at"},
+		{"start past", matrixFlags{Target: tgt, Shard: "0/2", StartAt: past}, "", shard.Spec{}, "passed"},
+		{"start not RFC 3339", matrixFlags{Target: tgt, Shard: "0/2", StartAt: "in 2 minutes"}, "", shard.Spec{}, "RFC 3339"},
+		{"short gap", matrixFlags{Target: tgt, Shard: "0/2", StartAt: soon, Gap: 10 * time.Millisecond}, "", shard.Spec{}, "--gap"},
+		{"start without shard", matrixFlags{Target: tgt, StartAt: soon}, "", shard.Spec{}, "give --shard"},
+		{"demo", matrixFlags{Shard: "0/2", StartAt: soon}, "", shard.Spec{}, "needs --target"},
+	} {
+		var cfg matrix.Config
+		err := applyShardFlags(&cfg, tc.f, tc.index)
+		switch {
+		case tc.err == "" && (err != nil || cfg.Shard != tc.want):
+			t.Errorf("%s: %v, %v; want %v", tc.name, cfg.Shard, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v; want an error saying %q", tc.name, err, tc.err)
+		}
+		if tc.err == "" && tc.want.Sharded() && cfg.StartAt.IsZero() {
+			t.Errorf("%s: no start time", tc.name)
+		}
+	}
+}
+
+// TestMatrixShardsWithoutIndex: --shards outside an Indexed Job stops with
+// a usage error before anything is sent.
+func TestMatrixShardsWithoutIndex(t *testing.T) {
+	t.Setenv("JOB_COMPLETION_INDEX", "")
+	var out, errb bytes.Buffer
+	code := run([]string{"matrix", "--target", "http://127.0.0.1:1", "--shards", "3", "--start-at", time.Now().Add(time.Minute).UTC().Format(time.RFC3339)}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "JOB_COMPLETION_INDEX") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// shardFile writes shard i of count of a one-cell run that never ran
+// (every cell Over capacity), enough for the command's plumbing.
+func shardFile(t *testing.T, dir string, i, count int, run string) string {
+	t.Helper()
+	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	r := &result.Result{Schema: result.SchemaVersion, Model: result.Model{Served: "m"}, Started: start, Ended: start.Add(time.Minute),
+		Settings: result.Settings{WindowSeconds: 10, MaxOutput: 64, Contexts: []int{0}, Concurrency: []int{4}},
+		Decode:   []result.Cell{{Context: 0, Concurrency: 4, Status: result.OverCapacity, Reason: "4 × 64 > 100", MaxWaiting: -1}},
+		Sharding: &result.Sharding{Run: run, Count: count, StartAt: start, GapSeconds: 5, Shards: []result.ShardInfo{{Index: i}}}}
+	p := filepath.Join(dir, "shard-"+run+"-"+string(rune('0'+i))+".json")
+	if err := r.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestMergeCommand(t *testing.T) {
+	dir := t.TempDir()
+	a, b := shardFile(t, dir, 0, 2, "r1"), shardFile(t, dir, 1, 2, "r1")
+	x := shardFile(t, dir, 1, 2, "r2")
+	out := filepath.Join(dir, "run.json")
+
+	var so, se bytes.Buffer
+	if code := run([]string{"merge", a, b, "-o", out}, &so, &se); code != 0 {
+		t.Fatalf("merge: exit %d: %s", code, se.String())
+	}
+	m, err := result.ReadFile(out)
+	if err != nil || m.Sharding == nil || len(m.Sharding.Shards) != 2 || m.Decode[0].Status != result.OverCapacity {
+		t.Fatalf("merged run %+v, %v", m, err)
+	}
+	if !strings.Contains(se.String(), "2 shards of run r1 merged") {
+		t.Errorf("stderr %q", se.String())
+	}
+	// Without -o the document goes to stdout, and nothing else does.
+	so.Reset()
+	se.Reset()
+	if code := run([]string{"merge", "--quiet", b, a}, &so, &se); code != 0 || se.Len() != 0 {
+		t.Fatalf("merge to stdout: exit %d: %s", code, se.String())
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(so.Bytes(), &doc); err != nil || doc["sharding"] == nil {
+		t.Errorf("stdout is not the merged document: %v", err)
+	}
+
+	for _, tc := range []struct {
+		args  []string
+		code  int
+		words string
+	}{
+		{[]string{a, x}, 1, "different runs"},
+		{[]string{a}, 1, "shard 1 missing"},
+		{[]string{}, 2, "give the shards' result files"},
+		{[]string{a, filepath.Join(dir, "nope.json")}, 2, "does not exist"},
+	} {
+		so.Reset()
+		se.Reset()
+		code := run(append([]string{"merge", "-o", filepath.Join(dir, "bad.json")}, tc.args...), &so, &se)
+		if code != tc.code || !strings.Contains(se.String(), tc.words) {
+			t.Errorf("merge %v: exit %d, stderr %q; want %d saying %q", tc.args, code, se.String(), tc.code, tc.words)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bad.json")); err == nil {
+		t.Error("a refused merge wrote its output")
+	}
+	// Record files need --records.
+	recs := filepath.Join(dir, "shard-0.jsonl")
+	if err := os.WriteFile(recs, []byte(`{"v":1,"id":"s0/C=0 N=4#1","wall":"2025-06-01T12:00:10Z","stream":true,"sent_ns":0,"end_ns":1,"outcome":"ok","prompt_tokens":1,"completion_tokens":1}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	se.Reset()
+	if code := run([]string{"merge", a, b, recs, "-o", out}, &so, &se); code != 2 || !strings.Contains(se.String(), "--records") {
+		t.Errorf("record files without --records: exit %d, %q", code, se.String())
+	}
+	merged := filepath.Join(dir, "run.jsonl")
+	if code := run([]string{"merge", a, b, recs, "-o", out, "--records", merged}, &so, &se); code != 0 {
+		t.Errorf("merge with records: exit %d, %q", code, se.String())
+	}
+	if got, _ := os.ReadFile(merged); !strings.Contains(string(got), "s0/C=0 N=4#1") {
+		t.Errorf("merged records %q", got)
+	}
+}

@@ -1,0 +1,211 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/shard"
+)
+
+// A sharded run (METHOD §10): Config.Shard names this load generator's
+// shard, Config.StartAt the common start and Config.Gap the gap before each
+// window. Every shard computes the same plan from the same facts, so cell
+// slot k (the k-th cell that is run, in plan order) is the same cell on
+// every shard, and its window opens at the same instant on all of them.
+
+// DefaultGap is the gap before each window of a sharded run when none is
+// given: as long as the seed matrix's window. Long contexts on slow engines
+// need more (their warm-up is N prefills); a window opened late says so.
+const DefaultGap = 30 * time.Second
+
+func (r *runner) sharded() bool { return r.cfg.Shard.Sharded() }
+
+// checkShard validates the sharded run's settings before anything is sent.
+func (r *runner) checkShard() error {
+	if !r.sharded() {
+		return nil
+	}
+	if err := r.cfg.Shard.Validate(); err != nil {
+		return err
+	}
+	if r.cfg.StartAt.IsZero() {
+		return fmt.Errorf("shard %s: a sharded run needs a common start time (--start-at) for its shards to open their windows together", r.cfg.Shard)
+	}
+	if late := time.Since(r.cfg.StartAt); late > 0 {
+		return fmt.Errorf("shard %s: the start time %s passed %s ago: give every shard the same start a little in the future",
+			r.cfg.Shard, r.cfg.StartAt.UTC().Format(time.RFC3339), late.Round(time.Millisecond))
+	}
+	if r.cfg.Gap <= 0 {
+		r.cfg.Gap = DefaultGap
+	}
+	if r.cfg.Gap < shard.MinGap {
+		return fmt.Errorf("shard %s: gap %s: at least %s between windows for drain and warm-up", r.cfg.Shard, r.cfg.Gap, shard.MinGap)
+	}
+	return nil
+}
+
+// startShard sets up what a shard's result and run clock need once the
+// plan is made: the schedule, the clock started at the common start (so all
+// shards' records share one clock), the clock offset against the engine,
+// and the shard's description.
+func (r *runner) startShard(ctx context.Context, salt string) {
+	if !r.sharded() {
+		return
+	}
+	sp := r.cfg.Shard
+	r.sched = shard.Schedule{Start: r.cfg.StartAt, Window: r.sc.Window, Gap: r.cfg.Gap}
+	now := time.Now()
+	r.clock = record.ClockAt(now.Add(r.cfg.StartAt.Sub(now))) // monotonic, its wall time the common start
+	info := result.ShardInfo{Index: sp.Index, Host: r.cfg.Host, Started: r.res.Started, ToolVersion: r.res.Tool.Version}
+	if info.Host == "" {
+		info.Host, _ = os.Hostname()
+	}
+	// The clock probe takes about two seconds; skip it when the start is
+	// nearer than that, rather than make this shard late.
+	if time.Until(r.cfg.StartAt) > 2500*time.Millisecond {
+		if off, err := r.info.ClockOffset(ctx); err != nil {
+			r.log.Warn().Err(err).Msg("matrix: the engine's clock could not be read; this shard's clock offset is unknown")
+			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Shard %d: its clock offset against the engine is unknown: %v.", sp.Index, err))
+		} else {
+			info.ClockOffsetMs = millis(off.Offset)
+			info.ClockUncertaintyMs = millis(off.Uncertainty)
+			info.ClockSource = off.Source
+			r.log.Info().Float64("offset_ms", info.ClockOffsetMs).Float64("uncertainty_ms", info.ClockUncertaintyMs).Msg("matrix: clock offset against the engine")
+		}
+	} else {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("Shard %d: started too close to the start time to read the engine's clock; its clock offset is unknown.", sp.Index))
+	}
+	r.res.Sharding = &result.Sharding{Run: salt, Count: sp.Count, StartAt: r.cfg.StartAt.UTC(), GapSeconds: r.cfg.Gap.Seconds(),
+		Shards: []result.ShardInfo{info}}
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf(
+		"Shard %d of %d of run %s: each cell's N requests are split over the shards (N/%d each, one more on the first N mod %d), and each shard's figures are its own share's. Merge the shards' results with tokentap merge.",
+		sp.Index, sp.Count, salt, sp.Count, sp.Count))
+	if sp.Index > 0 {
+		// Shard 0 alone measures prefill, cold and alone on the engine.
+		r.res.Prefill = nil
+		r.plan.coldPrefill = nil
+	}
+	r.prog.note(fmt.Sprintf("shard %s: the first window opens at %s (%s from now)", sp,
+		r.sched.Open(0).Local().Format("15:04:05.000"), time.Until(r.sched.Open(0)).Round(100*time.Millisecond)))
+}
+
+// endShard completes the shard's description at the run's end.
+func (r *runner) endShard() {
+	if r.res.Sharding == nil {
+		return
+	}
+	r.res.Sharding.Shards[0].Ended = r.res.Ended
+	r.res.Sharding.Shards[0].Interrupted = r.res.Interrupted
+}
+
+// slotOf is cell (c, n)'s place in the schedule: its index among the cells
+// the plan runs, in the order they run.
+func (r *runner) slotOf(c, n int) int {
+	k := 0
+	for _, cl := range r.plan.cells {
+		if cl.Status == result.OverCapacity {
+			continue
+		}
+		if cl.Context == c && cl.Concurrency == n {
+			return k
+		}
+		k++
+	}
+	return k
+}
+
+// rowFirst reports whether (c, n) is the first cell its row runs: its
+// preparation holds the row's prompts and shard 0's cold prefill.
+func (r *runner) rowFirst(c, n int) bool {
+	ns := r.plan.runnable(c)
+	return len(ns) > 0 && ns[0] == n
+}
+
+// share is how many of a cell's n requests this load generator sends.
+func (r *runner) share(n int) int { return r.cfg.Shard.Share(n) }
+
+// waitUntil sleeps until t, or until ctx ends.
+func waitUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// noShare marks cell (c, n) for a shard whose share of it is 0: it sends
+// nothing, and keeps the schedule.
+func (r *runner) noShare(c, n int) {
+	out := r.res.Cell(c, n)
+	k := r.slotOf(c, n)
+	out.Status = result.NotRun
+	out.Reason = fmt.Sprintf("shard %d of %d has no share of %d requests: they run on the first %d shards", r.cfg.Shard.Index, r.cfg.Shard.Count, n, n)
+	out.Shards = []result.CellShard{{Index: r.cfg.Shard.Index, Share: 0, ScheduledAt: r.sched.Open(k).UTC()}}
+	r.prog.cellDone(c, result.Column{N: n}, cellLabel(c, result.Column{N: n}), "no share on this shard")
+}
+
+// shardCell records this shard's part of cell slot k: when its window was
+// to open and did, how late, and how many of its requests decoded instant
+// by instant; a window opened later than the tolerance marks the cell.
+func (r *runner) shardCell(out *result.Cell, k, share int, w cell.Window, f cell.Figures) {
+	sched := r.sched.Open(k)
+	late := w.Start - sched.Sub(r.sched.Start)
+	cs := result.CellShard{Index: r.cfg.Shard.Index, Share: share, ScheduledAt: sched.UTC(),
+		Opened: r.clock.Wall(w.Start).UTC(), LateMs: millis(late),
+		TotalTokPerSec: out.TotalTokPerSec, OutputTokens: out.OutputTokens,
+		Decoding: f.Decoding.Encode(w.Start)}
+	out.Shards = []result.CellShard{cs}
+	if tol := shard.LateTolerance(r.sc.Window); late > tol && out.Status.Severity() < result.LateWindow.Severity() {
+		out.Status = result.LateWindow
+		out.Reason = fmt.Sprintf("shard %d opened the window %s late (more than %s): fewer than N requests ran at its start; give a longer --gap",
+			r.cfg.Shard.Index, late.Round(time.Millisecond), tol)
+	}
+}
+
+// ownIDs makes record ids unique across the shards of a run: each shard's
+// start with its index, so the shards' records concatenate into one file.
+func (r *runner) ownIDs(recs []record.Record) {
+	if !r.sharded() {
+		return
+	}
+	p := fmt.Sprintf("s%d/", r.cfg.Shard.Index)
+	for i := range recs {
+		recs[i].ID = p + recs[i].ID
+	}
+}
+
+// prepareEnd is when row c's preparation must end: in a sharded run, when
+// its first cell's warm-up starts; otherwise 10 s from now (drain's own
+// bound).
+func (r *runner) prepareEnd(c int, ns []int) time.Time {
+	if !r.sharded() || len(ns) == 0 {
+		return time.Now().Add(10 * time.Second)
+	}
+	return r.sched.Warm(r.slotOf(c, ns[0]), true)
+}
+
+// openMargin is how long before a window opens a shard stops draining, for
+// what it does before the window (a /metrics reading, dialling the
+// connections): a quarter of the gap, at most a second.
+func (r *runner) openMargin() time.Duration { return min(r.cfg.Gap/4, time.Second) }
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
