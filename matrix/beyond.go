@@ -193,7 +193,7 @@ func (r *runner) finishBeyond() {
 			secs += r.bey.seconds[k]
 		}
 		r.res.SLO.Overall = *all.Figures(secs)
-		r.res.SLO.Capacity = capacity(r.res, r.res.SLO.Spec.Target)
+		r.res.SLO.Capacity = slo.Capacity(r.res, r.res.SLO.Spec.Target)
 	}
 	if r.bey.splits == 0 {
 		why := "it keeps none tokentap reads"
@@ -213,27 +213,6 @@ func (r *runner) finishBeyond() {
 	if b := r.res.Bandwidth; b != nil && len(b.Missing) > 0 {
 		r.res.Notes = append(r.res.Notes, "No decode cell is put against the GPU's bandwidth limit: missing "+strings.Join(b.Missing, "; ")+".")
 	}
-}
-
-// capacity is, per context, the most requests at once whose cell met the
-// target attainment (METHOD.md §6): DistServe's serving capacity. Cells
-// that show no figures, or judged no request, do not count.
-func capacity(res *result.Result, target float64) []result.SLOCapacity {
-	var out []result.SLOCapacity
-	for _, c := range res.Settings.Contexts {
-		best := 0
-		for _, n := range res.Settings.Concurrency {
-			cl := res.Cell(c, n)
-			if cl == nil || !cl.Status.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
-				continue
-			}
-			if *cl.SLO.Attainment >= target-1e-12 {
-				best = max(best, n)
-			}
-		}
-		out = append(out, result.SLOCapacity{Context: c, Concurrency: best})
-	}
-	return out
 }
 
 // beyondSummary is what a cell's progress line adds: its SLO attainment

@@ -82,7 +82,7 @@ func Runs(ins []Input) (*result.Result, Summary, error) {
 		for s, in := range ins {
 			cells[s] = &in.Doc.Decode[i]
 		}
-		c, dropped, err := mergeCell(cells, sh, corr, window)
+		c, dropped, err := mergeCell(cells, sh, corr, window, first.Bandwidth)
 		if err != nil {
 			return nil, sum, err
 		}
@@ -92,6 +92,14 @@ func Runs(ins []Input) (*result.Result, Summary, error) {
 	if sum.Dropped > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("Merging the shards' histograms dropped %d values outside their range.", sum.Dropped))
 	}
+	mergeRunSLO(&out)
+	for _, in := range ins {
+		if slices.ContainsFunc(in.Doc.Decode, func(c result.Cell) bool { return c.TTFTSplit != nil }) {
+			out.Notes = append(out.Notes, "The TTFT split is each shard's own (see the shards' documents): the engine's figures cover every shard's requests, the client's one shard's.")
+			break
+		}
+	}
+	out.SetPercentiles(first.Settings.Percentiles)
 	return &out, sum, nil
 }
 
@@ -313,7 +321,7 @@ func mergeNotes(ins []Input, spreadMs float64) []string {
 }
 
 // mergeCell merges one decode cell of every shard (cells[i] is shard i's).
-func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Duration, window time.Duration) (result.Cell, int64, error) {
+func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Duration, window time.Duration, bw *result.Bandwidth) (result.Cell, int64, error) {
 	n := cells[0].Concurrency
 	out := result.Cell{Context: cells[0].Context, Concurrency: n, MaxWaiting: -1}
 	label := fmt.Sprintf("cell %d × %d", out.Context, n)
@@ -486,6 +494,20 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 			out.Reason = fmt.Sprintf("the shards opened the window %s apart (more than %s), clocks corrected: fewer than N requests ran at its start",
 				hi.Sub(lo).Round(time.Millisecond), tol)
 		}
+	}
+	// What a run adds beyond the seeds' columns (figures.go), and what
+	// the TTFT holds: the same on every shard of a closed-loop cell.
+	mine := make([]*result.Cell, len(parts))
+	for k, i := range parts {
+		mine[k] = cells[i]
+	}
+	out.SLO = mergeSLO(mine)
+	if out.Status.ShowsFigures() {
+		out.DecodeLimit = mergeLimit(bw, &out, mine)
+	}
+	out.TTFTKind = worst.TTFTKind
+	if out.Status == result.CacheMissed {
+		out.TTFTKind = result.TTFTCacheMissed
 	}
 	return out, dropped, nil
 }

@@ -410,3 +410,24 @@ func (s Spec) Window(recs []record.Record, start, end time.Duration) Tally {
 	}
 	return t
 }
+
+// Capacity is, per context, the most requests at once whose cell met the
+// target attainment (METHOD.md §6): DistServe's serving capacity. Cells
+// that show no figures, or judged no request, do not count.
+func Capacity(res *result.Result, target float64) []result.SLOCapacity {
+	var out []result.SLOCapacity
+	for _, c := range res.Settings.Contexts {
+		best := 0
+		for _, n := range res.Settings.Concurrency {
+			cl := res.Cell(c, n)
+			if cl == nil || !cl.Status.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
+				continue
+			}
+			if *cl.SLO.Attainment >= target-1e-12 {
+				best = max(best, n)
+			}
+		}
+		out = append(out, result.SLOCapacity{Context: c, Concurrency: best})
+	}
+	return out
+}

@@ -214,6 +214,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err := applyShardFlags(&cfg, f, os.Getenv("JOB_COMPLETION_INDEX")); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
+	if cfg.Shard.Sharded() && len(sc.Rates) > 0 {
+		return fail(exitUsage, "a sharded run measures concurrency cells: request rates (--rate) are an open loop one load generator paces; run them without --shard")
+	}
 	cfg.Scenario = sc
 	cfg.Percentiles = percentiles
 	var recw *record.Writer

@@ -56,6 +56,17 @@ func TestShardFlags(t *testing.T) {
 
 // TestMatrixShardsWithoutIndex: --shards outside an Indexed Job stops with
 // a usage error before anything is sent.
+// TestMatrixShardRate: request-rate cells are not sharded; the run says so
+// before any load.
+func TestMatrixShardRate(t *testing.T) {
+	soon := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	var out, errb bytes.Buffer
+	code := runMatrix([]string{"--target", "http://127.0.0.1:1", "--shard", "0/2", "--start-at", soon, "--rate", "1,2", "--contexts", "0"}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "without --shard") {
+		t.Errorf("exit %d, stderr %q; want 2 saying to run the rates without --shard", code, errb.String())
+	}
+}
+
 func TestMatrixShardsWithoutIndex(t *testing.T) {
 	t.Setenv("JOB_COMPLETION_INDEX", "")
 	var out, errb bytes.Buffer

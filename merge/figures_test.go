@@ -1,0 +1,79 @@
+package merge
+
+import (
+	"math"
+	"testing"
+
+	"github.com/tokentap/tokentap/bandwidth"
+	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/result"
+)
+
+func share(v float64) *float64 { return &v }
+
+// TestMergeBeyondFigures: a sharded run with SLOs and a bandwidth limit
+// merges into one whose SLO counts add up, whose goodput is the shards'
+// together, whose run totals and capacity come from the merged cells, whose
+// decode limit is computed at the merged batch, and whose percentiles are
+// read from the merged histograms; the shards' documents stay as they were.
+func TestMergeBeyondFigures(t *testing.T) {
+	bw := &result.Bandwidth{GBPerSec: 360, GBPerSecSource: "--gpu-bandwidth", WeightBytes: 4_900_000_000, WeightSource: "--weight-bytes",
+		Layers: 32, KVHeads: 8, HeadDim: 128, ShapeSource: "--layers", KVDType: "f16", KVBytesPerElem: 2, KVDTypeSource: "--kv-dtype", KVBytesPerToken: 131072}
+	spec := result.SLOSpec{Text: "ttft=500ms", TTFTms: 500, Target: 0.9}
+	var docs []*result.Result
+	for i, f := range []struct {
+		judged, good int
+		seq          float64
+	}{{10, 10, 1000}, {10, 8, 2000}, {10, 9, 3000}} {
+		d := full(i, 3, 7)
+		d.SLO = &result.SLORun{Spec: spec, Overall: result.SLO{Judged: 99}}
+		d.Bandwidth = bw
+		c := &d.Decode[0]
+		c.TTFTKind = result.TTFTWarm
+		c.SLO = &result.SLO{Judged: f.judged, Good: f.good, Attainment: share(float64(f.good) / float64(f.judged)),
+			GoodputReqPerSec: float64(f.good) / 10, GoodputTokPerSec: float64(f.good) * 8, Missed: map[string]int{result.SLOTTFT: f.judged - f.good}}
+		c.DecodeLimit = &result.DecodeLimit{BandwidthLimitTokPerSec: 1, ShareOfBandwidthLimit: 1, Batch: c.AvgActive, SeqTokens: f.seq}
+		c.TTFTSplit = &result.TTFTSplit{ClientMs: 40, ClientRequests: 3}
+		docs = append(docs, d)
+	}
+	m, _, err := Runs(inputs(docs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Decode[0]
+	s := c.SLO
+	if s == nil || s.Judged != 30 || s.Good != 27 || s.Attainment == nil || math.Abs(*s.Attainment-0.9) > 1e-12 ||
+		math.Abs(s.GoodputReqPerSec-2.7) > 1e-9 || s.Missed[result.SLOTTFT] != 3 || s.MostMissed != result.SLOTTFT {
+		t.Errorf("merged cell SLO %+v", s)
+	}
+	if o := m.SLO.Overall; o.Judged != 30 || o.Good != 27 || docs[0].SLO.Overall.Judged != 99 {
+		t.Errorf("run SLO %+v (shard 0's kept %+v)", o, docs[0].SLO.Overall)
+	}
+	if len(m.SLO.Capacity) != 1 || m.SLO.Capacity[0].Concurrency != 7 {
+		t.Errorf("capacity %+v: the merged cell met the 90%% target", m.SLO.Capacity)
+	}
+	// The mean context weighs each shard's by the tokens it decoded (its
+	// share: 3, 2 and 2 requests).
+	var seq, tokens float64
+	for _, d := range docs {
+		seq += d.Decode[0].DecodeLimit.SeqTokens * float64(d.Decode[0].OutputTokens)
+		tokens += float64(d.Decode[0].OutputTokens)
+	}
+	seq /= tokens
+	in, _ := bandwidth.FromResult(bw)
+	if d := c.DecodeLimit; d == nil || d.Batch != c.AvgActive || math.Abs(d.SeqTokens-seq) > 1e-9 || seq >= 2000 ||
+		math.Abs(d.BandwidthLimitTokPerSec-in.Limit(c.AvgActive, seq)) > 1e-9 {
+		t.Errorf("merged decode limit %+v at batch %v", d, c.AvgActive)
+	}
+	if c.TTFTSplit != nil || c.TTFTKind != result.TTFTWarm || c.Percentiles == nil {
+		t.Errorf("merged split %+v, TTFT kind %q, percentiles %+v", c.TTFTSplit, c.TTFTKind, c.Percentiles)
+	}
+	if err := schematest.Result(m); err != nil {
+		t.Error(err)
+	}
+	for _, d := range docs {
+		if err := schematest.Result(d); err != nil {
+			t.Errorf("shard document: %v", err)
+		}
+	}
+}
