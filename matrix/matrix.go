@@ -814,6 +814,18 @@ type sampler struct {
 	slots map[int]engines.SlotCache
 }
 
+// sample reads the engine's gauges every Config.LoadEvery until ctx
+// ends; done closes when the last reading is in.
+func (r *runner) sample(ctx context.Context) (smp *sampler, done <-chan struct{}) {
+	smp = &sampler{maxWaiting: -1}
+	d := make(chan struct{})
+	go func() {
+		defer close(d)
+		smp.run(ctx, r.info, r.cfg.LoadEvery)
+	}()
+	return smp, d
+}
+
 // run scrapes every every until ctx ends: the first scrape soon after the
 // window opens, when the requests have reached the engine.
 func (s *sampler) run(ctx context.Context, in *engines.Info, every time.Duration) {
@@ -904,12 +916,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	smp := &sampler{maxWaiting: -1}
-	scrapeDone := make(chan struct{})
-	go func() {
-		defer close(scrapeDone)
-		smp.run(wctx, r.info, r.cfg.LoadEvery)
-	}()
+	smp, scrapeDone := r.sample(wctx)
 	run := replay.RunClosed(wctx, replay.Closed{
 		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),

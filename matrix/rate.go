@@ -98,12 +98,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	// for the stragglers' latencies, not the cell's load.
 	wctx, cancel := context.WithTimeout(ctx, win)
 	defer cancel()
-	smp := &sampler{maxWaiting: -1}
-	scrapeDone := make(chan struct{})
-	go func() {
-		defer close(scrapeDone)
-		smp.run(wctx, r.info, r.cfg.LoadEvery)
-	}()
+	smp, scrapeDone := r.sample(wctx)
 	run := replay.RunOpen(ctx, replay.Open{
 		Target: r.tgt, Clock: r.clock, Bodies: bodies, At: at, MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Grace: win, StopOnFailure: true, Tokens: r.prog.counter(),

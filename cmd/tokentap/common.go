@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"reflect"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -287,4 +290,25 @@ func idleTimeout(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// cutOnSignal calls cancel when a second Ctrl-C (or SIGTERM) comes before
+// ctx ends: a shutdown that waits for open requests can be cut at once.
+// The returned function stops listening.
+func cutOnSignal(ctx context.Context, cancel context.CancelFunc) (stop func()) {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-ctx.Done():
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(again)
+		close(done)
+	}
 }

@@ -192,16 +192,7 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	if l := e.Load(); l.Running+l.Waiting > 0 {
 		// Say why the exit waits, and let a second Ctrl-C cut at once.
 		fmt.Fprintf(stderr, "tokentap fake-engine: stopping: waiting up to 5 s for %d open requests to finish (Ctrl-C again cuts them now)\n", l.Running+l.Waiting)
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(again)
-		go func() {
-			select {
-			case <-again:
-				cancel()
-			case <-sctx.Done():
-			}
-		}()
+		defer cutOnSignal(sctx, cancel)()
 	}
 	if err := e.Shutdown(sctx); err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: open streams were cut at shutdown\n")

@@ -294,16 +294,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		// Streams still open get a moment to finish; say so, and let a
 		// second Ctrl-C cut them at once.
 		fmt.Fprintf(stderr, "tokentap proxy: stopping: waiting up to 5 s for %d open requests to finish (Ctrl-C again cuts them now)\n", n)
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(again)
-		go func() {
-			select {
-			case <-again:
-				cancel()
-			case <-sctx.Done():
-			}
-		}()
+		defer cutOnSignal(sctx, cancel)()
 	}
 	if admin != nil {
 		_ = admin.Shutdown(sctx)
