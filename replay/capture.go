@@ -120,9 +120,11 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 				t.Model = c.Model
 			}
 		}
+		// The client's max_tokens, else what the engine wrote; never none:
+		// a request sent without one would generate to the model's length.
 		maxTokens := c.MaxTokens
-		if maxTokens == 0 && c.CompletionTokens > 0 {
-			maxTokens = c.CompletionTokens
+		if maxTokens == 0 {
+			maxTokens = max(c.CompletionTokens, 1)
 		}
 		var body Body
 		if refused && len(c.Request) > 0 {

@@ -605,6 +605,10 @@ func TestRunCaptureFaithful(t *testing.T) {
 		{ID: "unknown-model-body", Model: "no-such-model", Sent: 40 * time.Millisecond, End: 41 * time.Millisecond, MaxTokens: 8, Stream: true,
 			API: record.Chat, Outcome: record.HTTPError, Status: 404,
 			Request: []byte(`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`)},
+		// Refused, without its body (no --capture-prompts) or a max_tokens:
+		// sent as a 1-token request, never an unbounded one.
+		{ID: "refused-unbounded", Model: "test", Sent: 45 * time.Millisecond, End: 46 * time.Millisecond, API: record.Chat,
+			Outcome: record.HTTPError, Status: 400, Blame: record.BlameClient},
 		{ID: "tagless", Model: "other", Sent: 50 * time.Millisecond, End: 60 * time.Millisecond, PromptTokens: 10, MaxTokens: 4, Stream: true, API: record.Chat, Outcome: record.OK},
 	}
 	prompt := func(_ context.Context, tokens, i int) (string, error) { return strings.Repeat("w ", tokens), nil }
@@ -630,6 +634,9 @@ func TestRunCaptureFaithful(t *testing.T) {
 		if r := by[id]; r.Outcome != record.HTTPError || r.Status != 404 || r.Model != "no-such-model" {
 			t.Errorf("%s: replayed %s %d for model %q; want the engine's 404 again", id, r.Outcome, r.Status, r.Model)
 		}
+	}
+	if r := by["refused-unbounded"]; r.MaxTokens != 1 || r.End-r.Sent > 2*time.Second {
+		t.Errorf("a refused request captured without body or max_tokens: replayed with max_tokens %d in %v; want 1, at once", r.MaxTokens, r.End-r.Sent)
 	}
 	// "other" is listed as other:latest, but the fake serves only "test":
 	// the request is sent as other:latest and refused — proof it was kept.

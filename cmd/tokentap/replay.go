@@ -178,6 +178,20 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	log.Info().Int("requests", len(capture)).Float64("speed", f.Speed).Str("engine", info.Kind).Msg("replay: starting")
 	fmt.Fprintf(stderr, "tokentap replay: %d requests from %s against %s (%s) at %gx speed\n", len(capture), files[0], info.BaseURL, info.Kind, f.Speed)
 
+	refusedBlind := 0
+	for i := range capture {
+		if capture[i].Outcome == record.HTTPError && len(capture[i].Request) == 0 {
+			refusedBlind++
+		}
+	}
+	if refusedBlind > 0 {
+		what := fmt.Sprintf("%d refused requests were captured without their bodies", refusedBlind)
+		if refusedBlind == 1 {
+			what = "1 refused request was captured without its body"
+		}
+		fmt.Fprintf(stderr, "tokentap replay: %s (proxy --capture-prompts keeps them): each is sent as a new 1-token request to its model, which the engine may not refuse\n", what)
+	}
+
 	clock := record.NewClock()
 	recs, late, runErr := replay.RunCapture(ctx, replay.Capture{
 		Target: tgt, Listed: info.Models, Fallback: info.Model, Clock: clock, Records: capture, Speed: f.Speed, Prompt: prompt, IgnoreEOS: true,
