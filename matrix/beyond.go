@@ -40,8 +40,8 @@ type Limits struct {
 type beyond struct {
 	limits   bandwidth.Inputs
 	limitsOK bool
-	tallies  map[[2]int]slo.Tally // per cell (context, concurrency)
-	seconds  map[[2]int]float64
+	tallies  map[beyondKey]slo.Tally // per cell
+	seconds  map[beyondKey]float64
 	splits   int // cells with a TTFT split
 	timed    bool
 }
@@ -49,7 +49,7 @@ type beyond struct {
 // setupBeyond resolves the decode limit's inputs once the engine is probed,
 // and notes what is missing.
 func (r *runner) setupBeyond() {
-	r.bey = &beyond{tallies: map[[2]int]slo.Tally{}, seconds: map[[2]int]float64{}, timed: engines.HasTimings(r.info.Kind)}
+	r.bey = &beyond{tallies: map[beyondKey]slo.Tally{}, seconds: map[beyondKey]float64{}, timed: engines.HasTimings(r.info.Kind)}
 	if !r.cfg.SLO.IsZero() {
 		r.res.SLO = &result.SLORun{Spec: r.cfg.SLO.Result()}
 	}
@@ -146,14 +146,16 @@ func (r *runner) beyondStart(ctx context.Context) engines.Timings {
 	return t
 }
 
-// beyondCell adds a measured cell's SLO figures, TTFT split and decode
+// beyondCell adds a measured cell's SLO figures (judging the requests sent
+// in the window that ended by judgeUntil: the window's end, or an open
+// loop's grace), TTFT split and decode
 // limit. The engine's TTFT figures are read again once it let go of the
 // window's requests: vLLM observes queue and prefill times when a request
 // finishes, a cancelled one too.
-func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record.Record, w cell.Window, before engines.Timings) {
-	key := [2]int{out.Context, out.Concurrency}
+func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record.Record, w cell.Window, judgeUntil time.Duration, before engines.Timings) {
+	key := beyondKey{out.Context, out.Column()}
 	if !r.cfg.SLO.IsZero() {
-		t := r.cfg.SLO.Window(recs, w.Start, w.End)
+		t := r.cfg.SLO.WindowUntil(recs, w.Start, w.End, judgeUntil)
 		r.bey.tallies[key] = t
 		r.bey.seconds[key] = w.Len().Seconds()
 		out.SLO = t.Figures(w.Len().Seconds())
@@ -226,4 +228,10 @@ func beyondSummary(c *result.Cell) string {
 		s += fmt.Sprintf("  %.0f%% of bandwidth limit", 100*c.DecodeLimit.ShareOfBandwidthLimit)
 	}
 	return s
+}
+
+// beyondKey names a cell of the run: its context and its column.
+type beyondKey struct {
+	c   int
+	col result.Column
 }

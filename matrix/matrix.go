@@ -966,7 +966,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
 	}
-	r.beyondCell(ctx, out, recs, w, timings0)
+	r.beyondCell(ctx, out, recs, w, w.End, timings0)
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
 	if out.Status.ShowsFigures() {
 		summary = fmt.Sprintf("%-16s %8.1f tok/s  TTFT %.0f ms  TBT %.1f ms", out.Status.Label(), out.TotalTokPerSec, out.TTFTms, out.TBTms)

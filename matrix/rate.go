@@ -98,6 +98,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	// for the stragglers' latencies, not the cell's load.
 	wctx, cancel := context.WithTimeout(ctx, win)
 	defer cancel()
+	timings0 := r.beyondStart(ctx)
 	smp, scrapeDone := r.sample(wctx)
 	run := replay.RunOpen(ctx, replay.Open{
 		Target: r.tgt, Clock: r.clock, Bodies: bodies, At: at, MaxTokens: r.sc.MaxOutput, Stream: true,
@@ -130,6 +131,8 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 		out.AchievedRate = float64(figs.Sent) / secs
 	}
 	out.PeakInFlight, out.AvgInFlight = inFlight(recs, w)
+	// Judged: the window's requests that ended by the grace's end (METHOD §6).
+	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
 	if out.Status == result.OverCapacity {
 		if cur, ok := r.rateRefused[c]; !ok || rate < cur {
 			r.rateRefused[c] = rate
@@ -139,6 +142,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	if out.Status.ShowsFigures() {
 		summary = fmt.Sprintf("%-16s %8.1f tok/s  %.2f req/s  TTFT %.0f ms  TBT %.1f ms  in flight ≤%d", out.Status.Label(),
 			out.TotalTokPerSec, out.AchievedRate, out.TTFTms, out.TBTms, out.PeakInFlight)
+		summary += beyondSummary(out)
 	}
 	r.prog.cellDone(c, col, label, summary)
 	if r.cfg.OnCell != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
+	"github.com/tokentap/tokentap/slo"
 )
 
 // TestArrivalRate runs arrival-rate cells against the fake engine: each
@@ -25,7 +26,11 @@ func TestArrivalRate(t *testing.T) {
 	m.KVCapacity = 65536
 	eng := fixtures.StartTest(t, m)
 	sc := scenarios.Scenario{Name: "rate", Contexts: []int{0, 1024}, Rates: []float64{2, 20}, Window: 1500 * time.Millisecond, MaxOutput: 12, API: "chat"}
-	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc})
+	objectives, err := slo.Parse("ttft=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, SLO: objectives})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +67,23 @@ func TestArrivalRate(t *testing.T) {
 		if p := c.Percentiles; p == nil || p.TTFTms == nil || p.E2Ems == nil || p.TBTms == nil || int(p.E2Ems.N) != c.Completed {
 			t.Errorf("%s: percentiles %+v, completed %d", name, p, c.Completed)
 		}
+		// SLOs judge the window's requests that ended by the grace's end,
+		// and the fake's vLLM metrics split TTFT, in rate cells as in any.
+		if s := c.SLO; s == nil || s.Judged == 0 || s.Judged > c.Sent || (c.Rate == 2 && (s.Good != s.Judged || s.Judged != c.Completed)) {
+			t.Errorf("%s: SLO %+v, sent %d, completed %d", name, s, c.Sent, c.Completed)
+		}
+		if c.TTFTSplit == nil || c.TTFTSplit.Prefill == nil {
+			t.Errorf("%s: no TTFT split from the fake's vLLM metrics: %+v", name, c.TTFTSplit)
+		}
 		if c.Context == 1024 && (c.Cache == nil || c.Cache.HitRate > 0.1) {
 			t.Errorf("%s: prefix cache %+v; an arrival-rate cell's prompts are cold", name, c.Cache)
 		}
 	}
 	if a, b := res.CellAt(0, result.Column{Rate: 2}), res.CellAt(0, result.Column{Rate: 20}); a.PeakInFlight >= b.PeakInFlight {
 		t.Errorf("peak in flight %d at 2/s, %d at 20/s: a higher rate reached no more concurrency", a.PeakInFlight, b.PeakInFlight)
+	}
+	if res.SLO == nil || len(res.SLO.Capacity) != 2 || res.SLO.Capacity[0].Rate < 2 || res.SLO.Capacity[0].Concurrency != 0 {
+		t.Errorf("serving capacity: %+v; want a request rate at context 0 (every request at 2/s met a 5 s TTFT)", res.SLO)
 	}
 	if err := schematest.Result(res); err != nil {
 		t.Errorf("the rate run's result does not match schema.json: %v", err)

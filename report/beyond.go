@@ -121,15 +121,23 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 	}
 	if len(r.SLO.Capacity) > 0 {
 		var parts []string
+		rates := r.RateRun()
 		for _, c := range r.SLO.Capacity {
 			n := "none"
-			if c.Concurrency > 0 {
+			switch {
+			case rates && c.Rate > 0:
+				n = result.Column{Rate: c.Rate}.Label()
+			case !rates && c.Concurrency > 0:
 				n = strconv.Itoa(c.Concurrency)
 			}
 			parts = append(parts, ctxLabel(c.Context)+": "+n)
 		}
-		b.SLONotes = append(b.SLONotes, fmt.Sprintf("Most requests at once with at least %s of requests meeting every SLO, by context: %s.",
-			fmtShare(r.SLO.Spec.Target), strings.Join(parts, " · ")))
+		what := "Most requests at once"
+		if rates {
+			what = "Highest request rate"
+		}
+		b.SLONotes = append(b.SLONotes, fmt.Sprintf("%s with at least %s of requests meeting every SLO, by context: %s.",
+			what, fmtShare(r.SLO.Spec.Target), strings.Join(parts, " · ")))
 	}
 	for _, c := range contexts {
 		row := textRow{Label: ctxLabel(c)}

@@ -69,6 +69,9 @@ type SLORun struct {
 type SLOCapacity struct {
 	Context     int `json:"context"`
 	Concurrency int `json:"concurrency"`
+	// Rate is, in a run of arrival-rate cells, the highest request rate
+	// whose cell met the target (0: none did).
+	Rate float64 `json:"rate,omitempty"`
 }
 
 // TTFT parts, as TTFTPart.Name spells them.

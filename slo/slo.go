@@ -387,6 +387,13 @@ func MostMissed(missed map[string]int) string {
 // failure the client is blamed for at or after the close is that cut, as
 // package cell counts it).
 func (s Spec) Window(recs []record.Record, start, end time.Duration) Tally {
+	return s.WindowUntil(recs, start, end, end)
+}
+
+// WindowUntil is Window for an open loop, whose requests may end after the
+// window, in its grace: the requests sent in [start, end) are judged when
+// they ended before until.
+func (s Spec) WindowUntil(recs []record.Record, start, end, until time.Duration) Tally {
 	var t Tally
 	for i := range recs {
 		r := &recs[i]
@@ -396,9 +403,9 @@ func (s Spec) Window(recs []record.Record, start, end time.Duration) Tally {
 		cut := false
 		switch {
 		case r.Outcome == record.OK:
-			cut = r.End >= end
+			cut = r.End >= until
 		case r.Outcome.Failed():
-			cut = r.Blame == record.BlameClient && r.End >= end
+			cut = r.Blame == record.BlameClient && r.End >= until
 		default:
 			cut = true
 		}
@@ -411,23 +418,28 @@ func (s Spec) Window(recs []record.Record, start, end time.Duration) Tally {
 	return t
 }
 
-// Capacity is, per context, the most requests at once whose cell met the
+// Capacity is, per context, the most requests at once (and, for
+// arrival-rate cells, the highest request rate) whose cell met the
 // target attainment (METHOD.md §6): DistServe's serving capacity. Cells
 // that show no figures, or judged no request, do not count.
 func Capacity(res *result.Result, target float64) []result.SLOCapacity {
+	met := func(cl *result.Cell) bool {
+		return cl != nil && cl.Status.ShowsFigures() && cl.SLO != nil && cl.SLO.Attainment != nil && *cl.SLO.Attainment >= target-1e-12
+	}
 	var out []result.SLOCapacity
 	for _, c := range res.Settings.Contexts {
-		best := 0
+		cp := result.SLOCapacity{Context: c}
 		for _, n := range res.Settings.Concurrency {
-			cl := res.Cell(c, n)
-			if cl == nil || !cl.Status.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
-				continue
-			}
-			if *cl.SLO.Attainment >= target-1e-12 {
-				best = max(best, n)
+			if met(res.Cell(c, n)) {
+				cp.Concurrency = max(cp.Concurrency, n)
 			}
 		}
-		out = append(out, result.SLOCapacity{Context: c, Concurrency: best})
+		for _, rate := range res.Settings.Rates {
+			if met(res.CellAt(c, result.Column{Rate: rate})) {
+				cp.Rate = max(cp.Rate, rate)
+			}
+		}
+		out = append(out, cp)
 	}
 	return out
 }

@@ -156,6 +156,13 @@ func TestWindow(t *testing.T) {
 	if f.Attainment == nil || *f.Attainment != 0.5 || f.GoodputReqPerSec != 1 || f.GoodputTokPerSec != 2 || f.MostMissed != "ttft" {
 		t.Errorf("figures %+v", f)
 	}
+	// An open loop's grace: what ended at the close (3000) ended inside
+	// a grace that runs to 3500, so it is judged (the OK one good, the
+	// broken one failed); the cancelled one is still not, nor the one sent
+	// after the window.
+	if g := s.WindowUntil(recs, 1000*ms, 3000*ms, 3500*ms); g.Judged != 6 || g.Good != 3 || g.Failed != 2 || g.Excluded != 1 {
+		t.Errorf("with a grace to 3.5 s: %+v", g)
+	}
 	var none Tally
 	if f := none.Figures(2); f.Attainment != nil || f.GoodputReqPerSec != 0 || f.MostMissed != "" {
 		t.Errorf("nothing judged: %+v, want no attainment", f)
@@ -195,4 +202,30 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q) = %+v, printed %q, read back %+v", in, s, s.String(), back)
 		}
 	})
+}
+
+// TestCapacity: per context, the most requests at once, or in a run of
+// arrival-rate cells the highest rate, whose cell met the target; cells
+// that show no figures do not count.
+func TestCapacity(t *testing.T) {
+	share := func(v float64) *result.SLO { return &result.SLO{Judged: 100, Good: int(v * 100), Attainment: &v} }
+	closed := &result.Result{Settings: result.Settings{Contexts: []int{0, 8192}, Concurrency: []int{1, 4, 16}}, Decode: []result.Cell{
+		{Context: 0, Concurrency: 1, Status: result.Valid, SLO: share(1)},
+		{Context: 0, Concurrency: 4, Status: result.RequestsQueued, SLO: share(0.9)},
+		{Context: 0, Concurrency: 16, Status: result.Valid, SLO: share(0.5)},
+		{Context: 8192, Concurrency: 1, Status: result.Valid, SLO: share(0.8)},
+		{Context: 8192, Concurrency: 4, Status: result.Failed, SLO: share(1)},
+	}}
+	got := Capacity(closed, 0.9)
+	if len(got) != 2 || got[0] != (result.SLOCapacity{Context: 0, Concurrency: 4}) || got[1] != (result.SLOCapacity{Context: 8192}) {
+		t.Errorf("closed loop: %+v", got)
+	}
+	rates := &result.Result{Settings: result.Settings{Contexts: []int{0}, Rates: []float64{1, 2, 4}}, Decode: []result.Cell{
+		{Context: 0, Rate: 1, Status: result.Valid, SLO: share(1)},
+		{Context: 0, Rate: 2, Status: result.Valid, SLO: share(0.95)},
+		{Context: 0, Rate: 4, Status: result.RequestsQueued, SLO: share(0.4)},
+	}}
+	if got := Capacity(rates, 0.9); len(got) != 1 || got[0] != (result.SLOCapacity{Context: 0, Rate: 2}) {
+		t.Errorf("arrival rates: %+v", got)
+	}
 }
