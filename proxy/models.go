@@ -84,7 +84,7 @@ func (p *Proxy) ListModels(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.lister.Do(req)
 	if err != nil {
 		var ue interface{ Unwrap() error }
 		if errors.As(err, &ue) {

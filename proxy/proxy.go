@@ -22,6 +22,7 @@ import (
 	"io"
 	"iter"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -119,6 +120,7 @@ type Config struct {
 type Proxy struct {
 	cfg      Config
 	hc       *fasthttp.HostClient
+	lister   *http.Client // GET /v1/models (models.go)
 	host     string
 	prefix   []byte
 	clock    record.Clock
@@ -225,6 +227,10 @@ func New(cfg Config) (*Proxy, error) {
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 	}
 	p.m.slo = cfg.SLO
+	// The model list is read every few minutes: no connection is kept
+	// idle for it (it would sit among the engine's connections as one the
+	// proxy does not count), and an https engine's CA is the proxy's.
+	p.lister = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: upstreamTLS(u.Hostname(), cfg.UpstreamCAs)}}
 	p.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_upstream_connections",
 		Help: "Connections to the engine open now, busy or idle."}, func() float64 { return float64(p.hc.ConnsCount()) }))
 	if prefix != "" {
