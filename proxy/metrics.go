@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/record"
@@ -192,7 +194,22 @@ func (m *metrics) add(r *record.Record) {
 // by default, the protobuf format with native histograms where the scraper
 // asks for it, OpenMetrics where it asks for that.
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true})
+	return promhttp.HandlerFor(prometheus.GathererFunc(m.gather), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true})
+}
+
+// gather is the registry's Gather with go_goroutines read before it: the
+// registry collects on goroutines of its own, so the Go collector's count
+// would move from scrape to scrape with how many of them were running, and
+// a leak is seen as a count that only grows.
+func (m *metrics) gather() ([]*dto.MetricFamily, error) {
+	n := float64(runtime.NumGoroutine())
+	mfs, err := m.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "go_goroutines" && len(mf.Metric) == 1 && mf.Metric[0].Gauge != nil {
+			mf.Metric[0].Gauge.Value = &n
+		}
+	}
+	return mfs, err
 }
 
 // The counters kept in arrays by reason, and the SLO counters per model
