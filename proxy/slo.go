@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokentap/tokentap/result"
@@ -59,22 +57,8 @@ func (m *metrics) collectSLO(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, o := range set {
-		ch <- prometheus.MustNewConstMetric(sloObjectiveDesc, prometheus.GaugeValue, objective(m.slo, o).Seconds(), o)
+		ch <- prometheus.MustNewConstMetric(sloObjectiveDesc, prometheus.GaugeValue, m.slo.Limit(o).Seconds(), o)
 	}
-}
-
-func objective(s slo.Spec, name string) time.Duration {
-	switch name {
-	case result.SLOTTFT:
-		return s.TTFT
-	case result.SLOTBT:
-		return s.TBT
-	case result.SLOTPOT:
-		return s.TPOT
-	case result.SLOE2E:
-		return s.E2E
-	}
-	return 0
 }
 
 // figures is a model's /stats SLO block over a period of seconds.

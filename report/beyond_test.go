@@ -2,9 +2,7 @@ package report
 
 import (
 	"bytes"
-	"image/png"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -222,23 +220,7 @@ func TestBeyondHTML(t *testing.T) {
 // attainment lines, the target, and the queue and engine parts of the
 // stacked bars each cover pixels.
 func TestBeyondScreenshot(t *testing.T) {
-	bin := chromium(t)
-	dir := t.TempDir()
-	page := filepath.Join(dir, "beyond.html")
-	if err := os.WriteFile(page, []byte(renderHTML(t, beyondDoc(t))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	shot := filepath.Join(dir, "beyond.png")
-	runChromium(t, bin, "--screenshot="+shot, "--window-size=1280,3600", "file://"+page)
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("screenshot is not a PNG: %v", err)
-	}
+	img, shot, _ := screenshot(t, renderHTML(t, beyondDoc(t)), 3600)
 	for _, c := range []struct {
 		what, colour string
 		least        int

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,23 +179,7 @@ func countColour(img image.Image, hex string) int {
 // cell's colour cover at least a cell's worth of pixels. It also prints
 // the page to PDF, the path `@media print` styles.
 func TestHTMLScreenshot(t *testing.T) {
-	bin := chromium(t)
-	dir := t.TempDir()
-	page := filepath.Join(dir, "run.html")
-	if err := os.WriteFile(page, []byte(renderHTML(t, loadRun(t))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	shot := filepath.Join(dir, "run.png")
-	runChromium(t, bin, "--screenshot="+shot, "--window-size=1280,2000", "file://"+page)
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("screenshot is not a PNG: %v", err)
-	}
+	img, shot, page := screenshot(t, renderHTML(t, loadRun(t)), 2000)
 	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 2000 {
 		t.Errorf("screenshot is %v, want 1280×2000", b)
 	}
@@ -219,10 +204,33 @@ func TestHTMLScreenshot(t *testing.T) {
 		}
 	}
 
-	pdf := filepath.Join(dir, "run.pdf")
-	runChromium(t, bin, "--no-pdf-header-footer", "--print-to-pdf="+pdf, "file://"+page)
+	pdf := filepath.Join(filepath.Dir(page), "run.pdf")
+	runChromium(t, chromium(t), "--no-pdf-header-footer", "--print-to-pdf="+pdf, "file://"+page)
 	b, err := os.ReadFile(pdf)
 	if err != nil || !bytes.HasPrefix(b, []byte("%PDF-")) || len(b) < 10_000 {
 		t.Errorf("printing to PDF: %v, %d bytes", err, len(b))
 	}
+}
+
+// screenshot renders page in headless Chromium, 1280 pixels wide and
+// height high, and returns the picture, its file and the page's file.
+func screenshot(t *testing.T, page string, height int) (img image.Image, shot, file string) {
+	t.Helper()
+	bin := chromium(t)
+	dir := t.TempDir()
+	file = filepath.Join(dir, "page.html")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shot = filepath.Join(dir, "page.png")
+	runChromium(t, bin, "--screenshot="+shot, "--window-size=1280,"+strconv.Itoa(height), "file://"+file)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err = png.Decode(f); err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	return img, shot, file
 }

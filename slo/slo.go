@@ -51,8 +51,8 @@ var Names = []string{result.SLOTTFT, result.SLOTBT, result.SLOTPOT, result.SLOE2
 // IsZero reports whether no objective is set.
 func (s Spec) IsZero() bool { return s.TTFT == 0 && s.TBT == 0 && s.TPOT == 0 && s.E2E == 0 }
 
-// limit returns the objective called name (0: not set).
-func (s Spec) limit(name string) time.Duration {
+// Limit returns the objective called name (0: not set).
+func (s Spec) Limit(name string) time.Duration {
 	switch name {
 	case result.SLOTTFT:
 		return s.TTFT
@@ -83,7 +83,7 @@ func (s *Spec) set(name string, d time.Duration) {
 func (s Spec) Set() []string {
 	var out []string
 	for _, n := range Names {
-		if s.limit(n) > 0 {
+		if s.Limit(n) > 0 {
 			out = append(out, n)
 		}
 	}
@@ -95,7 +95,7 @@ func (s Spec) Set() []string {
 func (s Spec) String() string {
 	var parts []string
 	for _, n := range s.Set() {
-		parts = append(parts, n+"="+s.limit(n).String())
+		parts = append(parts, n+"="+s.Limit(n).String())
 	}
 	if s.Target > 0 && s.Target != DefaultTarget {
 		parts = append(parts, "target="+strconv.FormatFloat(100*s.Target, 'g', -1, 64)+"%")
@@ -108,7 +108,7 @@ func (s Spec) String() string {
 func (s Spec) Describe() string {
 	var parts []string
 	for _, n := range s.Set() {
-		parts = append(parts, Label(n)+" ≤ "+fmtDur(s.limit(n)))
+		parts = append(parts, Label(n)+" ≤ "+fmtDur(s.Limit(n)))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -259,7 +259,7 @@ func (s Spec) Judge(r *record.Record) Verdict {
 	}
 	v.Judged = true
 	for _, n := range Names {
-		lim := s.limit(n)
+		lim := s.Limit(n)
 		if lim > 0 && !meets(r, n, lim) {
 			v.Missed = append(v.Missed, n)
 		}
