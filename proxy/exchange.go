@@ -607,7 +607,18 @@ func (x *exchange) CloseWithError(err error) error {
 // finish releases everything and hands the record on.
 func (x *exchange) finish() {
 	p := x.p
-	reuse := x.body.done && !x.hdr.ConnectionClose() && x.endErr == nil
+	// Bytes read past the response's end are an answer nobody asked for:
+	// the connection is out of step with its requests, and the next request
+	// on it could be handed that answer. It is closed, as net/http closes a
+	// connection that speaks while idle.
+	if x.br != nil && x.br.Buffered() > 0 {
+		x.overrun = true
+	}
+	reuse := x.body.done && !x.hdr.ConnectionClose() && x.endErr == nil && !x.overrun
+	if x.overrun && x.body.done {
+		p.m.outOfStep.Add(1)
+		p.log.Debug().Msg("the engine sent bytes past the end of a response; its connection is closed, not reused")
+	}
 	x.releaseConn(!reuse)
 	if x.client != nil && !x.writeDL.IsZero() {
 		// fasthttp's last flush (the terminating chunk, a buffered tail)

@@ -295,6 +295,77 @@ func TestStaleConnectionIsNotARetry(t *testing.T) {
 	}
 }
 
+// TestUnaskedAnswerIsNotPassedOn has an engine send a second answer
+// nobody asked for after its first: with the first's end (read in the same
+// read, so it waits in the proxy's buffer, not the socket a reuse peeks
+// at), or a moment later, while the connection sits idle. Either way the
+// connection is out of step with its requests and must not carry the next
+// one: reused, it would hand that request the unasked answer.
+func TestUnaskedAnswerIsNotPassedOn(t *testing.T) {
+	const unasked = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nstray"
+	sse := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+	chunked := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(sse), sse)
+	json := `{"id":"x","object":"chat.completion","choices":[]}`
+	plain := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(json), json)
+	for _, tc := range []struct {
+		name   string
+		first  string        // the first answer
+		later  time.Duration // the unasked one comes this long after it (0: in the same write)
+		stream bool
+		metric string // the counter that must say the connection was dropped
+	}{
+		{"with a JSON answer's end", plain, 0, false, "tokentap_upstream_out_of_step_connections_total"},
+		{"with a stream's end", chunked, 0, true, "tokentap_upstream_out_of_step_connections_total"},
+		{"while idle", plain, 30 * time.Millisecond, false, "tokentap_upstream_stale_connections_total"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent := make(chan struct{}, 2)
+			e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+				if r.Nth > 1 || r.Conn > 1 {
+					writeJSON(c, 200, `{"second":true}`)
+					return true
+				}
+				if tc.later == 0 {
+					_, _ = io.WriteString(c, tc.first+unasked) // one write, one read
+				} else {
+					_, _ = io.WriteString(c, tc.first)
+					time.Sleep(tc.later)
+					_, _ = io.WriteString(c, unasked)
+				}
+				sent <- struct{}{}
+				return true
+			})
+			h := startProxy(t, e.url, nil)
+			body := `{"model":"m"}`
+			if tc.stream {
+				body = `{"model":"m","stream":true}`
+			}
+			resp, got, err := do(t, "POST", h.url+"/v1/chat/completions", body)
+			if err != nil || resp.StatusCode != 200 || strings.Contains(string(got), "stray") {
+				t.Fatalf("first: %v %q %v", resp, got, err)
+			}
+			<-sent
+			time.Sleep(20 * time.Millisecond) // the unasked bytes are in the proxy's socket
+			resp, got, err = do(t, "POST", h.url+"/v1/chat/completions", `{"model":"m","n":2}`)
+			if err != nil || resp.StatusCode != 200 || string(got) != `{"second":true}` {
+				t.Fatalf("second request: got %v %q %v, want the engine's answer to it", resp, got, err)
+			}
+			reqs := e.requests()
+			if len(reqs) != 2 || reqs[1].Conn != 2 {
+				t.Fatalf("the engine read %d requests, the second on connection %d, want it on a new one", len(reqs), reqs[len(reqs)-1].Conn)
+			}
+			if v := h.metric(t, tc.metric); v != "1" {
+				t.Errorf("%s = %q, want 1", tc.metric, v)
+			}
+			for _, r := range h.waitRecords(t, 2) {
+				if r.Retries != 0 || r.Outcome != record.OK {
+					t.Errorf("record %s with %d retries, want ok with none", r.Outcome, r.Retries)
+				}
+			}
+		})
+	}
+}
+
 // TestNothingWrittenIsResent breaks the upstream connection just before
 // the request is written (a test hook closes it): nothing of the request
 // left, so it goes again on a new connection, whatever its method.

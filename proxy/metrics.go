@@ -80,6 +80,7 @@ type metrics struct {
 	rejects     [nRejectReasons]atomic.Uint64 // refused requests and connections, by reason
 	resends     [nResendReasons]atomic.Uint64 // requests sent to the engine again, by reason
 	staleConns  atomic.Uint64                 // idle upstream connections found closed before use
+	outOfStep   atomic.Uint64                 // upstream connections closed after bytes past a response's end
 
 	reg                            *prometheus.Registry
 	ttft, tbt, e2e, prompt, output *prometheus.HistogramVec
@@ -114,6 +115,8 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.measErrs.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_upstream_stale_connections_total", Help: "Idle connections to the engine found closed before a request was written on them (dropped unused)."},
 			func() float64 { return float64(m.staleConns.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_upstream_out_of_step_connections_total", Help: "Connections to the engine closed, not reused, because the engine sent bytes past the end of a response: an answer no request asked for."},
+			func() float64 { return float64(m.outOfStep.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_client_connections", Help: "Client connections open now."},
 			func() float64 { return float64(m.clientConns.Load()) }),
 		edgeCollector{m},

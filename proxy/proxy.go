@@ -417,6 +417,7 @@ type exchange struct {
 	writeDL    time.Time
 	at         time.Duration // in feed mode, when the bytes being passed on arrived
 	endLater   bool          // the body ended with a backlog to write: writeToLoop ends the record
+	overrun    bool          // bytes came after the response's end: the connection is out of step
 	held       []byte        // piece: what the tap held back before the current piece
 	wroteBytes int64
 }
@@ -441,7 +442,7 @@ func (x *exchange) put() {
 	}
 	x.src.pre, x.src.err = x.src.pre[:0], nil
 	x.readDL, x.writeDL = time.Time{}, time.Time{}
-	x.endLater, x.held = false, x.held[:0]
+	x.endLater, x.held, x.overrun = false, x.held[:0], false
 	x.gone.Store(false)
 	x.body = bodyReader{}
 	if cap(x.inj) > 1<<20 {

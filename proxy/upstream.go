@@ -176,6 +176,9 @@ func (s *loopSink) run() bool {
 		s.total += n
 		if done {
 			s.finished, s.res = true, err
+			if len(s.x.src.feed) > 0 {
+				s.x.overrun = true // read with the body's end, after it
+			}
 			s.x.src.feed = nil
 			return true
 		}
