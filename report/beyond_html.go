@@ -192,21 +192,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 		return
 	}
 	contexts, cols := axes(r)
-	table := func(cls string, head []string, rows [][]string) {
-		e.printf(`<div class="wide"><table class="all %s"><tr>`, cls)
-		for _, c := range head {
-			e.printf("<th>%s</th>", h(c))
-		}
-		e.print("</tr>\n")
-		for _, row := range rows {
-			e.print("<tr>")
-			for _, c := range row {
-				e.printf("<td>%s</td>", h(c))
-			}
-			e.print("</tr>\n")
-		}
-		e.print("</table></div>\n")
-	}
+	table := func(cls string, head []string, rows [][]string) { e.table("all "+cls, head, rows) }
 	if b.SLODesc != "" {
 		e.printf("<h2>SLO goodput</h2>\n<p class=\"sub\">share of the judged requests that met every SLO: <b>%s</b></p>\n", h(b.SLODesc))
 		var items [][2]string

@@ -95,6 +95,23 @@ func h(s string) string { return html.EscapeString(s) }
 
 type htmlWriter struct{ errWriter }
 
+// table writes a plain table of escaped cells, wide enough to scroll.
+func (e *htmlWriter) table(class string, head []string, rows [][]string) {
+	e.printf(`<div class="wide"><table class="%s"><tr>`, class)
+	for _, c := range head {
+		e.printf("<th>%s</th>", h(c))
+	}
+	e.print("</tr>\n")
+	for _, row := range rows {
+		e.print("<tr>")
+		for _, c := range row {
+			e.printf("<td>%s</td>", h(c))
+		}
+		e.print("</tr>\n")
+	}
+	e.print("</table></div>\n")
+}
+
 func (e *htmlWriter) head(title string) {
 	e.print("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	e.print("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")

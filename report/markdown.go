@@ -21,6 +21,20 @@ func mdRow(e *errWriter, cells []string) {
 	e.print("\n")
 }
 
+// mdTable writes a table: head, the alignment row (right: figures line
+// up right), then rows with every cell escaped.
+func mdTable(e *errWriter, head []string, rows [][]string, right []bool) {
+	mdRow(e, head)
+	mdAlign(e, right)
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = mdEscape(c)
+		}
+		mdRow(e, cells)
+	}
+}
+
 func mdAlign(e *errWriter, right []bool) {
 	e.print("|")
 	for _, r := range right {
@@ -128,19 +142,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 	writeMarkdownBeyond(e, v)
 	if len(v.All) > 0 {
 		e.printf("\n## All measurements\n\n%s\n\n", allNote)
-		mdRow(e, v.Columns)
-		right := make([]bool, len(v.Columns))
-		for i := range right {
-			right[i] = i != 0 && i != 3 // Phase and Status read left to right; figures line up right
-		}
-		mdAlign(e, right)
-		for _, row := range v.All {
-			cells := make([]string, len(row))
-			for i, c := range row {
-				cells[i] = mdEscape(c)
-			}
-			mdRow(e, cells)
-		}
+		mdTable(e, v.Columns, v.All, rightCols(v.Columns, 0, 3)) // Phase and Status read left to right
 		if len(v.Footnotes) > 0 {
 			e.printf("\n%s\n", strings.Join(v.Footnotes, " "))
 		}
@@ -181,21 +183,7 @@ func writeMarkdownBeyond(e *errWriter, v *view) {
 	if b == nil {
 		return
 	}
-	table := func(head []string, rows [][]string) {
-		mdRow(e, head)
-		right := make([]bool, len(head))
-		for i := range right {
-			right[i] = i > 0
-		}
-		mdAlign(e, right)
-		for _, r := range rows {
-			cells := make([]string, len(r))
-			for i, c := range r {
-				cells[i] = mdEscape(c)
-			}
-			mdRow(e, cells)
-		}
-	}
+	table := func(head []string, rows [][]string) { mdTable(e, head, rows, rightCols(head, 0)) }
 	if b.SLODesc != "" {
 		e.printf("\n## SLOs\n\n%s · share of judged requests that met every SLO · good requests/s\n\n", mdEscape(b.SLODesc))
 		head := []string{"Context"}

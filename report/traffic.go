@@ -170,15 +170,7 @@ func (v *trafficView) markdown(w io.Writer) error {
 	e.printf("# %s\n\n%s\n", mdEscape(v.Title), mdEscape(v.Sub))
 	tbl := func(title string, head []string, rows [][]string, right []bool) {
 		e.printf("\n## %s\n\n", title)
-		mdRow(e, head)
-		mdAlign(e, right)
-		for _, r := range rows {
-			cells := make([]string, len(r))
-			for i, c := range r {
-				cells[i] = mdEscape(c)
-			}
-			mdRow(e, cells)
-		}
+		mdTable(e, head, rows, right)
 	}
 	tbl("Requests by model and outcome", v.OutcomeHead, v.Outcomes, rightCols(v.OutcomeHead, 0, 1, 2))
 	tbl("Throughput by model", v.ModelHead, v.Models, rightCols(v.ModelHead, 0))
@@ -192,19 +184,8 @@ func (v *trafficView) html(w io.Writer) error {
 	e.head(v.Title + " · tokentap")
 	e.printf("<header><h1>%s</h1><p class=\"by\">%s</p></header>\n", h(v.Title), h(v.Sub))
 	tbl := func(title string, head []string, rows [][]string) {
-		e.printf("<h2>%s</h2>\n<div class=\"wide\"><table class=\"all\"><tr>", h(title))
-		for _, c := range head {
-			e.printf("<th>%s</th>", h(c))
-		}
-		e.print("</tr>\n")
-		for _, r := range rows {
-			e.print("<tr>")
-			for _, c := range r {
-				e.printf("<td>%s</td>", h(c))
-			}
-			e.print("</tr>\n")
-		}
-		e.print("</table></div>\n")
+		e.printf("<h2>%s</h2>\n", h(title))
+		e.table("all", head, rows)
 	}
 	tbl("Requests by model and outcome", v.OutcomeHead, v.Outcomes)
 	tbl("Throughput by model", v.ModelHead, v.Models)
