@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/result"
 )
@@ -116,7 +117,7 @@ func Split(recs []record.Record, w Window, parts []EnginePart) *result.TTFTSplit
 	}
 	if len(differ) > 0 {
 		s.Note = fmt.Sprintf("The engine counted %s; tokentap measured %d requests of the window: other clients' requests, or ones the engine observed only at their end, make the means cover different requests.",
-			joinAnd(differ), clientN)
+			english.List(differ), clientN)
 	}
 	return s
 }
@@ -131,20 +132,6 @@ func partLabel(name string) string {
 		return "TTFT"
 	}
 	return name
-}
-
-func joinAnd(s []string) string {
-	switch len(s) {
-	case 0:
-		return ""
-	case 1:
-		return s[0]
-	}
-	out := s[0]
-	for _, x := range s[1 : len(s)-1] {
-		out += ", " + x
-	}
-	return out + " and " + s[len(s)-1]
 }
 
 // MeanSeqTokens is the mean context of a sequence at the decode steps

@@ -37,6 +37,7 @@ import (
 
 	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -778,7 +779,7 @@ func (r *runner) warmSlots(n int) int {
 // record whose request the engine refused for not fitting, if any.
 func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record, error) {
 	k := r.warmSlots(n)
-	r.prog.begin(stepWarm, rw.c, result.Column{N: n}, fmt.Sprintf("warm-up context %s, %s", TokenLabel(rw.c), plural(k, "prompt", "prompts")))
+	r.prog.begin(stepWarm, rw.c, result.Column{N: n}, fmt.Sprintf("warm-up context %s, %s", TokenLabel(rw.c), english.Count(k, "prompt", "prompts")))
 	defer func() { rw.warmed = max(rw.warmed, k) }()
 	if r.sharded() {
 		// Drained already; every shard sends its warm-up now, at once.

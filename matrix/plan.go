@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -180,17 +181,7 @@ func joinTokens(cs []int) string {
 	for i, c := range cs {
 		s[i] = TokenLabel(c)
 	}
-	return joinAnd(s)
-}
-
-func joinAnd(s []string) string {
-	switch len(s) {
-	case 0:
-		return ""
-	case 1:
-		return s[0]
-	}
-	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+	return english.List(s)
 }
 
 // fmtInt writes n with thousands separators: 81920 → "81,920".
@@ -211,12 +202,4 @@ func fmtInt(n int) string {
 		return "-" + b.String()
 	}
 	return b.String()
-}
-
-// plural is "1 prompt" or "3 prompts".
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tokentap/tokentap/bandwidth"
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
 )
@@ -113,7 +114,7 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 			line += fmt.Sprintf(" Most missed: %s (%s requests).", slo.Label(o.MostMissed), fmtInt(o.Missed[o.MostMissed]))
 		}
 		if o.Failed > 0 {
-			line += fmt.Sprintf(" %s failed.", plural(o.Failed, "request", "requests"))
+			line += fmt.Sprintf(" %s failed.", english.Count(o.Failed, "request", "requests"))
 		}
 		b.SLONotes = append(b.SLONotes, line)
 	} else {

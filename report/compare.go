@@ -14,6 +14,7 @@ import (
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/tokentap/tokentap/histo"
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -427,10 +428,10 @@ func (cmp *comparison) summary() string {
 	out := fmt.Sprintf("%d of %d cells in both runs changed status", cmp.changedCount(), cmp.bothCount())
 	var only []string
 	if len(cmp.OnlyA) > 0 {
-		only = append(only, fmt.Sprintf("%s only in A (%s)", plural(len(cmp.OnlyA), "cell is", "cells are"), cmp.names(cmp.OnlyA)))
+		only = append(only, fmt.Sprintf("%s only in A (%s)", english.Count(len(cmp.OnlyA), "cell is", "cells are"), cmp.names(cmp.OnlyA)))
 	}
 	if len(cmp.OnlyB) > 0 {
-		only = append(only, fmt.Sprintf("%s only in B (%s)", plural(len(cmp.OnlyB), "cell is", "cells are"), cmp.names(cmp.OnlyB)))
+		only = append(only, fmt.Sprintf("%s only in B (%s)", english.Count(len(cmp.OnlyB), "cell is", "cells are"), cmp.names(cmp.OnlyB)))
 	}
 	if len(only) > 0 {
 		out += "; " + strings.Join(only, "; ")

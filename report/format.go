@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -187,10 +188,7 @@ func pctList(ps []float64) string {
 	for _, p := range ps {
 		l = append(l, result.Label(p))
 	}
-	if len(l) > 1 {
-		return strings.Join(l[:len(l)-1], ", ") + " and " + l[len(l)-1]
-	}
-	return strings.Join(l, "")
+	return english.List(l)
 }
 
 // lowNote explains the low-count mark.

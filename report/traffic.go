@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/traffic"
 )
@@ -62,8 +63,8 @@ func newTrafficView(s traffic.Summary, title string) *trafficView {
 	if !s.First.IsZero() {
 		when = fmt.Sprintf(" (%s – %s UTC)", s.First.UTC().Format("2006-01-02 15:04:05"), s.Last.UTC().Format("15:04:05"))
 	}
-	v.Sub = fmt.Sprintf("%s · %s over %s%s", plural(len(s.Models), "model", "models"),
-		plural(s.Requests, "request", "requests"), fmtSeconds(s.SpanSeconds), when)
+	v.Sub = fmt.Sprintf("%s · %s over %s%s", english.Count(len(s.Models), "model", "models"),
+		english.Count(s.Requests, "request", "requests"), fmtSeconds(s.SpanSeconds), when)
 
 	v.OutcomeHead = []string{"Model", "Outcome", "Whose fault", "HTTP status", "Requests"}
 	for _, o := range s.Outcomes {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -555,13 +556,6 @@ func ctxList(cs []int) string {
 	return strings.Join(parts, ", ")
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
-}
-
 // engineLine is "vllm · 0.32.0 · FP8 · 6 contexts (0–248K) × 8 concurrency
 // levels (1–128) · prefill at 8K, 16K, 32K".
 func engineLine(r *result.Result) string {
@@ -586,7 +580,7 @@ func engineLine(r *result.Result) string {
 			one, many = "request rate", "request rates"
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s)",
-			plural(len(contexts), "context", "contexts"), cr, plural(len(cols), one, many), nr))
+			english.Count(len(contexts), "context", "contexts"), cr, english.Count(len(cols), one, many), nr))
 	}
 	if len(r.Settings.PrefillAt) > 0 {
 		parts = append(parts, "prefill at "+ctxList(r.Settings.PrefillAt))

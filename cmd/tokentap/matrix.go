@@ -16,6 +16,7 @@ import (
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/hardware"
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/matrix"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -344,12 +345,12 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case demo:
 			if !f.Quiet {
-				fmt.Fprintf(stderr, "tokentap matrix: %s failed, as the demo intends (an injected fault); exit 0.\n", joinAnd(failed))
+				fmt.Fprintf(stderr, "tokentap matrix: %s failed, as the demo intends (an injected fault); exit 0.\n", english.List(failed))
 			}
 		case allowFailed:
-			fmt.Fprintf(stderr, "tokentap matrix: %s failed; exit 0 (--allow-failed).\n", joinAnd(failed))
+			fmt.Fprintf(stderr, "tokentap matrix: %s failed; exit 0 (--allow-failed).\n", english.List(failed))
 		default:
-			fmt.Fprintf(stderr, "tokentap matrix: %s failed (the report says why); exit %d. Give --allow-failed to accept failed cells.\n", joinAnd(failed), exitFailed)
+			fmt.Fprintf(stderr, "tokentap matrix: %s failed (the report says why); exit %d. Give --allow-failed to accept failed cells.\n", english.List(failed), exitFailed)
 			code = exitFailed
 		}
 	}
@@ -376,10 +377,10 @@ func failedParts(r *result.Result) []string {
 	}
 	var out []string
 	if len(rows) > 0 {
-		out = append(out, plural(len(rows), "prefill row", "prefill rows")+" ("+strings.Join(rows, ", ")+")")
+		out = append(out, english.Count(len(rows), "prefill row", "prefill rows")+" ("+strings.Join(rows, ", ")+")")
 	}
 	if len(cells) > 0 {
-		out = append(out, plural(len(cells), "decode cell", "decode cells")+" ("+strings.Join(cells, ", ")+")")
+		out = append(out, english.Count(len(cells), "decode cell", "decode cells")+" ("+strings.Join(cells, ", ")+")")
 	}
 	return out
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tokentap/tokentap/engines"
@@ -108,23 +107,4 @@ func targetURL(raw, flagName string) (string, error) {
 		return "", fmt.Errorf("%s: %w", flagName, err)
 	}
 	return base, nil
-}
-
-// plural is "1 cell" or "3 cells".
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
-}
-
-// joinAnd joins items as "a, b and c".
-func joinAnd(items []string) string {
-	switch len(items) {
-	case 0:
-		return ""
-	case 1:
-		return items[0]
-	}
-	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
