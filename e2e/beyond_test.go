@@ -46,19 +46,13 @@ func run(t *testing.T, timeout time.Duration, args ...string) (stdout, stderr st
 // flags fail before any load, saying what is wrong.
 func TestBeyondMatrix(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	fake := exec.Command(bin(t), "fake-engine", "--listen", addr)
-	if err := fake.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Process.Kill(); _ = fake.Wait() })
-	waitHTTP(t, "http://"+addr+"/v1/models")
+	fake, _ := startFake(t)
 	cfg := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfg, []byte(llama3Config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "run.json")
-	stdout, stderr, code := run(t, 90*time.Second, "matrix", "--target", "http://"+addr, "--prefill", "none", "--contexts", "0",
+	stdout, stderr, code := run(t, 90*time.Second, "matrix", "--target", fake, "--prefill", "none", "--contexts", "0",
 		"--concurrency", "1,2", "--max-output", "32", "--window", "2s", "--quiet", "--format", "md", "--out", out,
 		"--slo", "ttft=5s,tbt=1s", "--gpu-bandwidth", "360GB/s", "--model-config", cfg)
 	if code != 0 {
@@ -105,7 +99,7 @@ func TestBeyondMatrix(t *testing.T) {
 		{[]string{"--model-config", filepath.Join(dir, "missing.json")}, "--model-config"},
 		{[]string{"--weight-bytes", "lots"}, "--weight-bytes"},
 	} {
-		args := append([]string{"matrix", "--target", "http://" + addr, "--contexts", "0", "--concurrency", "1", "--quiet"}, bad.args...)
+		args := append([]string{"matrix", "--target", fake, "--contexts", "0", "--concurrency", "1", "--quiet"}, bad.args...)
 		_, stderr, code := run(t, 30*time.Second, args...)
 		if code != 2 || !strings.Contains(stderr, bad.says) {
 			t.Errorf("matrix %v: exit %d, stderr %q; want 2 saying %q", bad.args, code, stderr, bad.says)
@@ -121,16 +115,9 @@ const sloColumnHead = "Met every SLO"
 // replays.
 func TestBeyondProxyAndReplay(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	fake := exec.Command(bin(t), "fake-engine", "--listen", addr)
-	if err := fake.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Process.Kill(); _ = fake.Wait() })
-	waitHTTP(t, "http://"+addr+"/v1/models")
-	admin := pxFreeAddr(t)
+	fake, _ := startFake(t)
 	capture := filepath.Join(dir, "capture.jsonl")
-	url, stop := pxStart(t, "proxy", "--upstream", "http://"+addr, "--listen", pxFreeAddr(t), "--admin", admin,
+	url, admin, stop := pxStartProxy(t, "--upstream", fake, "--listen", "127.0.0.1:0",
 		"--slo", "ttft=2s,e2e=10s", "--capture", capture)
 	body := `{"model":"fake-4b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":12}`
 	for range 3 {
@@ -164,7 +151,7 @@ func TestBeyondProxyAndReplay(t *testing.T) {
 		t.Fatalf("proxy stop: %v", err)
 	}
 
-	stdout, stderr, code := run(t, 60*time.Second, "replay", "--target", "http://"+addr, "--slo", "ttft=1ms", capture)
+	stdout, stderr, code := run(t, 60*time.Second, "replay", "--target", fake, "--slo", "ttft=1ms", capture)
 	if code != 0 {
 		t.Fatalf("replay: %d %s", code, stderr)
 	}

@@ -58,6 +58,7 @@ func (l *lockedBuffer) String() string {
 // proxyProc is a running `tokentap proxy` with everything it outputs kept.
 type proxyProc struct {
 	url, admin, capture string
+	upstream            string // the engine it proxies
 	stdout, stderr      lockedBuffer
 	snapshots           lockedBuffer // /stats and /metrics bodies read
 	cmd                 *exec.Cmd
@@ -73,8 +74,11 @@ var faultFlags = []string{"--idle-timeout", "3s", "--read-header-timeout", "1s",
 
 func startProxyProc(t *testing.T, upstream string, flags ...string) *proxyProc {
 	t.Helper()
-	p := &proxyProc{admin: freeAddr(t), capture: filepath.Join(t.TempDir(), "capture.jsonl")}
-	args := append([]string{"proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", p.admin, "--capture", p.capture}, flags...)
+	p := &proxyProc{upstream: upstream, capture: filepath.Join(t.TempDir(), "capture.jsonl")}
+	// Both ports are the kernel's choice, read back from what the proxy
+	// prints: a port picked here and freed could be taken by one of the
+	// other processes the parallel groups start before the proxy binds it.
+	args := append([]string{"proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--capture", p.capture}, flags...)
 	p.cmd = exec.Command(bin(t), args...)
 	p.cmd.Stderr = &p.stderr
 	out, err := p.cmd.StdoutPipe()
@@ -93,8 +97,28 @@ func startProxyProc(t *testing.T, upstream string, flags ...string) *proxyProc {
 	go io.Copy(&p.stdout, br)
 	p.url = strings.TrimSpace(line)
 	t.Cleanup(func() { p.stop(t) })
+	p.admin = adminAddr(t, &p.stderr)
 	waitHTTP(t, "http://"+p.admin+"/healthz")
 	return p
+}
+
+// adminAddr waits for the proxy's start line on stderr ("… (metrics:
+// http://ADDR/metrics, …") and returns ADDR. The proxy writes it before
+// the URL on stdout; it reaches stderr's buffer through exec's copying.
+func adminAddr(t *testing.T, stderr *lockedBuffer) string {
+	t.Helper()
+	const mark = "(metrics: http://"
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		out := stderr.String()
+		if i := strings.Index(out, mark); i >= 0 {
+			rest := out[i+len(mark):]
+			if j := strings.Index(rest, "/metrics"); j > 0 {
+				return rest[:j]
+			}
+		}
+	}
+	t.Fatalf("the proxy printed no admin address:\n%s", stderr.String())
+	return ""
 }
 
 func (p *proxyProc) stop(t *testing.T) {
@@ -313,6 +337,25 @@ func runFaults(t *testing.T, p *proxyProc, classes []faultClass) {
 	p.secretsCheck(t)
 }
 
+// ownFake starts a fake engine for one group of fault classes. Each group
+// has its own: the fake, like an engine, stalls every stream while it
+// prefills one long prompt, and one group's 4 s prefill must not cut
+// another's streams at the proxy's 3 s idle timeout (it did, in a CI run
+// with a core spinning).
+func ownFake(t *testing.T) string {
+	u, _ := startFake(t, "--ledger", "--prefill-tok-per-sec", "2000", "--prefill-slowdown", "0")
+	return u
+}
+
+// onFake runs a group of fault classes, in parallel with the other
+// groups, through a proxy of its own in front of a fake engine of its own.
+func onFake(t *testing.T, group string, classes []faultClass) {
+	t.Run(group, func(t *testing.T) {
+		t.Parallel()
+		runFaults(t, startProxyProc(t, ownFake(t), faultFlags...), classes)
+	})
+}
+
 // ledgerEnd waits for the fake's ledger entry of a request with between
 // minPrompt and maxPrompt prompt tokens to end, and returns its outcome and
 // end.
@@ -343,14 +386,6 @@ func ledgerEnd(t *testing.T, fake string, minPrompt, maxPrompt int) (string, tim
 // TestProxyFaults is the fault suite: four proxies run their classes at
 // once (each class's timing is generous for a busy machine).
 func TestProxyFaults(t *testing.T) {
-	// Each group has a fake engine of its own: the fake, like an engine,
-	// stalls every stream while it prefills one long prompt, and one
-	// group's 4 s prefill must not cut another's streams at the proxy's
-	// 3 s idle timeout (it did, in a CI run with a core spinning).
-	ownFake := func(t *testing.T) string {
-		u, _ := startFake(t, "--ledger", "--prefill-tok-per-sec", "2000", "--prefill-slowdown", "0")
-		return u
-	}
 	t.Cleanup(func() {
 		if !t.Failed() && !debugSeen.Load() {
 			t.Error("no proxy logged at debug: the search for keys saw no debug log")
@@ -395,190 +430,165 @@ func TestProxyFaults(t *testing.T) {
 		p.secretsCheck(t)
 	})
 
-	t.Run("engine errors", func(t *testing.T) {
-		t.Parallel()
-		fake := ownFake(t)
-		p := startProxyProc(t, fake, faultFlags...)
-		runFaults(t, p, []faultClass{
-			{"5xx and 429 with bodies", func(t *testing.T, p *proxyProc) {
-				for _, code := range []int{500, 503, 429} {
-					got, body, err := post(t, p.url+"/v1/chat/completions", chat(5, ""), "X-Fake-Fault", "status="+strconv.Itoa(code))
-					if err != nil || got != code || !strings.Contains(body, `"message"`) {
-						t.Errorf("status=%d: got %d %v %q, want the engine's status and body", code, got, err, body)
-					}
+	onFake(t, "engine errors", []faultClass{
+		{"5xx and 429 with bodies", func(t *testing.T, p *proxyProc) {
+			for _, code := range []int{500, 503, 429} {
+				got, body, err := post(t, p.url+"/v1/chat/completions", chat(5, ""), "X-Fake-Fault", "status="+strconv.Itoa(code))
+				if err != nil || got != code || !strings.Contains(body, `"message"`) {
+					t.Errorf("status=%d: got %d %v %q, want the engine's status and body", code, got, err, body)
 				}
-				for _, r := range p.next(t, 3) {
-					wantRecord(t, r, record.HTTPError, record.BlameEngine)
-				}
-			}},
-		})
+			}
+			for _, r := range p.next(t, 3) {
+				wantRecord(t, r, record.HTTPError, record.BlameEngine)
+			}
+		}},
 	})
 
-	t.Run("engine stalls", func(t *testing.T) {
-		t.Parallel()
-		fake := ownFake(t)
-		p := startProxyProc(t, fake, faultFlags...)
-		runFaults(t, p, []faultClass{
-			{"stall before headers", func(t *testing.T, p *proxyProc) {
-				code, body, err := post(t, p.url+"/v1/chat/completions", chat(5, ""), "X-Fake-Fault", "header-delay=6s")
-				if err != nil || code != 504 {
-					t.Fatalf("%d %v, want a 504", code, err)
-				}
-				wantError(t, body, 504)
-				wantRecord(t, p.next(t, 1)[0], record.Timeout, record.BlameEngine)
-			}},
-			{"stall mid-stream", func(t *testing.T, p *proxyProc) {
-				code, body, err := post(t, p.url+"/v1/chat/completions", chat(20, ""), "X-Fake-Fault", "stall=6s@5")
-				if code != 200 || err == nil || strings.Count(body, `"content":" `) < 5 || strings.Contains(body, "[DONE]") {
-					t.Fatalf("%d %v, want 5 tokens then a cut stream: %s", code, err, body)
-				}
-				wantRecord(t, p.next(t, 1)[0], record.Timeout, record.BlameEngine)
-			}},
-		})
+	onFake(t, "engine stalls", []faultClass{
+		{"stall before headers", func(t *testing.T, p *proxyProc) {
+			code, body, err := post(t, p.url+"/v1/chat/completions", chat(5, ""), "X-Fake-Fault", "header-delay=6s")
+			if err != nil || code != 504 {
+				t.Fatalf("%d %v, want a 504", code, err)
+			}
+			wantError(t, body, 504)
+			wantRecord(t, p.next(t, 1)[0], record.Timeout, record.BlameEngine)
+		}},
+		{"stall mid-stream", func(t *testing.T, p *proxyProc) {
+			code, body, err := post(t, p.url+"/v1/chat/completions", chat(20, ""), "X-Fake-Fault", "stall=6s@5")
+			if code != 200 || err == nil || strings.Count(body, `"content":" `) < 5 || strings.Contains(body, "[DONE]") {
+				t.Fatalf("%d %v, want 5 tokens then a cut stream: %s", code, err, body)
+			}
+			wantRecord(t, p.next(t, 1)[0], record.Timeout, record.BlameEngine)
+		}},
 	})
 
-	t.Run("engine errors 2", func(t *testing.T) {
-		t.Parallel()
-		fake := ownFake(t)
-		p := startProxyProc(t, fake, faultFlags...)
-		runFaults(t, p, []faultClass{
-			{"malformed SSE", func(t *testing.T, p *proxyProc) {
-				code, body, err := post(t, p.url+"/v1/chat/completions", chat(10, ""), "X-Fake-Fault", "malformed@3")
-				if err != nil || code != 200 || !strings.Contains(body, "[DONE]") {
-					t.Fatalf("%d %v: the client must get the stream as the engine sent it: %s", code, err, body)
-				}
-				wantRecord(t, p.next(t, 1)[0], record.Malformed, record.BlameEngine)
-			}},
-			{"oversize request", func(t *testing.T, p *proxyProc) {
-				code, body, err := post(t, p.url+"/v1/chat/completions", chat(5, strings.Repeat(" word", 40_000)))
-				if err != nil || code != 413 {
-					t.Fatalf("%d %v, want a 413", code, err)
-				}
-				wantError(t, body, 413)
-				r := p.next(t, 1)[0]
-				wantRecord(t, r, record.HTTPError, record.BlameClient)
-				if r.Status != 413 {
-					t.Errorf("record status %d, want 413", r.Status)
-				}
-			}},
-		})
+	onFake(t, "engine errors 2", []faultClass{
+		{"malformed SSE", func(t *testing.T, p *proxyProc) {
+			code, body, err := post(t, p.url+"/v1/chat/completions", chat(10, ""), "X-Fake-Fault", "malformed@3")
+			if err != nil || code != 200 || !strings.Contains(body, "[DONE]") {
+				t.Fatalf("%d %v: the client must get the stream as the engine sent it: %s", code, err, body)
+			}
+			wantRecord(t, p.next(t, 1)[0], record.Malformed, record.BlameEngine)
+		}},
+		{"oversize request", func(t *testing.T, p *proxyProc) {
+			code, body, err := post(t, p.url+"/v1/chat/completions", chat(5, strings.Repeat(" word", 40_000)))
+			if err != nil || code != 413 {
+				t.Fatalf("%d %v, want a 413", code, err)
+			}
+			wantError(t, body, 413)
+			r := p.next(t, 1)[0]
+			wantRecord(t, r, record.HTTPError, record.BlameClient)
+			if r.Status != 413 {
+				t.Errorf("record status %d, want 413", r.Status)
+			}
+		}},
 	})
 
-	t.Run("client gone", func(t *testing.T) {
-		t.Parallel()
-		fake := ownFake(t)
-		p := startProxyProc(t, fake, faultFlags...)
-		runFaults(t, p, []faultClass{
-			{"client gone mid-stream", func(t *testing.T, p *proxyProc) {
-				c, err := net.Dial("tcp", p.addr())
+	onFake(t, "client gone", []faultClass{
+		{"client gone mid-stream", func(t *testing.T, p *proxyProc) {
+			c, err := net.Dial("tcp", p.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := chat(2000, strings.Repeat(" mid", 400))
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nContent-Length: %d\r\n\r\n%s", marker, len(b), b)
+			br := bufio.NewReader(c)
+			for n := 0; n < 5; {
+				line, err := br.ReadString('\n')
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("after %d events: %v", n, err)
 				}
-				b := chat(2000, strings.Repeat(" mid", 400))
-				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nContent-Length: %d\r\n\r\n%s", marker, len(b), b)
-				br := bufio.NewReader(c)
-				for n := 0; n < 5; {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						t.Fatalf("after %d events: %v", n, err)
-					}
-					if strings.Contains(line, `"content":" `) {
-						n++
-					}
+				if strings.Contains(line, `"content":" `) {
+					n++
 				}
-				left := time.Now()
-				c.Close()
-				outcome, end := ledgerEnd(t, fake, 350, 700)
-				if outcome != "cancelled" || end.Sub(left) > time.Second {
-					t.Errorf("the engine's stream ended %s %v after the client left, want cancelled at once", outcome, end.Sub(left))
-				}
-				wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
-			}},
-			// Last: the fake spends the whole prefill even when its client
-			// left (as the audit saw), which would stall a class after it.
-			{"client gone in prefill", func(t *testing.T, p *proxyProc) {
-				// 8,000 words: a 4 s prefill at 2,000 tok/s.
-				c, err := net.Dial("tcp", p.addr())
-				if err != nil {
-					t.Fatal(err)
-				}
-				b := chat(5, strings.Repeat(" word", 8000))
-				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", marker, len(b), b)
-				time.Sleep(500 * time.Millisecond)
-				left := time.Now()
-				c.Close()
-				outcome, end := ledgerEnd(t, fake, 7000, 9000)
-				if outcome != "cancelled" || end.Sub(left) > time.Second {
-					t.Errorf("the engine's request ended %s %v after the client left, want cancelled at once", outcome, end.Sub(left))
-				}
-				wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
-			}},
-		})
+			}
+			left := time.Now()
+			c.Close()
+			outcome, end := ledgerEnd(t, p.upstream, 350, 700)
+			if outcome != "cancelled" || end.Sub(left) > time.Second {
+				t.Errorf("the engine's stream ended %s %v after the client left, want cancelled at once", outcome, end.Sub(left))
+			}
+			wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
+		}},
+		// Last: the fake spends the whole prefill even when its client
+		// left (as the audit saw), which would stall a class after it.
+		{"client gone in prefill", func(t *testing.T, p *proxyProc) {
+			// 8,000 words: a 4 s prefill at 2,000 tok/s.
+			c, err := net.Dial("tcp", p.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := chat(5, strings.Repeat(" word", 8000))
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", marker, len(b), b)
+			time.Sleep(500 * time.Millisecond)
+			left := time.Now()
+			c.Close()
+			outcome, end := ledgerEnd(t, p.upstream, 7000, 9000)
+			if outcome != "cancelled" || end.Sub(left) > time.Second {
+				t.Errorf("the engine's request ended %s %v after the client left, want cancelled at once", outcome, end.Sub(left))
+			}
+			wantRecord(t, p.next(t, 1)[0], record.Cancelled, record.BlameClient)
+		}},
 	})
 
-	t.Run("client limits", func(t *testing.T) {
-		t.Parallel()
-		fake := ownFake(t)
-		p := startProxyProc(t, fake, faultFlags...)
-		runFaults(t, p, []faultClass{
-			{"slowloris", func(t *testing.T, p *proxyProc) {
-				c, err := net.Dial("tcp", p.addr())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n", marker)
-				go func() {
-					for i := 0; i < 50; i++ {
-						time.Sleep(100 * time.Millisecond)
-						if _, err := fmt.Fprintf(c, "X-Slow-%d: 1\r\n", i); err != nil {
-							return
-						}
+	onFake(t, "client limits", []faultClass{
+		{"slowloris", func(t *testing.T, p *proxyProc) {
+			c, err := net.Dial("tcp", p.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n", marker)
+			go func() {
+				for i := 0; i < 50; i++ {
+					time.Sleep(100 * time.Millisecond)
+					if _, err := fmt.Fprintf(c, "X-Slow-%d: 1\r\n", i); err != nil {
+						return
 					}
-				}()
-				start := time.Now()
-				c.SetReadDeadline(start.Add(10 * time.Second))
-				got, err := io.ReadAll(c)
-				if err != nil || time.Since(start) > 4*time.Second || !strings.HasPrefix(string(got), "HTTP/1.1 408") {
-					t.Errorf("after %v: %v %q, want a 408 and a close at about 1 s", time.Since(start), err, got)
 				}
-			}},
-			{"1,000 idle connections", func(t *testing.T, p *proxyProc) {
-				conns := make([]net.Conn, 0, 1000)
-				defer func() {
-					for _, c := range conns {
-						c.Close()
-					}
-				}()
-				for range 1000 {
-					c, err := net.Dial("tcp", p.addr())
-					if err != nil {
-						t.Fatal(err)
-					}
-					conns = append(conns, c)
-				}
-				start := time.Now()
-				var wg sync.WaitGroup
-				var mu sync.Mutex
-				open := 0
+			}()
+			start := time.Now()
+			c.SetReadDeadline(start.Add(10 * time.Second))
+			got, err := io.ReadAll(c)
+			if err != nil || time.Since(start) > 4*time.Second || !strings.HasPrefix(string(got), "HTTP/1.1 408") {
+				t.Errorf("after %v: %v %q, want a 408 and a close at about 1 s", time.Since(start), err, got)
+			}
+		}},
+		{"1,000 idle connections", func(t *testing.T, p *proxyProc) {
+			conns := make([]net.Conn, 0, 1000)
+			defer func() {
 				for _, c := range conns {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						c.SetReadDeadline(time.Now().Add(10 * time.Second))
-						if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-							mu.Lock()
-							open++
-							mu.Unlock()
-						}
-					}()
+					c.Close()
 				}
-				wg.Wait()
-				if open > 0 || time.Since(start) > 6*time.Second {
-					t.Errorf("%d of 1,000 idle connections still open after %v (--read-header-timeout 1s)", open, time.Since(start))
+			}()
+			for range 1000 {
+				c, err := net.Dial("tcp", p.addr())
+				if err != nil {
+					t.Fatal(err)
 				}
-			}},
-		})
+				conns = append(conns, c)
+			}
+			start := time.Now()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			open := 0
+			for _, c := range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+						mu.Lock()
+						open++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if open > 0 || time.Since(start) > 6*time.Second {
+				t.Errorf("%d of 1,000 idle connections still open after %v (--read-header-timeout 1s)", open, time.Since(start))
+			}
+		}},
 	})
 
 	t.Run("scripted engine", func(t *testing.T) {

@@ -207,13 +207,22 @@ func (f *fuzzer) one(rng *rand.Rand) {
 	}
 }
 
+// dial connects to the proxy; a proxy that refuses is a finding (nil).
+func (f *fuzzer) dial() net.Conn {
+	c, err := net.Dial("tcp", f.p.addr())
+	if err != nil {
+		f.finding("dial", err.Error(), nil)
+		return nil
+	}
+	return c
+}
+
 // wellFormed sends a valid request for a valid response: the client must
 // get the engine's status and body exactly, and the engine the client's
 // body.
 func (f *fuzzer) wellFormed(id int64, req fuzzRequest, resp fuzzResponse) {
-	c, err := net.Dial("tcp", f.p.addr())
-	if err != nil {
-		f.finding("dial", err.Error(), nil)
+	c := f.dial()
+	if c == nil {
 		return
 	}
 	defer c.Close()
@@ -273,9 +282,8 @@ func (f *fuzzer) wellFormed(id int64, req fuzzRequest, resp fuzzResponse) {
 // the connection, in time, and stay up.
 func (f *fuzzer) mutatedRequest(rng *rand.Rand, id int64, req fuzzRequest) {
 	raw, how := mutateRequest(rng, req.bytes())
-	c, err := net.Dial("tcp", f.p.addr())
-	if err != nil {
-		f.finding("dial", err.Error(), nil)
+	c := f.dial()
+	if c == nil {
 		return
 	}
 	defer c.Close()
@@ -326,9 +334,8 @@ func (f *fuzzer) mutatedRequest(rng *rand.Rand, id int64, req fuzzRequest) {
 // mutatedResponse sends a valid request for a broken response: the client
 // gets something or a close, in time.
 func (f *fuzzer) mutatedResponse(id int64, req fuzzRequest, bad fuzzResponse) {
-	c, err := net.Dial("tcp", f.p.addr())
-	if err != nil {
-		f.finding("dial", err.Error(), nil)
+	c := f.dial()
+	if c == nil {
 		return
 	}
 	defer c.Close()

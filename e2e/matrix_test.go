@@ -170,13 +170,7 @@ func TestMatrixUnreachable(t *testing.T) {
 // output length, spread over half the captured time.
 func TestReplayCapture(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	fake := exec.Command(bin(t), "fake-engine", "--listen", addr)
-	if err := fake.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Process.Kill(); _ = fake.Wait() })
-	waitHTTP(t, "http://"+addr+"/v1/models")
+	fake, _ := startFake(t)
 
 	// A capture of 6 requests over 3 s: different prompt and output lengths,
 	// streaming and not, chat and completions.
@@ -215,7 +209,7 @@ func TestReplayCapture(t *testing.T) {
 	recsPath := filepath.Join(dir, "replayed.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin(t), "replay", "--target", "http://"+addr, "--speed", "2", "--format", "json", "--records", recsPath, capPath)
+	cmd := exec.CommandContext(ctx, bin(t), "replay", "--target", fake, "--speed", "2", "--format", "json", "--records", recsPath, capPath)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -28,8 +28,23 @@ import (
 // and stops it with SIGTERM when the test ends (or when stop is called).
 func pxStart(t *testing.T, args ...string) (url string, stop func() error) {
 	t.Helper()
+	url, stop = pxRun(t, os.Stderr, args...)
+	return url, stop
+}
+
+// pxStartProxy runs `tokentap proxy args...` with its admin endpoints on a
+// port the kernel picks, and returns the admin address it printed too.
+func pxStartProxy(t *testing.T, args ...string) (url, admin string, stop func() error) {
+	t.Helper()
+	var errb lockedBuffer
+	url, stop = pxRun(t, io.MultiWriter(os.Stderr, &errb), append([]string{"proxy", "--admin", "127.0.0.1:0"}, args...)...)
+	return url, adminAddr(t, &errb), stop
+}
+
+func pxRun(t *testing.T, stderr io.Writer, args ...string) (url string, stop func() error) {
+	t.Helper()
 	cmd := exec.Command(bin(t), args...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -52,16 +67,6 @@ func pxStart(t *testing.T, args ...string) (url string, stop func() error) {
 		t.Fatalf("tokentap %s printed no URL: %v", args[0], err)
 	}
 	return strings.TrimSpace(line), stop
-}
-
-func pxFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 var (
@@ -102,9 +107,8 @@ func sdkChunks(t *testing.T, baseURL string, maxTokens int64) []string {
 // the API key or the prompt).
 func TestProxyWithOpenAISDK(t *testing.T) {
 	fake, _ := pxStart(t, "fake-engine", "--listen", "127.0.0.1:0")
-	admin := pxFreeAddr(t)
 	capture := filepath.Join(t.TempDir(), "capture.jsonl")
-	proxyURL, stopProxy := pxStart(t, "proxy", "--upstream", fake, "--listen", "127.0.0.1:0", "--admin", admin, "--capture", capture)
+	proxyURL, admin, stopProxy := pxStartProxy(t, "--upstream", fake, "--listen", "127.0.0.1:0", "--capture", capture)
 
 	direct := sdkChunks(t, fake, 25)
 	via := sdkChunks(t, proxyURL, 25)
@@ -188,7 +192,7 @@ func TestProxyWithOpenAISDK(t *testing.T) {
 // with an OpenAI error body the SDK understands), engine dying mid-stream,
 // and a client leaving during a long prefill.
 func TestProxyFailures(t *testing.T) {
-	down := pxFreeAddr(t)
+	down := freeAddr(t) // nothing listens there
 	proxyURL, _ := pxStart(t, "proxy", "--upstream", "http://"+down, "--listen", "127.0.0.1:0", "--admin", "")
 	c := openai.NewClient(option.WithBaseURL(proxyURL+"/v1/"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
 	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
@@ -229,30 +233,9 @@ func TestProxyFailures(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	left := time.Now()
 	conn.Close()
-	var ended time.Time
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ended.IsZero(); time.Sleep(5 * time.Millisecond) {
-		resp, err := http.Get(fake + "/fake/ledger")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var entries []struct {
-			PromptTokens int    `json:"prompt_tokens"`
-			Outcome      string `json:"outcome"`
-			End          int64  `json:"end_ns"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&entries)
-		resp.Body.Close()
-		for _, e := range entries {
-			if e.PromptTokens > 3000 && e.End != 0 {
-				if e.Outcome != "cancelled" {
-					t.Fatalf("ledger outcome %q, want cancelled", e.Outcome)
-				}
-				ended = time.Unix(0, e.End)
-			}
-		}
-	}
-	if ended.IsZero() {
-		t.Fatal("the engine's request did not end after the client left")
+	outcome, ended := ledgerEnd(t, fake, 3000, 1<<30)
+	if outcome != "cancelled" {
+		t.Fatalf("ledger outcome %q, want cancelled", outcome)
 	}
 	if d := ended.Sub(left); d > 100*time.Millisecond {
 		t.Fatalf("the engine's request ended %v after the client left, want ≤ 100 ms", d)

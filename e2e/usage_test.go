@@ -54,9 +54,9 @@ func startStream(t *testing.T, url, model string) {
 // why it waits; a second Ctrl-C cuts at once.
 func TestProxyStartAndStopSaySo(t *testing.T) {
 	// Nothing listens upstream: the proxy starts, and says so.
-	dead := pxFreeAddr(t)
+	dead := freeAddr(t)
 	var errb lockedBuffer
-	cmd := exec.Command(bin(t), "proxy", "--upstream", dead, "--listen", pxFreeAddr(t), "--admin", "")
+	cmd := exec.Command(bin(t), "proxy", "--upstream", dead, "--listen", "127.0.0.1:0", "--admin", "")
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 
-	fakeURL, _ := pxStart(t, "fake-engine", "--listen", pxFreeAddr(t))
+	fakeURL, _ := startFake(t)
 	var models struct {
 		Data []struct{ ID string } `json:"data"`
 	}
@@ -79,15 +79,22 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 	model := models.Data[0].ID
 
 	errb = lockedBuffer{}
-	listen := pxFreeAddr(t)
-	cmd = exec.Command(bin(t), "proxy", "--upstream", strings.TrimPrefix(fakeURL, "http://"), "--listen", listen, "--admin", "")
+	cmd = exec.Command(bin(t), "proxy", "--upstream", strings.TrimPrefix(fakeURL, "http://"), "--listen", "127.0.0.1:0", "--admin", "")
 	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the proxy printed no URL: %v\n%s", err, errb.String())
+	}
 	waitFor(t, "proxy", errb.String, "the upstream serves "+model, 10*time.Second)
-	startStream(t, "http://"+listen, model)
+	startStream(t, strings.TrimSpace(line), model)
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	waitFor(t, "proxy", errb.String, "waiting up to 5 s for 1 open requests", 2*time.Second)
 	start := time.Now()
@@ -110,7 +117,7 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 // before load, failed cells exit 3 unless --allow-failed, help is on
 // stdout, and the result matches its JSON Schema.
 func TestFirstSightCLI(t *testing.T) {
-	fakeURL, _ := pxStart(t, "fake-engine", "--listen", pxFreeAddr(t), "--fault", "cut=3")
+	fakeURL, _ := startFake(t, "--fault", "cut=3")
 	dir := t.TempDir()
 	quick := []string{"--contexts", "0", "--concurrency", "1", "--prefill", "none", "--max-output", "16", "--window", "1s", "--quiet", "--format", "none"}
 	runT := func(args ...string) (int, string, time.Duration) {
