@@ -749,6 +749,19 @@ func scripted(t *testing.T) *scriptEngine {
 }
 
 // envInt reads a positive number from the environment (def when unset).
+// envDuration reads a duration such as 10m from the environment.
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a duration such as 10m", name, v)
+	}
+	return d
+}
+
 func envInt(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {

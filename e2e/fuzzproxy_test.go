@@ -45,14 +45,7 @@ import (
 // the engine's was well-formed. Findings are written to a directory with
 // the bytes that caused them; TOKENTAP_FUZZ_SEED replays a run's choices.
 func TestFuzzProxy(t *testing.T) {
-	duration := 10 * time.Minute
-	if v := os.Getenv("TOKENTAP_FUZZ_TIME"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("TOKENTAP_FUZZ_TIME: %v", err)
-		}
-		duration = d
-	}
+	duration := envDuration(t, "TOKENTAP_FUZZ_TIME", 10*time.Minute)
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("TOKENTAP_FUZZ_SEED"); v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)

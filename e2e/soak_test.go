@@ -33,14 +33,7 @@ import (
 // exactly one record per request (none lost, none twice).
 func TestSoak(t *testing.T) {
 	streams := envInt(t, "TOKENTAP_SOAK_STREAMS", 1024)
-	duration := 10 * time.Minute
-	if v := os.Getenv("TOKENTAP_SOAK_DURATION"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("TOKENTAP_SOAK_DURATION: %v", err)
-		}
-		duration = d
-	}
+	duration := envDuration(t, "TOKENTAP_SOAK_DURATION", 10*time.Minute)
 	// Every stream gets a token every 200 ms: 5 events/s each, ~5,000/s
 	// through the proxy at 1,024 streams, which a 2-core machine carries
 	// beside the fake and the clients (at 10,000/s the fake fell behind).

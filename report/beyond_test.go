@@ -157,26 +157,6 @@ func TestBeyondInEveryFormat(t *testing.T) {
 	}
 }
 
-func TestBeyondMarkdownTables(t *testing.T) {
-	var b strings.Builder
-	if err := Render(&b, beyondDoc(t), "md"); err != nil {
-		t.Fatal(err)
-	}
-	cols := -1
-	for i, line := range strings.Split(b.String(), "\n") {
-		if !strings.HasPrefix(line, "|") {
-			cols = -1
-			continue
-		}
-		n := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|") - 1
-		if cols < 0 {
-			cols = n
-		} else if n != cols {
-			t.Errorf("line %d has %d cells, its header %d: %q", i+1, n, cols, line)
-		}
-	}
-}
-
 // TestBeyondHTML: the goodput chart has a line per context and the target,
 // the stacked bars a row per split cell, the grid each cell's share of the
 // limit; still nothing is loaded from anywhere.

@@ -259,9 +259,10 @@ func TestCellColumnsFollowStatus(t *testing.T) {
 
 // TestMarkdownTablesAreWellFormed: every Markdown table has as many cells
 // in its separator and every row as in its header, with and without the
-// prefix-cache column (a separator one short renders the table as text).
+// prefix-cache column (a separator one short renders the table as text),
+// and in the SLO, TTFT split and bandwidth-limit sections.
 func TestMarkdownTablesAreWellFormed(t *testing.T) {
-	docs := map[string]*result.Result{"run": loadRun(t), "seed 002": loadSeed(t, "002")}
+	docs := map[string]*result.Result{"run": loadRun(t), "seed 002": loadSeed(t, "002"), "beyond": beyondDoc(t)}
 	for name, r := range docs {
 		var b strings.Builder
 		if err := Render(&b, r, "md"); err != nil {
