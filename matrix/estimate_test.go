@@ -111,3 +111,56 @@ func TestDecodeMaxTokensFitsModelLength(t *testing.T) {
 		}
 	}
 }
+
+// TestStuckCountEndsTheRun: without /tokenize a prompt is counted by a
+// max_tokens:1 request. An engine that takes that request and never
+// answers (Ollama did, in the live tier) must end the run within the idle
+// timeout, saying what it waited for, with what was measured kept; it held
+// the matrix forever.
+func TestStuckCountEndsTheRun(t *testing.T) {
+	fault, err := fixtures.ParseFault("header-delay=1h,min-prompt=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := fixtures.StartTest(t, quickModel(), fixtures.WithFaults(fault))
+	h := eng.Handler()
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/tokenize") {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	defer front.CloseClientConnections()
+
+	type ran struct {
+		res *result.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	start := time.Now()
+	go func() {
+		res, err := Run(context.Background(), Config{
+			Target: replay.Target{BaseURL: front.URL, IdleTimeout: 500 * time.Millisecond},
+			Scenario: scenarios.Scenario{
+				Name: "stuck-count", Contexts: []int{0, 5120}, Concurrency: []int{1}, Prefill: []int{},
+				Window: 300 * time.Millisecond, MaxOutput: 16, API: "chat",
+			},
+		})
+		done <- ran{res, err}
+	}()
+	var got ran
+	select {
+	case got = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the matrix still waits for a token count the engine never answers, a minute on (idle timeout 500 ms)")
+	}
+	t.Logf("ended after %v: %v", time.Since(start).Round(time.Millisecond), got.err)
+	if got.err == nil || !strings.Contains(got.err.Error(), "did not answer it in 500ms (--idle-timeout)") {
+		t.Fatalf("error %v, want one saying the engine did not answer a token count within the idle timeout", got.err)
+	}
+	if got.res == nil || len(got.res.Decode) == 0 || got.res.Decode[0].Status != result.Valid {
+		t.Fatalf("the 0-context row measured before the stuck count is not kept: %+v", got.res)
+	}
+}

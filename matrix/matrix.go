@@ -302,7 +302,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.setupBeyond()
 
 	r.clock = record.NewClock()
-	r.build = prompts.NewBuilder(salt, info)
+	r.build = prompts.NewBuilder(salt, countWithin{info, r.tgt.Idle()})
 	r.build.API = string(r.tgt.API)
 	r.build.SharedPrefix = sc.SharedPrefix
 	// Where every count is a real prefill (no /tokenize), count one prompt
@@ -1024,4 +1024,29 @@ func (r *runner) emit(recs []record.Record) {
 	if r.cfg.OnRecords != nil && len(recs) > 0 {
 		r.cfg.OnRecords(recs)
 	}
+}
+
+// countWithin bounds every token count by the idle timeout the run's
+// requests have. Without /tokenize a count is a max_tokens:1 request, and
+// an engine that takes it and never answers (seen on Ollama 0.17.4 with one
+// slot, right after a window's requests were cancelled) would hold the
+// matrix forever, saying nothing.
+type countWithin struct {
+	c     prompts.TokenCounter
+	limit time.Duration // 0: none
+}
+
+func (b countWithin) CountTokens(ctx context.Context, api, text string) (int, error) {
+	if b.limit <= 0 {
+		return b.c.CountTokens(ctx, api, text)
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.limit)
+	defer cancel()
+	n, err := b.c.CountTokens(cctx, api, text)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		// The engine's client calls a timeout "unreachable"; it was
+		// reached, and took the request.
+		return 0, fmt.Errorf("the engine took a token count and did not answer it in %v (--idle-timeout): it may be stuck, and a restart of the engine usually clears it", b.limit)
+	}
+	return n, err
 }

@@ -79,8 +79,8 @@ type Target struct {
 // does not hold a matrix forever.
 const DefaultIdleTimeout = 10 * time.Minute
 
-// idle returns the target's effective idle timeout, 0 for none.
-func (t Target) idle() time.Duration {
+// Idle returns the target's effective idle timeout, 0 for none.
+func (t Target) Idle() time.Duration {
 	switch {
 	case t.IdleTimeout == 0:
 		return DefaultIdleTimeout
@@ -551,7 +551,7 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	reqCtx, cancelReq := context.WithCancelCause(ctx)
 	defer cancelReq(nil)
 	start := c.clock.Now()
-	idle := startIdle(c.target.idle(), start, cancelReq)
+	idle := startIdle(c.target.Idle(), start, cancelReq)
 	defer idle.stop()
 	// failed ends a request that got no usable response head.
 	failed := func(at time.Duration, err error) {
