@@ -18,14 +18,9 @@ import (
 	"github.com/tokentap/tokentap/scenarios"
 )
 
-// TestPrefillColdWithoutTokenize: an engine without /tokenize (Ollama, a
-// plain OpenAI server) has every prompt counted by a real max_tokens:1
-// request. The prompts then measured must still be cold: the fake's ledger
-// says the engine found none of the prefill request's prompt in its cache.
-func TestPrefillColdWithoutTokenize(t *testing.T) {
-	eng := fixtures.StartTest(t, quickModel())
-	// The same engine, served without /tokenize, as an engine without the
-	// endpoint answers.
+// withoutTokenize serves eng as an engine without POST /tokenize answers
+// (Ollama, a plain OpenAI server): every count is a max_tokens:1 request.
+func withoutTokenize(t *testing.T, eng *fixtures.Engine) *httptest.Server {
 	h := eng.Handler()
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/tokenize") {
@@ -34,7 +29,17 @@ func TestPrefillColdWithoutTokenize(t *testing.T) {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	defer front.Close()
+	t.Cleanup(func() { front.CloseClientConnections(); front.Close() })
+	return front
+}
+
+// TestPrefillColdWithoutTokenize: an engine without /tokenize (Ollama, a
+// plain OpenAI server) has every prompt counted by a real max_tokens:1
+// request. The prompts then measured must still be cold: the fake's ledger
+// says the engine found none of the prefill request's prompt in its cache.
+func TestPrefillColdWithoutTokenize(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	front := withoutTokenize(t, eng)
 
 	var (
 		mu   sync.Mutex
@@ -122,17 +127,7 @@ func TestStuckCountEndsTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := fixtures.StartTest(t, quickModel(), fixtures.WithFaults(fault))
-	h := eng.Handler()
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/tokenize") {
-			http.NotFound(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer front.Close()
-	defer front.CloseClientConnections()
+	front := withoutTokenize(t, fixtures.StartTest(t, quickModel(), fixtures.WithFaults(fault)))
 
 	type ran struct {
 		res *result.Result
