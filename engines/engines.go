@@ -482,6 +482,17 @@ var gaugeNames = map[string]gauges{
 	KindTGI:      {"tgi_queue_size", "tgi_batch_current_size"},
 }
 
+// CutStreamsStick reports whether cutting a stream while the engine
+// generates it can leave one of its slots taken for good. Ollama's can
+// (0.17.4, and 0.33 still): its OpenAI handler hands each token to the
+// response writer over an unbuffered channel from the goroutine holding
+// the slot's semaphore; a writer that has seen its client leave receives
+// no more, and a token read just before the cancellation blocks that
+// goroutine, so the slot, until a restart. Seen here with
+// OLLAMA_NUM_PARALLEL=1: four streams cut at random moments stuck it
+// within ten rounds (METHOD.md §3).
+func (in *Info) CutStreamsStick() bool { return in.Kind == KindOllama }
+
 // Load scrapes the engine's waiting and running gauges (summed over label
 // sets). ok is false, with a nil error, when the engine has no such gauges
 // (Ollama, plain OpenAI servers, llama-server without --metrics); then the

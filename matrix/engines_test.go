@@ -157,7 +157,18 @@ func TestOllama(t *testing.T) {
 	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 2048}, Concurrency: []int{1, 2, 4},
 		Window: 2 * time.Second, MaxOutput: 64, API: "chat"}
-	res, recs := runFake(t, ollamaFake(), sc, Config{Target: replay.Target{Model: "tiny"}})
+	// Each window ends with its one running stream mid-way, which the fake,
+	// like Ollama, would keep for good if it were cut (METHOD.md §3): the
+	// idle timeout ends the run instead of the test's, should one be.
+	res, recs, e := runFakeEngine(t, ollamaFake(), sc, Config{Target: replay.Target{Model: "tiny", IdleTimeout: 10 * time.Second}})
+	if n := e.Stuck(); n > 0 {
+		t.Errorf("the engine keeps %d slots of streams cut while generating", n)
+	}
+	for _, r := range recs {
+		if r.Outcome == record.Cancelled && len(r.Arrivals) > 0 {
+			t.Errorf("record %s: cancelled after %d token events; a stream Ollama runs must end by itself", r.ID, len(r.Arrivals))
+		}
+	}
 	// 2K × 4 needs 4 × 2,112 > 8,192 × 1 slot: over capacity. More requests
 	// than the one slot queue; a lone 2K request, warmed just before its
 	// window, finds its prompt in the slot (no re-prefill, not queued).

@@ -302,7 +302,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.setupBeyond()
 
 	r.clock = record.NewClock()
-	r.build = prompts.NewBuilder(salt, countWithin{info, r.tgt.Idle()})
+	r.build = prompts.NewBuilder(salt, countWithin{info, r.tgt.Idle(), info.CutStreamsStick()})
 	r.build.API = string(r.tgt.API)
 	r.build.SharedPrefix = sc.SharedPrefix
 	// Where every count is a real prefill (no /tokenize), count one prompt
@@ -921,7 +921,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	run := replay.RunClosed(wctx, replay.Closed{
 		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		StartAt: startAt,
+		StartAt: startAt, Ending: r.ending(c, col),
 	})
 	cancel()
 	<-scrapeDone
@@ -985,6 +985,21 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	return nil
 }
 
+// ending is how the requests still running at a window's end end (METHOD.md
+// §3): cancelled, or on an engine that a cut stream can leave stuck, the
+// ones it runs left to end by themselves, with the progress line saying so.
+func (r *runner) ending(c int, col result.Column) replay.Ending {
+	if !r.info.CutStreamsStick() {
+		return replay.Ending{}
+	}
+	return replay.Ending{LetRun: true, Slots: r.info.Slots, OnStop: func(running int) {
+		if running > 0 {
+			r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: letting %s end (a cut one can leave %s stuck)",
+				cellLabel(c, col), english.Count(running, "running stream", "running streams"), r.info.Kind))
+		}
+	}}
+}
+
 // judgeRecords adds to j what the cell's requests say beyond figures: which
 // the engine refused for not fitting its context or KV cache, and which it
 // answered with a shorter prompt than was sent.
@@ -1029,11 +1044,12 @@ func (r *runner) emit(recs []record.Record) {
 // countWithin bounds every token count by the idle timeout the run's
 // requests have. Without /tokenize a count is a max_tokens:1 request, and
 // an engine that takes it and never answers (seen on Ollama 0.17.4 with one
-// slot, right after a window's requests were cancelled) would hold the
-// matrix forever, saying nothing.
+// slot, stuck by a stream cut at a window's end: engines.Info.CutStreamsStick)
+// would hold the matrix forever, saying nothing.
 type countWithin struct {
 	c     prompts.TokenCounter
 	limit time.Duration // 0: none
+	stick bool          // a cut stream can leave the engine stuck
 }
 
 func (b countWithin) CountTokens(ctx context.Context, api, text string) (int, error) {
@@ -1046,7 +1062,11 @@ func (b countWithin) CountTokens(ctx context.Context, api, text string) (int, er
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
 		// The engine's client calls a timeout "unreachable"; it was
 		// reached, and took the request.
-		return 0, fmt.Errorf("the engine took a token count and did not answer it in %v (--idle-timeout): it may be stuck, and a restart of the engine usually clears it", b.limit)
+		why := "it may be stuck, and a restart of the engine usually clears it"
+		if b.stick {
+			why = "it may be stuck: a stream cut while this engine generates it can keep a slot for good (tokentap lets its own end; another client's may have been cut), and only a restart of the engine frees it"
+		}
+		return 0, fmt.Errorf("the engine took a token count and did not answer it in %v (--idle-timeout): %s", b.limit, why)
 	}
 	return n, err
 }

@@ -59,6 +59,7 @@ const (
 	stepWarm           // a cell's warm-up
 	stepWindow         // a cell's window
 	stepWait           // a shard waiting for its schedule (never planned)
+	stepFinish         // a window's running streams ending by themselves (never planned)
 )
 
 // pstep is one planned step and its estimate's inputs.

@@ -103,6 +103,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	run := replay.RunOpen(ctx, replay.Open{
 		Target: r.tgt, Clock: r.clock, Bodies: bodies, At: at, MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Grace: win, StopOnFailure: true, Tokens: r.prog.counter(),
+		Ending: r.ending(c, col),
 	})
 	cancel()
 	<-scrapeDone

@@ -310,6 +310,10 @@ type Conn struct {
 	// and the record is Cancelled, blamed on the client.
 	StopAfter int
 	arrived   int // tokens arrived in the current request
+	// streaming is set when the current request's first token event has
+	// arrived; a loop ending its requests reads it from another goroutine
+	// (see flights).
+	streaming atomic.Bool
 }
 
 // errStopped ends a body read at StopAfter tokens.
@@ -530,6 +534,7 @@ func (c *Conn) Do(ctx context.Context, body Body, rec *record.Record) {
 	}
 	rec.Model = c.target.Model
 	c.arrived = 0
+	c.streaming.Store(false)
 	if rec.PromptTokens == 0 {
 		rec.PromptTokens = body.PromptTokens
 	}
@@ -934,6 +939,9 @@ func (c *Conn) deliver(p []byte, rec *record.Record) {
 	}
 	before := len(rec.Arrivals)
 	c.stream.WriteAt(p, c.at)
+	if before == 0 && len(rec.Arrivals) > 0 {
+		c.streaming.Store(true)
+	}
 	if (c.Tokens != nil || c.StopAfter > 0) && len(rec.Arrivals) > before {
 		n := tokensSince(rec, before)
 		c.arrived += n

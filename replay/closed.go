@@ -27,12 +27,15 @@ type Closed struct {
 	// from 1.
 	IDs *atomic.Int64
 	// Window, when > 0, ends the loop that long after the streams start:
-	// whatever still runs then is cancelled (and recorded as cancelled).
+	// whatever still runs then is cancelled (and recorded as cancelled),
+	// or left to end as Ending says.
 	Window time.Duration
 	// StopOnFailure ends the whole loop after the first failed request:
 	// a cell with a failure is Failed whatever else happens (METHOD.md §3),
 	// so hammering a broken engine for the rest of the window tells nothing.
 	StopOnFailure bool
+	// Ending is how the requests still running when the loop stops end.
+	Ending Ending
 	// Tokens, when set, counts tokens as they arrive (live progress).
 	Tokens *atomic.Int64
 	// Once sends each body exactly once instead of looping (warm-up).
@@ -59,7 +62,7 @@ type Run struct {
 // RunClosed dials one connection per stream, then starts every stream at
 // once and keeps them going until the window closes, ctx is done or, with
 // Once, every stream sent its body once. Requests still running at the end
-// are cancelled and recorded as cancelled.
+// are cancelled and recorded as cancelled, or end as cfg.Ending says.
 func RunClosed(ctx context.Context, cfg Closed) Run {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -103,11 +106,12 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 		failOn   atomic.Bool
 		stopped  atomic.Int64 // when StopOnFailure stopped the loop, +1
 		windowed bool
+		fl       = newFlights(cfg.Ending)
 	)
 	start := cfg.Clock.Now()
 	if cfg.Window > 0 {
 		windowed = true
-		t := time.AfterFunc(cfg.Window, cancel)
+		t := time.AfterFunc(cfg.Window, fl.stop)
 		defer t.Stop()
 	}
 	for i, body := range cfg.Bodies {
@@ -117,18 +121,23 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 			defer wg.Done()
 			var mine []record.Record
 			for ctx.Err() == nil {
+				rctx, done, ok := fl.begin(ctx, conn)
+				if !ok {
+					break
+				}
 				rec := record.Record{
 					ID:        cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10),
 					Tag:       cfg.Tag,
 					MaxTokens: cfg.MaxTokens,
 					Stream:    cfg.Stream,
 				}
-				conn.Do(ctx, body, &rec)
+				conn.Do(rctx, body, &rec)
+				done()
 				mine = append(mine, rec)
 				if rec.Outcome.Failed() {
 					failOn.Store(true)
 					if cfg.StopOnFailure && stopped.CompareAndSwap(0, int64(rec.End)+1) {
-						cancel()
+						fl.stop()
 					}
 				}
 				if cfg.Once {

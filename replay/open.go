@@ -35,8 +35,11 @@ type Open struct {
 	// and are cancelled after it.
 	Window, Grace time.Duration
 	// StopOnFailure ends the loop at the first failed request: what still
-	// runs is cancelled and nothing more is sent.
+	// runs is cancelled (or ends as Ending says) and nothing more is sent.
 	StopOnFailure bool
+	// Ending is how the requests still running after the grace, or at a
+	// StopOnFailure stop, end.
+	Ending Ending
 	// Tokens, when set, counts tokens as they arrive (live progress).
 	Tokens *atomic.Int64
 }
@@ -91,7 +94,7 @@ func RunOpen(ctx context.Context, cfg Open) OpenRun {
 		jobs = append(jobs, openJob{at: at, target: cfg.Target, body: cfg.Bodies[i],
 			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: cfg.MaxTokens, Stream: cfg.Stream}})
 	}
-	res := runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure,
+	res := runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure, ending: cfg.Ending,
 		tokens: cfg.Tokens, dial: min(len(jobs), 16)})
 	return OpenRun{Records: res.recs, Start: res.start, End: res.end, Late: res.late, Failed: res.failed}
 }
@@ -111,6 +114,7 @@ type openJob struct {
 type openOpts struct {
 	window, grace time.Duration // window 0: no window (send every job, wait for all)
 	stopOnFailure bool
+	ending        Ending
 	tokens        *atomic.Int64
 	dial          int // connections to dial before the start
 }
@@ -181,10 +185,11 @@ func runOpen(parent context.Context, clock record.Clock, jobs []openJob, o openO
 		stopSend = make(chan struct{})
 		stopOnce sync.Once
 		err      error
+		fl       = newFlights(o.ending)
 	)
 	start := clock.Now()
 	if o.window > 0 && o.grace >= 0 {
-		t := time.AfterFunc(o.window+o.grace, cancel) // what runs after the grace is cancelled
+		t := time.AfterFunc(o.window+o.grace, fl.stop) // what runs after the grace is cancelled
 		defer t.Stop()
 	}
 	timer := time.NewTimer(time.Hour)
@@ -219,24 +224,33 @@ loop:
 			defer wg.Done()
 			c := get(j.target)
 			c.StopAfter = j.stopAfter
-			rctx := ctx
+			rctx, done, ok := fl.begin(ctx, c)
+			if !ok {
+				// Stopped since the loop sent it: it ends cancelled,
+				// as it did when the loop had one context.
+				var cancelReq context.CancelFunc
+				rctx, cancelReq = context.WithCancel(ctx)
+				cancelReq()
+				done = func() {}
+			}
 			if j.stopIn > 0 {
 				// A cancel, not a deadline: a dial given the deadline
 				// could time out before the context says it is done,
 				// and read as the engine's failure.
 				var cancelReq context.CancelFunc
-				rctx, cancelReq = context.WithCancel(ctx)
+				rctx, cancelReq = context.WithCancel(rctx)
 				t := time.AfterFunc(j.stopIn, cancelReq)
 				defer t.Stop()
 				defer cancelReq()
 			}
 			c.Do(rctx, j.body, &j.rec)
+			done() // before c can go back to the pool
 			j.body = Body{}
 			if j.rec.Outcome.Failed() {
 				failed.Store(true)
 				if o.stopOnFailure && stopped.CompareAndSwap(0, int64(j.rec.End)+1) {
 					stopOnce.Do(func() { close(stopSend) })
-					cancel()
+					fl.stop()
 				}
 			}
 			if j.rec.Outcome == record.OK {

@@ -1,0 +1,91 @@
+package replay
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/record"
+)
+
+// TestEnding runs three streams against a one-slot engine that a cut stream
+// leaves stuck (the fake's Ollama flavour, as Ollama does at an unlucky
+// moment), and ends the loop while the first streams and the other two
+// wait for the slot. Cutting them all sticks the engine; letting the
+// running one end does not, and cancels only the waiting ones unless the
+// slots are unknown.
+func TestEnding(t *testing.T) {
+	const tokens = 100 // 400 ms at 4 ms a token: the loop stops mid-stream
+	tests := []struct {
+		name          string
+		open          bool
+		ending        Ending
+		ok, cancelled int
+		stuck         int
+		onStop        int64 // OnStop's count + 1; 0: not called
+	}{
+		{name: "cut every request", ending: Ending{}, cancelled: 3, stuck: 1, onStop: 1},
+		{name: "let the running one end", ending: Ending{LetRun: true, Slots: 1}, ok: 1, cancelled: 2, onStop: 2},
+		{name: "slots unknown: let every one end", ending: Ending{LetRun: true}, ok: 3, onStop: 4},
+		{name: "open loop: let the running one end", open: true, ending: Ending{LetRun: true, Slots: 1}, ok: 1, cancelled: 2, onStop: 2},
+		{name: "open loop: cut every request", open: true, cancelled: 3, stuck: 1, onStop: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := testModel()
+			m.Flavor, m.Slots = fixtures.FlavorOllama, 1
+			eng := fixtures.StartTest(t, m)
+			tg := Target{BaseURL: eng.URL(), Model: "test", IdleTimeout: 10 * time.Second}
+			bodies := make([]Body, 3)
+			for i := range bodies {
+				bodies[i] = body(t, tg, "one slot for three", tokens)
+			}
+			var called atomic.Int64
+			end := tt.ending
+			end.OnStop = func(running int) { called.Store(int64(running) + 1) }
+			var recs []record.Record
+			if tt.open {
+				run := RunOpen(context.Background(), Open{Target: tg, Clock: record.NewClock(), Bodies: bodies,
+					At: []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond}, MaxTokens: tokens, Stream: true,
+					Window: 100 * time.Millisecond, Grace: 100 * time.Millisecond, Ending: end})
+				recs = run.Records
+			} else {
+				run := RunClosed(context.Background(), Closed{Target: tg, Clock: record.NewClock(), Bodies: bodies,
+					MaxTokens: tokens, Stream: true, Window: 200 * time.Millisecond, Ending: end})
+				recs = run.Records
+			}
+			ok, cancelled := 0, 0
+			for _, r := range recs {
+				switch r.Outcome {
+				case record.OK:
+					ok++
+					if r.CompletionTokens != tokens {
+						t.Errorf("%s ended with %d tokens, want %d", r.ID, r.CompletionTokens, tokens)
+					}
+				case record.Cancelled:
+					cancelled++
+				default:
+					t.Errorf("%s: %s %s", r.ID, r.Outcome, r.Error)
+				}
+			}
+			if ok != tt.ok || cancelled != tt.cancelled {
+				t.Errorf("%d ended, %d cancelled; want %d and %d", ok, cancelled, tt.ok, tt.cancelled)
+			}
+			// The engine sees a client leave a moment after it left.
+			for deadline := time.Now().Add(10 * time.Second); len(eng.Ledger()) < len(recs) && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := len(eng.Ledger()); n != len(recs) {
+				t.Fatalf("the engine ended %d of the %d requests", n, len(recs))
+			}
+			if got, running := eng.Stuck(), eng.Load().Running; got != tt.stuck || running != tt.stuck {
+				t.Errorf("the engine kept %d slots for good and runs %d requests, want %d", got, running, tt.stuck)
+			}
+			if got := called.Load(); got != tt.onStop {
+				t.Errorf("OnStop(%d), want OnStop(%d)", got-1, tt.onStop-1)
+			}
+		})
+	}
+}
