@@ -27,6 +27,7 @@ ENGINE_CACHE ?= $(or $(TOKENTAP_ENGINE_CACHE),$(HOME)/.cache/tokentap/engines)
 TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
 TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
+LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 
 .PHONY: build test unit race lint manifests e2e live bench fuzz soak fuzz-proxy deps tools clean demo
 
@@ -80,12 +81,15 @@ fuzz-proxy: build
 
 # The live tier (build tag live): probes, proxy and matrix against a real
 # llama-server and Ollama serving a tiny model tokentap writes. The full log
-# goes to $(LIVE_LOG); the output ends with one line per engine.
+# goes to $(LIVE_LOG), a failed check's engine log to $(LIVE_ENGINE_LOGS);
+# the output says why a check failed and ends with one line per engine.
 live:
 	@echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)); log: $(LIVE_LOG)"
-	@TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' \
+	@rm -rf '$(LIVE_ENGINE_LOGS)'; \
+	  TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' TOKENTAP_LIVE_LOGS='$(LIVE_ENGINE_LOGS)' \
 	  $(GO) test -tags live -count=1 -v -timeout 15m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
 	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
+	  if [ $$rc -ne 0 ]; then awk -f live/failures.awk '$(LIVE_LOG)'; fi; \
 	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
 	  grep '^live ' '$(LIVE_LOG)'; exit $$rc
 

@@ -73,7 +73,30 @@ func (s *server) stop(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("%s log (tail):\n%s", s.name, s.tail(40))
+		s.keepLog(t)
 	}
+}
+
+// keepLog copies a failed test's engine log, which t.TempDir would remove,
+// into $TOKENTAP_LIVE_LOGS (make live sets it) for a look at all of it.
+func (s *server) keepLog(t *testing.T) {
+	dir := os.Getenv("TOKENTAP_LIVE_LOGS")
+	if dir == "" {
+		return
+	}
+	b, err := os.ReadFile(s.log)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	dst := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+s.name+".log")
+	if err == nil {
+		err = os.WriteFile(dst, b, 0o644)
+	}
+	if err != nil {
+		t.Logf("keeping the %s log: %v", s.name, err)
+		return
+	}
+	t.Logf("%s log kept in %s", s.name, dst)
 }
 
 // tail is the last n lines of the server's log.
