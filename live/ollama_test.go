@@ -125,11 +125,29 @@ func TestOllama(t *testing.T) {
 	// finds its warmed prompt in the slot.
 	sc := scenarios.Scenario{Name: "live-ollama", Contexts: []int{0, 2048}, Concurrency: []int{1, 2, 4},
 		Prefill: []int{2048}, Window: 4 * time.Second, MaxOutput: 64, API: "chat"}
-	res, err := matrix.Run(ctx, matrix.Config{Target: replay.Target{BaseURL: o.url, Model: "tiny", IdleTimeout: idle}, Scenario: sc})
+	var recs []record.Record
+	res, err := matrix.Run(ctx, matrix.Config{Target: replay.Target{BaseURL: o.url, Model: "tiny", IdleTimeout: idle}, Scenario: sc,
+		OnRecords: func(r []record.Record) { recs = append(recs, r...) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	logMatrix(t, res)
+	// A stream cut while Ollama generates it can keep the slot for good
+	// (METHOD.md §3): the windows' ends must have cut none.
+	check(t, ollama, "no window's end cut a stream the engine ran", func(t *testing.T) {
+		ended := 0
+		for _, r := range recs {
+			if r.Outcome == record.Cancelled && len(r.Arrivals) > 0 {
+				t.Errorf("record %s (%s): cancelled after %d token events", r.ID, r.Tag, len(r.Arrivals))
+			}
+			if r.Outcome == record.OK && strings.HasPrefix(r.Tag, "C=") {
+				ended++
+			}
+		}
+		if ended == 0 {
+			t.Fatal("no load request ended: nothing to check")
+		}
+	})
 	check(t, ollama, "matrix statuses", func(t *testing.T) {
 		statuses(t, res, map[[2]int]result.Status{
 			{0, 1}: result.Valid, {0, 2}: result.RequestsQueued, {0, 4}: result.RequestsQueued,

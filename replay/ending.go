@@ -13,10 +13,12 @@ type Ending struct {
 	// LetRun leaves the requests the engine is running to end by
 	// themselves, for an engine that a cut stream can leave stuck
 	// (engines.Info.CutStreamsStick: Ollama). Those that have had a token
-	// event run to their end, and so do the earliest sent of the others up
-	// to Slots in all (they may be in prefill); only the rest, waiting in
-	// the engine's queue, are cancelled. Without LetRun every request
-	// still running is cancelled at once.
+	// event run to their end, and so do the Slots earliest sent of the
+	// others: one may be in prefill, or about to take a slot a stream that
+	// is sending its last chunks has just given back, and its first token
+	// may be on its way. Only the rest, waiting in the engine's queue
+	// behind them, are cancelled. Without LetRun every request still
+	// running is cancelled at once.
 	LetRun bool
 	// Slots is how many requests the engine runs at once; 0 (unknown)
 	// lets every request run to its end.
@@ -91,7 +93,7 @@ func (f *flights) stop() {
 		slices.Sort(waiting)
 		keep := len(waiting)
 		if f.end.Slots > 0 {
-			keep = min(keep, max(f.end.Slots-running, 0))
+			keep = min(keep, f.end.Slots)
 		}
 		for _, id := range waiting[keep:] {
 			f.m[id].cancel()
