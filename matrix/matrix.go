@@ -994,8 +994,8 @@ func (r *runner) ending(c int, col result.Column) replay.Ending {
 	}
 	return replay.Ending{LetRun: true, Slots: r.info.Slots, OnStop: func(running int) {
 		if running > 0 {
-			r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: letting %s end (a cut one can leave %s stuck)",
-				cellLabel(c, col), english.Count(running, "running stream", "running streams"), r.info.Kind))
+			r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: letting %s end (a cut stream can leave %s stuck)",
+				cellLabel(c, col), english.Count(running, "request", "requests"), r.info.Kind))
 		}
 	}}
 }
