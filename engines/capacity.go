@@ -53,10 +53,14 @@ func (in *Info) ollamaCapacity() {
 
 // Slot measurement: slotProbes streams at once, each asking for
 // slotProbeTokens tokens; the most that were streaming at the same moment
-// is the number of slots (or a lower bound when all were).
+// is the number of slots (or a lower bound when all were). It is measured
+// slotTrials times and the smallest count kept: a busy machine can only
+// make streams the engine ran one after the other look overlapped (see
+// peakOverlap), never the other way round.
 const (
 	slotProbes      = 4
-	slotProbeTokens = 8
+	slotProbeTokens = 16
+	slotTrials      = 2
 	slotProbeTime   = 60 * time.Second
 )
 
@@ -73,20 +77,26 @@ func (in *Info) measureSlots(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, slotProbeTime)
 	defer cancel()
-	spans := make([]span, slotProbes)
-	var wg sync.WaitGroup
-	for i := range spans {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			spans[i] = in.streamSpan(ctx, fmt.Sprintf("tokentap slot probe %d: say anything.", i))
-		}()
-	}
-	wg.Wait()
-	peak, ok := peakOverlap(spans)
-	if !ok {
-		in.add(FactSlots, "unknown", fmt.Sprintf("%d concurrent streams of %d tokens did not all stream tokens", slotProbes, slotProbeTokens))
-		return
+	peak := 0
+	for trial := range slotTrials {
+		spans := make([]span, slotProbes)
+		var wg sync.WaitGroup
+		for i := range spans {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				spans[i] = in.streamSpan(ctx, fmt.Sprintf("tokentap slot probe %d.%d: say anything.", trial, i))
+			}()
+		}
+		wg.Wait()
+		p, ok := peakOverlap(spans)
+		if !ok {
+			in.add(FactSlots, "unknown", fmt.Sprintf("%d concurrent streams of %d tokens did not all stream tokens", slotProbes, slotProbeTokens))
+			return
+		}
+		if trial == 0 || p < peak {
+			peak = p
+		}
 	}
 	in.Slots = peak
 	in.slotsAtLeast = peak == slotProbes
@@ -94,8 +104,8 @@ func (in *Info) measureSlots(ctx context.Context) {
 	if in.slotsAtLeast {
 		value = fmt.Sprintf("at least %d", peak)
 	}
-	in.add(FactSlots, value, fmt.Sprintf("measured: of %d streams sent at once (%d tokens each), at most %d streamed at the same time",
-		slotProbes, slotProbeTokens, peak))
+	in.add(FactSlots, value, fmt.Sprintf("measured: of %d streams sent at once (%d tokens each), at most %d streamed at the same time (the fewer of %d tries)",
+		slotProbes, slotProbeTokens, peak, slotTrials))
 }
 
 // span is when one stream's first and last token events arrived.
@@ -176,10 +186,18 @@ func peakOverlap(spans []span) (int, bool) {
 		if !s.ok {
 			return 0, false
 		}
-		edges = append(edges, edge{s.first, +1}, edge{s.last, -1})
+		// Only the middle half of a stream counts. Where the engine runs
+		// streams one after the other, the next one's first tokens can
+		// still be read before the last ones of the stream it follows:
+		// the engine gives the slot back as the last token goes out, and
+		// on a busy machine the goroutine reading that stream may run
+		// milliseconds late (seen on Ollama with one slot: 2 counted).
+		// Streams that share the engine overlap through their middles.
+		q := s.last.Sub(s.first) / 4
+		edges = append(edges, edge{s.first.Add(q), +1}, edge{s.last.Add(-q), -1})
 	}
 	// At equal times a start counts before an end: two streams whose
-	// token events touch did stream at the same moment.
+	// middles touch did stream at the same moment.
 	slices.SortFunc(edges, func(a, b edge) int {
 		if c := a.at.Compare(b.at); c != 0 {
 			return c

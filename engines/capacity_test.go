@@ -72,7 +72,8 @@ func TestPeakOverlap(t *testing.T) {
 		{"one slot: each starts after the last ended", []span{sp(0, 90), sp(100, 190), sp(200, 290), sp(300, 390)}, 1, true},
 		{"two slots", []span{sp(0, 90), sp(5, 95), sp(100, 190), sp(105, 195)}, 2, true},
 		{"all at once", []span{sp(0, 90), sp(1, 91), sp(2, 92), sp(3, 93)}, 4, true},
-		{"touching spans overlap at that instant", []span{sp(0, 100), sp(100, 200)}, 2, true},
+		{"one slot, the next read before the last ended", []span{sp(0, 100), sp(90, 190), sp(185, 290), sp(280, 390)}, 1, true},
+		{"middles touching overlap at that instant", []span{sp(0, 100), sp(50, 150)}, 2, true},
 		{"a stream without tokens says nothing", []span{sp(0, 90), {}}, 0, false},
 	}
 	for _, tt := range tests {
