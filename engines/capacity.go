@@ -53,15 +53,17 @@ func (in *Info) ollamaCapacity() {
 
 // Slot measurement: slotProbes streams at once, each asking for
 // slotProbeTokens tokens; the most that were streaming at the same moment
-// is the number of slots (or a lower bound when all were). It is measured
-// slotTrials times and the smallest count kept: a busy machine can only
-// make streams the engine ran one after the other look overlapped (see
-// peakOverlap), never the other way round.
+// is the number of slots (or a lower bound when all were). Streams of a
+// fast engine last milliseconds, no longer than a busy machine's jitter in
+// reading them, which can both hide and invent overlap: then the streams
+// are sent again, longer, until the shortest lasts slotProbeSpan (at most
+// slotProbeMaxTokens tokens).
 const (
-	slotProbes      = 4
-	slotProbeTokens = 16
-	slotTrials      = 2
-	slotProbeTime   = 60 * time.Second
+	slotProbes         = 4
+	slotProbeTokens    = 16
+	slotProbeMaxTokens = 1024
+	slotProbeSpan      = 200 * time.Millisecond
+	slotProbeTime      = 60 * time.Second
 )
 
 // measureSlots finds how many requests the engine runs at once, for an
@@ -77,35 +79,38 @@ func (in *Info) measureSlots(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, slotProbeTime)
 	defer cancel()
-	peak := 0
-	for trial := range slotTrials {
-		spans := make([]span, slotProbes)
+	tokens := slotProbeTokens
+	var spans []span
+	for {
+		spans = make([]span, slotProbes)
 		var wg sync.WaitGroup
 		for i := range spans {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				spans[i] = in.streamSpan(ctx, fmt.Sprintf("tokentap slot probe %d.%d: say anything.", trial, i))
+				spans[i] = in.streamSpan(ctx, fmt.Sprintf("tokentap slot probe %d: say anything.", i), tokens)
 			}()
 		}
 		wg.Wait()
-		p, ok := peakOverlap(spans)
+		shortest, ok := shortestSpan(spans)
 		if !ok {
-			in.add(FactSlots, "unknown", fmt.Sprintf("%d concurrent streams of %d tokens did not all stream tokens", slotProbes, slotProbeTokens))
+			in.add(FactSlots, "unknown", fmt.Sprintf("%d concurrent streams of %d tokens did not all stream tokens", slotProbes, tokens))
 			return
 		}
-		if trial == 0 || p < peak {
-			peak = p
+		if shortest >= slotProbeSpan || tokens >= slotProbeMaxTokens {
+			break
 		}
+		tokens = min(slotProbeMaxTokens, tokens*int(slotProbeSpan/max(shortest, time.Millisecond)+1))
 	}
+	peak, _ := peakOverlap(spans)
 	in.Slots = peak
 	in.slotsAtLeast = peak == slotProbes
 	value := fmt.Sprint(peak)
 	if in.slotsAtLeast {
 		value = fmt.Sprintf("at least %d", peak)
 	}
-	in.add(FactSlots, value, fmt.Sprintf("measured: of %d streams sent at once (%d tokens each), at most %d streamed at the same time (the fewer of %d tries)",
-		slotProbes, slotProbeTokens, peak, slotTrials))
+	in.add(FactSlots, value, fmt.Sprintf("measured: of %d streams sent at once (%d tokens each), at most %d streamed at the same time",
+		slotProbes, tokens, peak))
 }
 
 // span is when one stream's first and last token events arrived.
@@ -115,11 +120,11 @@ type span struct {
 }
 
 // streamSpan sends one short chat stream and times its token events.
-func (in *Info) streamSpan(ctx context.Context, prompt string) span {
+func (in *Info) streamSpan(ctx context.Context, prompt string, tokens int) span {
 	body, _ := json.Marshal(map[string]any{
 		"model":      in.Model,
 		"messages":   []map[string]string{{"role": "user", "content": prompt}},
-		"max_tokens": slotProbeTokens,
+		"max_tokens": tokens,
 		"stream":     true,
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.c.base+"/v1/chat/completions", bytes.NewReader(body))
@@ -153,6 +158,21 @@ func (in *Info) streamSpan(ctx context.Context, prompt string) span {
 		sp.last = now
 	}
 	return sp
+}
+
+// shortestSpan is the shortest stream's first-to-last time; ok is false
+// when a stream streamed no tokens.
+func shortestSpan(spans []span) (time.Duration, bool) {
+	var d time.Duration
+	for i, s := range spans {
+		if !s.ok {
+			return 0, false
+		}
+		if l := s.last.Sub(s.first); i == 0 || l < d {
+			d = l
+		}
+	}
+	return d, true
 }
 
 // hasContent reports whether a chunk's first choice carries output text.
