@@ -2,6 +2,7 @@ package engines
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -157,11 +158,19 @@ func TestProbeFakeLlamaCpp(t *testing.T) {
 // The fake in Ollama's shape: Probe measures its slots (which loads the
 // model), then reads the context it runs at from /api/ps, not the trained
 // length /api/show gives, and takes "tiny" for "tiny:latest".
+// TestProbeFakeOllama measures the slots of a fast engine, whose 16-token
+// probe streams (80 ms at 5 ms a token) are too short to tell and are sent
+// again longer, and of a slow one (16 × 20 ms = 320 ms), whose are not.
 func TestProbeFakeOllama(t *testing.T) {
-	for _, slots := range []int{1, 2} {
+	for _, tt := range []struct {
+		slots  int
+		tbt    time.Duration
+		longer bool
+	}{{1, 5 * time.Millisecond, true}, {2, 5 * time.Millisecond, true}, {1, 20 * time.Millisecond, false}} {
+		slots := tt.slots
 		m := fixtures.DefaultModel()
 		m.Name, m.Flavor, m.Slots, m.MaxModelLen, m.TrainedLen, m.Version = "tiny", fixtures.FlavorOllama, slots, 4096, 65536, "0.17.4"
-		m.TBTBase = 5 * time.Millisecond
+		m.TBTBase = tt.tbt
 		e := fixtures.StartTest(t, m)
 		in, err := Probe(context.Background(), Target{BaseURL: e.URL(), Model: "tiny"})
 		if err != nil {
@@ -173,6 +182,19 @@ func TestProbeFakeOllama(t *testing.T) {
 		}
 		if f := factBySource(in.Facts, FactMaxModelLen); f["GET /api/ps models[name=tiny:latest].context_length"] != "4096" {
 			t.Errorf("max model length facts %v", f)
+		}
+		slotFacts := factBySource(in.Facts, FactSlots)
+		if len(slotFacts) != 1 {
+			t.Fatalf("slots facts %v, want one", slotFacts)
+		}
+		for src := range slotFacts {
+			var n int
+			if _, err := fmt.Sscanf(src[strings.Index(src, "(")+1:], "%d tokens each", &n); err != nil {
+				t.Fatalf("slots fact %q: %v", src, err)
+			}
+			if longer := n > slotProbeTokens; longer != tt.longer || n > slotProbeMaxTokens {
+				t.Errorf("%d slots at %v a token: streams of %d tokens (%q)", slots, tt.tbt, n, src)
+			}
 		}
 	}
 }
