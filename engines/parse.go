@@ -467,13 +467,25 @@ func parseApplyTemplate(body []byte) (string, bool) {
 
 // parseSlotCaches reads the busy slots of GET /slots: id_task,
 // n_prompt_tokens_processed and n_prompt_tokens_cache of each slot that
-// is_processing.
+// is_processing and reports its own request's figures.
+//
+// llama-server marks a slot busy as soon as a request takes it, before its
+// prompt is matched against the slot's cache; until then the slot shows the
+// previous request's leftovers: n_prompt_tokens_cache 0 (zeroed at that
+// request's end) beside its n_prompt_tokens_processed and next_token
+// n_decoded. A reading with cached tokens is the request's own (they are
+// set only when its prompt starts). One with none is the request's own
+// only where the slot holds no more tokens than it computed and generated
+// (n_prompt_tokens ≤ processed + n_decoded: a cold prompt); leftovers of a
+// request that found any of its prompt cached hold more, and are skipped.
 func parseSlotCaches(body []byte) ([]SlotCache, bool) {
 	var arr []struct {
-		Processing *bool        `json:"is_processing"`
-		Task       *json.Number `json:"id_task"`
-		Processed  *json.Number `json:"n_prompt_tokens_processed"`
-		Cached     *json.Number `json:"n_prompt_tokens_cache"`
+		Processing *bool           `json:"is_processing"`
+		Task       *json.Number    `json:"id_task"`
+		Held       *json.Number    `json:"n_prompt_tokens"`
+		Processed  *json.Number    `json:"n_prompt_tokens_processed"`
+		Cached     *json.Number    `json:"n_prompt_tokens_cache"`
+		Next       json.RawMessage `json:"next_token"`
 	}
 	if err := json.Unmarshal(body, &arr); err != nil {
 		return nil, false
@@ -492,9 +504,35 @@ func parseSlotCaches(body []byte) ([]SlotCache, bool) {
 		if !ok1 || !ok2 || !ok3 {
 			continue
 		}
+		if cached == 0 {
+			held, ok := 0, s.Held != nil
+			if ok {
+				held, ok = asCount(*s.Held)
+			}
+			if !ok || held > proc+decoded(s.Next) {
+				continue // the previous request's leftovers
+			}
+		}
 		out = append(out, SlotCache{Task: task, Processed: proc, Cached: cached})
 	}
 	return out, true
+}
+
+// decoded is next_token's n_decoded in a /slots entry (an array of one
+// object, or an object), 0 where absent.
+func decoded(raw json.RawMessage) int {
+	var one struct {
+		N *json.Number `json:"n_decoded"`
+	}
+	var arr []json.RawMessage
+	if json.Unmarshal(raw, &arr) == nil && len(arr) > 0 {
+		raw = arr[0]
+	}
+	if json.Unmarshal(raw, &one) != nil || one.N == nil {
+		return 0
+	}
+	n, _ := asCount(*one.N)
+	return n
 }
 
 // asCount reads a JSON number as a count >= 0.

@@ -263,3 +263,26 @@ func TestTruncated(t *testing.T) {
 		}
 	}
 }
+
+// TestLlamaCppSlotLeftovers: llama-server's /slots shows a request that
+// took a slot with the slot's previous request's leftovers (no cached
+// tokens) until its prompt starts at the engine's next step. Scraped then,
+// a warm request looked cold and a warm cell Cache missed (a live run on
+// llama.cpp 82bb48500: 1K × 2, 2 of 20 requests). The fake waits 50 ms
+// before each prompt and is scraped every 5 ms: every request is seen in
+// that state, and every cell must stay Valid, its requests all warm.
+func TestLlamaCppSlotLeftovers(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
+	m := llamaFake(false)
+	m.StartLag = 50 * time.Millisecond
+	sc := scenarios.Scenario{Name: "llama", Contexts: []int{1024, 2048}, Concurrency: []int{1, 2},
+		Window: time.Second, MaxOutput: 16, API: "chat"}
+	res, recs := runFake(t, m, sc, Config{LoadEvery: 5 * time.Millisecond})
+	checkStatuses(t, res, cellWant{{1024, 1}: result.Valid, {1024, 2}: result.Valid, {2048, 1}: result.Valid, {2048, 2}: result.Valid})
+	checkCacheHits(t, res, recs)
+	for _, c := range res.Decode {
+		if c.Cache == nil || c.Cache.Requests < 4*c.Concurrency {
+			t.Errorf("cell %s × %d: cache %+v, want at least %d requests judged", TokenLabel(c.Context), c.Concurrency, c.Cache, 4*c.Concurrency)
+		}
+	}
+}
