@@ -465,21 +465,14 @@ func parseApplyTemplate(body []byte) (string, bool) {
 	return s, ok
 }
 
-// parseSlotCaches reads the busy slots of GET /slots: id_task,
-// n_prompt_tokens_processed and n_prompt_tokens_cache of each slot that
-// is_processing and reports its own request's figures.
-//
-// llama-server marks a slot busy as soon as a request takes it, before its
-// prompt is matched against the slot's cache; until then the slot shows the
-// previous request's leftovers: n_prompt_tokens_cache 0 (zeroed at that
-// request's end) beside its n_prompt_tokens_processed and next_token
-// n_decoded. A reading with cached tokens is the request's own (they are
-// set only when its prompt starts). One with none is the request's own
-// only where the slot holds no more tokens than it computed and generated
-// (n_prompt_tokens ≤ processed + n_decoded: a cold prompt); leftovers of a
-// request that found any of its prompt cached hold more, and are skipped.
+// parseSlotCaches reads GET /slots: for each slot with a current or last
+// request, that request's id_task, n_prompt_tokens (the tokens the slot
+// holds), n_prompt_tokens_processed, n_prompt_tokens_cache and next_token
+// n_decoded, and whether the slot is_processing. Which busy readings are a
+// request's own is SlotWatch's to tell.
 func parseSlotCaches(body []byte) ([]SlotCache, bool) {
 	var arr []struct {
+		ID         *json.Number    `json:"id"`
 		Processing *bool           `json:"is_processing"`
 		Task       *json.Number    `json:"id_task"`
 		Held       *json.Number    `json:"n_prompt_tokens"`
@@ -495,25 +488,23 @@ func parseSlotCaches(body []byte) ([]SlotCache, bool) {
 		if s.Processing == nil {
 			return nil, false // not llama-server's /slots
 		}
-		if !*s.Processing || s.Task == nil || s.Processed == nil || s.Cached == nil {
+		if s.ID == nil || s.Task == nil || s.Processed == nil || s.Cached == nil {
 			continue
 		}
+		id, ok0 := asCount(*s.ID)
 		task, ok1 := asCount(*s.Task)
 		proc, ok2 := asCount(*s.Processed)
 		cached, ok3 := asCount(*s.Cached)
-		if !ok1 || !ok2 || !ok3 {
+		if !ok0 || !ok1 || !ok2 || !ok3 {
 			continue
 		}
-		if cached == 0 {
-			held, ok := 0, s.Held != nil
-			if ok {
-				held, ok = asCount(*s.Held)
-			}
-			if !ok || held > proc+decoded(s.Next) {
-				continue // the previous request's leftovers
+		held := -1 // not said
+		if s.Held != nil {
+			if n, ok := asCount(*s.Held); ok {
+				held = n
 			}
 		}
-		out = append(out, SlotCache{Task: task, Processed: proc, Cached: cached})
+		out = append(out, SlotCache{Slot: id, Task: task, Busy: *s.Processing, Held: held, Processed: proc, Cached: cached, Decoded: decoded(s.Next)})
 	}
 	return out, true
 }

@@ -2,10 +2,13 @@ package matrix
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -273,16 +276,73 @@ func TestTruncated(t *testing.T) {
 // that state, and every cell must stay Valid, its requests all warm.
 func TestLlamaCppSlotLeftovers(t *testing.T) {
 	t.Parallel() // each runs its own fake engine, mostly waiting out windows
-	m := llamaFake(false)
+	m := llamaFake(true)
 	m.StartLag = 50 * time.Millisecond
-	sc := scenarios.Scenario{Name: "llama", Contexts: []int{1024, 2048}, Concurrency: []int{1, 2},
+	sc := scenarios.Scenario{Name: "llama", Contexts: []int{1024, 8192}, Concurrency: []int{1, 2},
 		Window: time.Second, MaxOutput: 16, API: "chat"}
 	res, recs := runFake(t, m, sc, Config{LoadEvery: 5 * time.Millisecond})
-	checkStatuses(t, res, cellWant{{1024, 1}: result.Valid, {1024, 2}: result.Valid, {2048, 1}: result.Valid, {2048, 2}: result.Valid})
+	checkStatuses(t, res, cellWant{{1024, 1}: result.Valid, {1024, 2}: result.Valid, {8192, 1}: result.Valid, {8192, 2}: result.Valid})
 	checkCacheHits(t, res, recs)
 	for _, c := range res.Decode {
 		if c.Cache == nil || c.Cache.Requests < 4*c.Concurrency {
 			t.Errorf("cell %s × %d: cache %+v, want at least %d requests judged", TokenLabel(c.Context), c.Concurrency, c.Cache, 4*c.Concurrency)
 		}
 	}
+}
+
+// TestSamplerSeedsSlots: a request that takes a slot whose last request
+// was cold (a cell's warm-up of a prompt not sent before) shows, until its
+// prompt starts, figures a cold request of its own would show. The
+// sampler reads the slots before the window's requests go out and so
+// knows them for the warm-up's: no reading taken then may count as a
+// request that found nothing cached.
+func TestSamplerSeedsSlots(t *testing.T) {
+	t.Parallel() // mostly waiting out the fake's 2 s before each prompt
+	m := llamaFake(false)
+	m.StartLag = 2 * time.Second
+	e := fixtures.StartTest(t, m)
+	ctx := context.Background()
+	in, err := engines.Probe(ctx, engines.Target{BaseURL: e.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"tiny.gguf","messages":[{"role":"user","content":"` + strings.Repeat("cold prompt ", 400) + `"}],"max_tokens":1}`
+	send := func() {
+		resp, err := http.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("status %d", resp.StatusCode)
+		}
+	}
+	send() // the warm-up: cold, and 2 s in the slot before its prompt starts
+
+	r := &runner{info: in, cfg: Config{LoadEvery: 5 * time.Millisecond}}
+	sctx, cancel := context.WithCancel(ctx)
+	smp, done := r.sample(sctx)
+	sent := make(chan struct{})
+	go func() { defer close(sent); send() }() // the window's request: the same prompt, warm
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Load().Running == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // well inside its 2 s before the prompt starts
+	cancel()
+	<-done
+	smp.mu.Lock()
+	for task, c := range smp.slots {
+		if c.Cached == 0 {
+			t.Errorf("task %d read as cold (%+v): the warm-up's leftovers", task, c)
+		}
+	}
+	samples := smp.samples
+	smp.mu.Unlock()
+	if samples < 10 {
+		t.Errorf("%d scrapes while the request waited for its prompt, want many", samples)
+	}
+	<-sent
 }

@@ -811,14 +811,21 @@ type sampler struct {
 	samples    int
 	err        error
 	// slots holds, per task, the last prefix-cache figures the engine
-	// gave for a request while it ran (llama.cpp GET /slots).
+	// gave for a request while it ran (llama.cpp GET /slots), told from
+	// a slot's leftovers by watch.
 	slots map[int]engines.SlotCache
+	watch engines.SlotWatch
 }
 
 // sample reads the engine's gauges every Config.LoadEvery until ctx
 // ends; done closes when the last reading is in.
 func (r *runner) sample(ctx context.Context) (smp *sampler, done <-chan struct{}) {
 	smp = &sampler{maxWaiting: -1}
+	// The slots' figures before the window's requests take them: what
+	// a slot shows of a request that took it, until its prompt starts.
+	if sc, ok, _ := r.info.SlotCaches(ctx); ok {
+		smp.watch.Seed(sc)
+	}
 	d := make(chan struct{})
 	go func() {
 		defer close(d)
@@ -853,7 +860,7 @@ func (s *sampler) run(ctx context.Context, in *engines.Info, every time.Duration
 		s.mu.Unlock()
 		if sc, ok, _ := in.SlotCaches(ctx); ok && ctx.Err() == nil {
 			s.mu.Lock()
-			for _, c := range sc {
+			for _, c := range s.watch.Own(sc) {
 				if s.slots == nil {
 					s.slots = map[int]engines.SlotCache{}
 				}
