@@ -125,18 +125,26 @@ func TestBeyondProxyAndReplay(t *testing.T) {
 			t.Fatalf("chat through the proxy: HTTP %d", code)
 		}
 	}
-	var metrics string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		_, metrics = httpDo(t, "GET", "http://"+admin+"/metrics", "")
-		if strings.Contains(metrics, `tokentap_slo_judged_requests_total{model="fake-4b"} 3`) {
+	// The proxy counts a request once its record is done, a moment after
+	// the client saw its end, and a scrape may read one collector before
+	// that and another after: wait until every count is in.
+	wants := []string{`tokentap_slo_good_requests_total{model="fake-4b"} 3`, `tokentap_slo_judged_requests_total{model="fake-4b"} 3`,
+		`tokentap_slo_objective_seconds{slo="e2e"} 10`, `tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`}
+	var missing []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, metrics := httpDo(t, "GET", "http://"+admin+"/metrics", "")
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(metrics, want) {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	for _, want := range []string{`tokentap_slo_good_requests_total{model="fake-4b"} 3`, `tokentap_slo_judged_requests_total{model="fake-4b"} 3`,
-		`tokentap_slo_objective_seconds{slo="e2e"} 10`, `tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
+	for _, want := range missing {
+		t.Errorf("/metrics lacks %q after 5 s", want)
 	}
 	_, stats := httpDo(t, "GET", "http://"+admin+"/stats", "")
 	var st struct {
