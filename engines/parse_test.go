@@ -52,6 +52,11 @@ func FuzzProbeJSON(f *testing.F) {
 			for _, c := range sc {
 				check("slot processed", c.Processed)
 				check("slot cached", c.Cached)
+				check("slot decoded", c.Decoded)
+				check("slot id", c.Slot)
+				if c.Held < -1 {
+					t.Fatalf("slot held %d from %q", c.Held, b)
+				}
 			}
 		}
 		if p, ok := parseProps(b); ok {
