@@ -256,6 +256,10 @@ type headError struct{ err error }
 func (e *headError) Error() string { return e.err.Error() }
 func (e *headError) Unwrap() error { return e.err }
 
+// errHeadInvalid is a response head that does not parse as HTTP/1.1.
+var errHeadInvalid = &headError{errors.New(`the engine's response head is not valid HTTP/1.1 (a status line such as "HTTP/1.1 200 OK", then header lines, was expected; ` +
+	`its bytes are not repeated here, as they may hold the request's keys)`)}
+
 // errHeadTooLarge is an engine's response head over MaxHeaderBytes.
 var errHeadTooLarge = &headError{fmt.Errorf("the engine's response status line and headers exceed %d KiB", MaxHeaderBytes>>10)}
 
@@ -288,7 +292,10 @@ func (x *exchange) readHead() error {
 	case x.src.err != nil:
 		return fmt.Errorf("the engine's response head was cut off: %w", x.src.err)
 	default:
-		return &headError{fmt.Errorf("the engine's response head is not valid HTTP/1.1: %w", err)}
+		// fasthttp's error quotes the head's bytes, and an engine may echo
+		// the request's headers (keys) into a broken head: none of them go
+		// into the client's answer, the log or the record.
+		return errHeadInvalid
 	}
 }
 
@@ -395,7 +402,20 @@ func (x *exchange) SupportsBodyWriteTo() bool { return true }
 
 // WriteTo streams the engine's body to the client: one write (one chunk,
 // flushed) per upstream read, each piece measured by the tap on the way.
-func (x *exchange) WriteTo(w io.Writer) (int64, error) {
+func (x *exchange) WriteTo(w io.Writer) (n int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The stream cannot go on: it ends here, with its record;
+			// fasthttp closes the client's connection and calls
+			// CloseWithError, which finishes the exchange.
+			x.p.internalError("stream", r)
+			if cc, ok := x.client.(*clientConn); ok {
+				cc.nonblock = false
+			}
+			x.end(errInternal, record.BlameTokentap)
+			err = errInternal
+		}
+	}()
 	x.mu.Lock()
 	ec, _ := x.conn.(*evloop.Conn)
 	x.mu.Unlock()
@@ -604,8 +624,35 @@ func (x *exchange) CloseWithError(err error) error {
 	return nil
 }
 
+// salvage ends an exchange a fault interrupted before fasthttp took its
+// body: the upstream connection is closed, the record kept (blamed on
+// tokentap), and the exchange is not pooled again, its state unknown.
+func (x *exchange) salvage() {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	x.watch.stop()
+	x.end(errInternal, record.BlameTokentap)
+	x.releaseConn(true)
+	if x.rec != nil {
+		x.p.m.inFlight.Add(-1)
+		x.rec.Error = scrubSecrets(x.rec.Error, &x.req.Header)
+		x.p.emit(x.rec)
+		x.rec = nil
+	}
+	x.p.active.Add(-1)
+}
+
+// errInternal ends a request a fault inside tokentap interrupted.
+var errInternal = errors.New("a fault inside tokentap ended this request (counted in tokentap_internal_errors_total)")
+
 // finish releases everything and hands the record on.
 func (x *exchange) finish() {
+	if x.finished {
+		return
+	}
+	x.finished = true
 	p := x.p
 	// Bytes read past the response's end are an answer nobody asked for:
 	// the connection is out of step with its requests, and the next request

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,6 +26,15 @@ import (
 // and a client inventing names must not grow /metrics forever. Records of
 // further models are counted under otherModel.
 const maxModels = 100
+
+// maxLabelLen bounds a model label's length in bytes. A model name is the
+// client's bytes: a longer one is cut (at a rune's start) and marked, so
+// one request cannot put a megabyte into every scrape.
+const maxLabelLen = 128
+
+// modelTTL is how long a model's series live without a request: a name
+// a client sent once does not stay in /metrics for good.
+const modelTTL = time.Hour
 
 // Classic Prometheus bucket bounds (seconds or tokens), chosen for LLM
 // serving: TTFT from cached prompts (ms) to long prefills (minutes), decode
@@ -59,7 +70,8 @@ type modelStats struct {
 	outcomes  map[record.Outcome]int64
 	promptSum int64
 	outputSum int64
-	slo       sloStats // slo.go
+	slo       sloStats  // slo.go
+	seen      time.Time // the last record of this model
 }
 
 // metrics aggregates finished records for /metrics and /stats. One
@@ -67,14 +79,17 @@ type modelStats struct {
 // (/stats) or through the registry (/metrics), whose histograms and
 // counters are safe to read while they are written.
 type metrics struct {
-	mu       sync.Mutex
-	names    *modelNames // the engine's models: the labels allowed
-	models   map[string]*modelStats
-	since    time.Time
-	inFlight atomic.Int64 // measured requests between arrival and record
-	passed   atomic.Uint64
-	measErrs atomic.Uint64
-	slo      slo.Spec // objectives requests are judged against; zero: none (slo.go)
+	mu        sync.Mutex
+	names     *modelNames // the engine's models: the labels allowed
+	models    map[string]*modelStats
+	since     time.Time
+	inFlight  atomic.Int64 // measured requests between arrival and record
+	passed    atomic.Uint64
+	measErrs  atomic.Uint64
+	slo       slo.Spec      // objectives requests are judged against; zero: none (slo.go)
+	ttl       time.Duration // modelTTL; tests shorten it
+	swept     time.Time     // when expired models were last looked for
+	recPanics atomic.Uint64 // records whose bookkeeping panicked (recorder)
 
 	clientConns atomic.Int64                  // open client connections
 	rejects     [nRejectReasons]atomic.Uint64 // refused requests and connections, by reason
@@ -98,7 +113,7 @@ func histogram(name, help string, buckets []float64) *prometheus.HistogramVec {
 func (m *metrics) rejected(r rejectReason) { m.rejects[r].Add(1) }
 
 func newMetrics() *metrics {
-	m := &metrics{names: newModelNames(), models: map[string]*modelStats{}, since: time.Now(), reg: prometheus.NewRegistry()}
+	m := &metrics{names: newModelNames(), models: map[string]*modelStats{}, since: time.Now(), ttl: modelTTL, reg: prometheus.NewRegistry()}
 	m.ttft = histogram("tokentap_time_to_first_token_seconds", "Time from the request reaching the proxy to the first token event from the engine.", ttftBuckets)
 	m.tbt = histogram("tokentap_time_between_tokens_seconds", "Gap between successive output tokens of a stream (a multi-token event's gap split evenly).", tbtBuckets)
 	m.e2e = histogram("tokentap_request_duration_seconds", "Time from the request reaching the proxy to the end of the engine's response.", e2eBuckets)
@@ -113,6 +128,8 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.passed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_measurement_errors_total", Help: "Streams whose measurement failed inside tokentap; the client's stream went on unmeasured."},
 			func() float64 { return float64(m.measErrs.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_internal_errors_total", Help: "Faults inside tokentap recovered without ending the process (a panic while serving a request or keeping a record); the stream and the record were kept as far as they could be. Please report them."},
+			func() float64 { return float64(m.recPanics.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_upstream_stale_connections_total", Help: "Idle connections to the engine found closed before a request was written on them (dropped unused)."},
 			func() float64 { return float64(m.staleConns.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_upstream_out_of_step_connections_total", Help: "Connections to the engine closed, not reused, because the engine sent bytes past the end of a response: an answer no request asked for."},
@@ -128,9 +145,29 @@ func newMetrics() *metrics {
 	return m
 }
 
+// labelValue makes a client's model name a valid, bounded label value:
+// valid UTF-8 (client_golang panics on anything else) and at most
+// maxLabelLen bytes.
+func labelValue(name string) string {
+	if len(name) <= maxLabelLen && utf8.ValidString(name) {
+		return name
+	}
+	name = strings.ToValidUTF8(name, "\uFFFD")
+	if len(name) <= maxLabelLen {
+		return name
+	}
+	const mark = "…"
+	cut := maxLabelLen - len(mark)
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + mark
+}
+
 // model returns the stats of a model and the label it is kept under.
 func (m *metrics) model(name string) (string, *modelStats) {
 	name, _ = m.names.label(name)
+	name = labelValue(name)
 	if s, ok := m.models[name]; ok {
 		return name, s
 	}
@@ -149,11 +186,34 @@ func (m *metrics) model(name string) (string, *modelStats) {
 	return name, s
 }
 
+// expire drops the series of models without a record for m.ttl, looking
+// at most once a minute.
+func (m *metrics) expire(now time.Time) {
+	if now.Sub(m.swept) < time.Minute && m.ttl >= time.Minute {
+		return
+	}
+	m.swept = now
+	for name, s := range m.models {
+		if now.Sub(s.seen) <= m.ttl {
+			continue
+		}
+		l := prometheus.Labels{"model": name}
+		for _, v := range []*prometheus.HistogramVec{m.ttft, m.tbt, m.e2e, m.prompt, m.output} {
+			v.Delete(l)
+		}
+		m.requests.DeletePartialMatch(l)
+		delete(m.models, name)
+	}
+}
+
 // add folds one finished record in.
 func (m *metrics) add(r *record.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := time.Now()
+	m.expire(now)
 	name, s := m.model(r.Model)
+	s.seen = now
 	blame := string(r.Blame)
 	if blame == "" {
 		blame = "none"

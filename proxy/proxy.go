@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,9 +143,10 @@ type Proxy struct {
 	mu  sync.Mutex
 	srv *fasthttp.Server
 
-	panicLogged atomic.Bool
-	writeLogged atomic.Bool
-	failLogged  atomic.Int64 // unix ns of the last "engine did not answer" line
+	panicLogged    atomic.Bool
+	internalLogged atomic.Bool
+	writeLogged    atomic.Bool
+	failLogged     atomic.Int64 // unix ns of the last "engine did not answer" line
 }
 
 // upstreamDialer opens connections to the engine.
@@ -352,7 +354,10 @@ func (p *Proxy) Stats(reset bool) *Stats { return p.m.stats(reset) }
 func (p *Proxy) recorder() {
 	defer close(p.recDone)
 	for r := range p.recs {
-		p.m.add(r)
+		// The record is kept whatever its bookkeeping does: a fault in
+		// the metrics is recovered and counted, and the capture still
+		// gets the record.
+		p.guard("metrics", func() { p.m.add(r) })
 		if p.capture != nil {
 			if err := p.capture.Write(r); err != nil && !p.writeLogged.Swap(true) {
 				p.log.Error().Err(err).Msg("capture: writing a record failed; further failures are not logged")
@@ -364,10 +369,31 @@ func (p *Proxy) recorder() {
 			}
 		}
 		if p.cfg.OnRecord != nil {
-			p.cfg.OnRecord(r)
+			p.guard("OnRecord", func() { p.cfg.OnRecord(r) })
 		}
 		r.Reset()
 		recordPool.Put(r)
+	}
+}
+
+// guard runs fn, recovering a panic: counted in
+// tokentap_internal_errors_total and logged once, so that no fault inside
+// tokentap ends the process and the streams it serves.
+func (p *Proxy) guard(what string, fn func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.internalError(what, r)
+		}
+	}()
+	fn()
+}
+
+// internalError counts and logs (once) a recovered panic.
+func (p *Proxy) internalError(what string, r any) {
+	p.m.recPanics.Add(1)
+	if !p.internalLogged.Swap(true) {
+		p.log.Error().Str("where", what).Str("panic", redact(fmt.Sprint(r))).Str("stack", string(debug.Stack())).
+			Msg("a fault inside tokentap was recovered (please report); the proxy goes on; further faults are counted in tokentap_internal_errors_total, not logged")
 	}
 }
 
@@ -400,8 +426,11 @@ type exchange struct {
 	watch   watcher
 	goneFn  func()
 	pieceFn func([]byte)
+	scrubFn func(string) string
 
-	head bool // HEAD request: no body
+	head     bool // HEAD request: no body
+	handed   bool // fasthttp has the body stream: it finishes the exchange
+	finished bool // finish ran
 
 	tap      *tap.Stream
 	rec      *record.Record // nil when not measured
@@ -429,6 +458,7 @@ func (p *Proxy) getExchange() *exchange {
 	x := &exchange{p: p}
 	x.goneFn = x.clientGone
 	x.pieceFn = x.piece
+	x.scrubFn = func(s string) string { return scrubSecrets(s, &x.req.Header) }
 	return x
 }
 
@@ -436,7 +466,7 @@ func (x *exchange) put() {
 	x.req.Reset()
 	x.hdr.Reset()
 	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
-	x.head, x.wroteBytes, x.resends = false, 0, 0
+	x.head, x.wroteBytes, x.resends, x.handed, x.finished = false, 0, 0, false, false
 	if x.br != nil && x.br.Size() > upstreamBufferSize {
 		x.br = nil // a long response head's buffer
 	}
@@ -452,22 +482,43 @@ func (x *exchange) put() {
 	x.p.exchanges.Put(x)
 }
 
-// serve is the fasthttp handler.
+// serve is the fasthttp handler. A fault inside it is recovered: the
+// client gets a 502, the request's record is kept and the proxy serves on.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+	var x *exchange
+	defer func() {
+		if r := recover(); r != nil {
+			p.internalError("handler", r)
+			if x != nil && !x.handed {
+				x.salvage()
+			}
+			ctx.Response.Reset()
+			ctx.SetStatusCode(fasthttp.StatusBadGateway)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(openAIError("tokentap proxy: a fault inside tokentap ended this request (please report it); the proxy serves on", "proxy_error", fasthttp.StatusBadGateway))
+			ctx.SetConnectionClose()
+		}
+	}()
+	x = p.handle(ctx)
+}
+
+// handle proxies one request: it returns the exchange it took (nil when
+// it refused the request), for serve's recovery.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	sent := p.clock.Now()
 	if ctx.IsConnect() {
 		p.refuse(ctx, fasthttp.StatusMethodNotAllowed, rejectBadTarget,
 			"tokentap proxy: CONNECT is for forward proxies; tokentap is a reverse proxy in front of one engine: send requests such as POST /v1/chat/completions to it")
-		return
+		return nil
 	}
 	target, slash, ok := originForm(ctx.Request.Header.RequestURI())
 	if !ok {
 		p.refuse(ctx, fasthttp.StatusBadRequest, rejectBadTarget,
 			"tokentap proxy: the request target is not a path (/v1/...) or an http(s):// URL; send requests such as POST /v1/chat/completions")
-		return
+		return nil
 	}
 	p.active.Add(1)
-	x := p.getExchange()
+	x = p.getExchange()
 	x.client = ctx.Conn()
 	cc := baseConn(x.client)
 	if cc != nil {
@@ -503,11 +554,14 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		}
 		x.fail(ctx, err)
 		x.finish()
-		return
+		return x
 	}
 
 	resp := &ctx.Response
 	x.hdr.CopyTo(&resp.Header)
+	// CopyTo brings the engine header's default-Content-Type setting: an
+	// answer the engine sent without one must reach the client without one.
+	resp.Header.SetNoDefaultContentType(true)
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
@@ -529,7 +583,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		}
 		x.end(nil, record.BlameNone)
 		x.finish()
-		return
+		return x
 	}
 	size := -1
 	if x.body.frame == frameLength && !x.stripping() {
@@ -540,7 +594,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	resp.ImmediateHeaderFlush = x.body.frame != frameLength
 	// fasthttp calls WriteTo (which streams the body, flushing every
 	// upstream read) after this handler returns, then CloseWithError.
+	x.handed = true
 	resp.SetBodyStream(x, size)
+	return x
 }
 
 func measuredPath(path []byte) bool {
@@ -684,6 +740,7 @@ func (x *exchange) begin(body, path []byte, sent time.Duration) {
 		}
 		x.tap.Begin(rec)
 		x.tap.StripUsage(strip)
+		x.tap.SetScrub(x.scrubFn)
 	})
 	x.strip = strip && x.measure
 	if strip && !x.measure {

@@ -57,6 +57,7 @@ type Stream struct {
 	ck    chunk   // the event being classified
 	jr    jreader // its JSON reader
 	strip bool
+	scrub func(string) string // SetScrub
 
 	status int
 	done   bool          // [DONE] arrived
@@ -364,7 +365,7 @@ func (s *Stream) failWith(what string, data []byte) {
 		return
 	}
 	s.fail = record.Malformed
-	s.failMsg = what + excerpt(data)
+	s.failMsg = what + s.excerpt(data, false)
 }
 
 // engineError records an error object the engine sent inside a 2xx
@@ -375,7 +376,7 @@ func (s *Stream) engineError(what string, data []byte) {
 		return
 	}
 	s.fail = record.EngineErr
-	s.failMsg = what + ": " + ErrorMessage(data)
+	s.failMsg = what + ": " + errorMessage(data, s.excerptWhole)
 }
 
 // ErrorMessage makes a short line of an engine's error object: its message,
@@ -383,7 +384,9 @@ func (s *Stream) engineError(what string, data []byte) {
 // (server_error, code 500)"), or an excerpt of data when it has no message.
 // It accepts {"error":{"message":…}}, {"error":"…"}, {"message":…} and
 // {"detail":…} (FastAPI).
-func ErrorMessage(data []byte) string {
+func ErrorMessage(data []byte) string { return errorMessage(data, excerpt) }
+
+func errorMessage(data []byte, excerpt func([]byte) string) string {
 	var v struct {
 		Error   json.RawMessage `json:"error"`
 		Message any             `json:"message"`
@@ -489,7 +492,7 @@ func (s *Stream) outcome(err error, blame record.Blame, bodyOK bool) (record.Out
 	r := s.rec
 	switch {
 	case !s.statusOK():
-		return record.HTTPError, record.HTTPBlame(s.status), fmt.Sprintf("HTTP %d from the engine: %s", s.status, excerpt(s.head[:s.headN]))
+		return record.HTTPError, record.HTTPBlame(s.status), fmt.Sprintf("HTTP %d from the engine: %s", s.status, s.excerptHead())
 	case s.fail != "":
 		return s.fail, record.BlameEngine, s.failMsg
 	case s.sc.Err() != nil:
@@ -498,7 +501,7 @@ func (s *Stream) outcome(err error, blame record.Blame, bodyOK bool) (record.Out
 		return record.OK, record.BlameNone, ""
 	case !r.Stream && err == nil && s.fed > 0:
 		if !bodyOK {
-			return record.Malformed, record.BlameEngine, "response body is not a JSON object: " + excerpt(s.head[:s.headN])
+			return record.Malformed, record.BlameEngine, "response body is not a JSON object: " + s.excerptHead()
 		}
 		return record.OK, record.BlameNone, ""
 	case err == nil && s.status == 0 && s.fed == 0:
@@ -508,17 +511,17 @@ func (s *Stream) outcome(err error, blame record.Blame, bodyOK bool) (record.Out
 		if !r.Stream {
 			msg = "the engine closed the connection before sending a body"
 		} else if s.events == 0 && s.headN > 0 {
-			msg += "; it began: " + excerpt(s.head[:s.headN])
+			msg += "; it began: " + s.excerptHead()
 		}
 		return record.Broken, or(blame, record.BlameEngine), msg
 	case errors.Is(err, context.Canceled) || blame == record.BlameClient:
-		return record.Cancelled, or(blame, record.BlameClient), excerpt([]byte(err.Error()))
+		return record.Cancelled, or(blame, record.BlameClient), s.excerpt([]byte(err.Error()), false)
 	case isTimeout(err):
-		return record.Timeout, or(blame, record.BlameEngine), excerpt([]byte(err.Error()))
+		return record.Timeout, or(blame, record.BlameEngine), s.excerpt([]byte(err.Error()), false)
 	case s.status == 0 && s.fed == 0:
-		return record.Connect, or(blame, record.BlameEngine), excerpt([]byte(err.Error()))
+		return record.Connect, or(blame, record.BlameEngine), s.excerpt([]byte(err.Error()), false)
 	default:
-		return record.Broken, or(blame, record.BlameEngine), excerpt([]byte(err.Error()))
+		return record.Broken, or(blame, record.BlameEngine), s.excerpt([]byte(err.Error()), false)
 	}
 }
 
@@ -549,6 +552,41 @@ func (s *Stream) readBody() bool {
 	s.takeID(c)
 	s.takeCounts(c)
 	return true
+}
+
+// SetScrub sets a function every text the record's Error takes from the
+// engine's bytes goes through before it is cut to its short length (the
+// proxy removes the request's keys with it: a key cut in half by the
+// length limit would escape a scrub after the cut). It lasts until Begin.
+func (s *Stream) SetScrub(fn func(string) string) { s.scrub = fn }
+
+// excerpt is excerpt of b scrubbed first. partial says b is the start of
+// a longer text: its last word, which the cut may have split, is dropped
+// before the scrub (a piece of a key is no longer the key the scrub looks
+// for).
+func (s *Stream) excerpt(b []byte, partial bool) string {
+	if s.scrub == nil {
+		return excerpt(b)
+	}
+	if partial {
+		i := len(b)
+		for i > 0 && isWordByte(b[i-1]) {
+			i--
+		}
+		b = b[:i]
+	}
+	return excerpt([]byte(s.scrub(string(b))))
+}
+
+func (s *Stream) excerptWhole(b []byte) string { return s.excerpt(b, false) }
+
+// excerptHead is the excerpt of the body's first bytes.
+func (s *Stream) excerptHead() string { return s.excerpt(s.head[:s.headN], s.fed > int64(s.headN)) }
+
+// isWordByte says whether c can be part of a key or token: anything but
+// ASCII space, punctuation that ends a JSON string or header, and controls.
+func isWordByte(c byte) bool {
+	return c > ' ' && c != '"' && c != ',' && c != '}' && c != ']' && c != 0x7f
 }
 
 // excerpt makes a short, printable, single-line piece of b for Record.Error.

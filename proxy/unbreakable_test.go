@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tokentap/tokentap/record"
+)
+
+// keylessEngine answers GET /v1/models with a 401 (vLLM started with
+// --api-key, asked without one), so the proxy labels by the names clients
+// send, and every other request with a small JSON 200.
+func keylessEngine(t *testing.T) *scriptEngine {
+	return startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+		if strings.HasPrefix(r.Line, "GET /v1/models") {
+			writeJSON(c, 401, `{"error":{"message":"missing API key"}}`)
+			return true
+		}
+		writeJSON(c, 200, `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		return true
+	})
+}
+
+// rawPost sends body as it is (any bytes) and returns the status.
+func rawPost(t *testing.T, url, body string) int {
+	t.Helper()
+	req, err := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("the proxy did not answer: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestAnyModelNameIsALabel: with the engine's model list unknown, a model
+// name that is not UTF-8 (client_golang panics on such a label) or is a
+// megabyte long is counted under a valid label of at most maxLabelLen
+// bytes, /metrics stays small, and the proxy serves on.
+func TestAnyModelNameIsALabel(t *testing.T) {
+	e := keylessEngine(t)
+	h := startProxy(t, e.url, nil)
+	if _, err := h.p.WatchModels(t.Context(), time.Hour); err == nil {
+		t.Fatal("the engine's 401 was taken for a model list")
+	}
+	names := []string{"bad\xffname", "\xc3", "ok", strings.Repeat("é", 300) + "\xff"}
+	for i := range 5 {
+		names = append(names, fmt.Sprintf("%d", i)+strings.Repeat("m", 1<<20))
+	}
+	for _, name := range names {
+		body := `{"model":"` + name + `","messages":[{"role":"user","content":"hi"}]}`
+		if code := rawPost(t, h.url, body); code != 200 {
+			t.Fatalf("model %.20q: HTTP %d, want the engine's 200", name, code)
+		}
+	}
+	recs := h.waitRecords(t, len(names))
+	if recs[0].Model != "bad\xffname" {
+		t.Errorf("the record's model is %q: the record keeps the name as sent", recs[0].Model)
+	}
+	_, body, err := do(t, "GET", h.admin+"/metrics", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > 256<<10 {
+		t.Errorf("/metrics is %d bytes after five 1 MB model names", len(body))
+	}
+	labels := map[string]bool{}
+	for _, m := range regexp.MustCompile(`model="((?:[^"\\]|\\.)*)"`).FindAllStringSubmatch(string(body), -1) {
+		labels[m[1]] = true
+	}
+	if len(labels) != len(names) {
+		t.Errorf("%d model labels, want %d (one per name)", len(labels), len(names))
+	}
+	for l := range labels {
+		if len(l) > maxLabelLen || !utf8.ValidString(l) {
+			t.Errorf("label %.40q: %d bytes, valid UTF-8 %v", l, len(l), utf8.ValidString(l))
+		}
+	}
+	if code := rawPost(t, h.url, chatBody("ok", 1, false, "")); code != 200 {
+		t.Errorf("after the odd names a plain request got %d", code)
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	long := strings.Repeat("a", 200)
+	for _, tt := range []struct{ in, want string }{
+		{"llama", "llama"},
+		{"bad\xffname", "bad\uFFFDname"},
+		{long, long[:maxLabelLen-len("…")] + "…"},
+		{strings.Repeat("é", 100), strings.Repeat("é", (maxLabelLen-len("…"))/2) + "…"},
+		{"", ""},
+	} {
+		got := labelValue(tt.in)
+		if got != tt.want {
+			t.Errorf("labelValue(%.30q) = %.40q, want %.40q", tt.in, got, tt.want)
+		}
+		if len(got) > maxLabelLen || !utf8.ValidString(got) {
+			t.Errorf("labelValue(%.30q) = %d bytes, valid %v", tt.in, len(got), utf8.ValidString(got))
+		}
+	}
+}
+
+// TestModelSeriesExpire: a model's series leave /metrics and /stats once
+// no request named it for the TTL.
+func TestModelSeriesExpire(t *testing.T) {
+	m := newMetrics()
+	m.ttl = time.Millisecond
+	m.add(&record.Record{Model: "once", Outcome: record.OK, Sent: 0, End: time.Millisecond})
+	time.Sleep(5 * time.Millisecond)
+	m.add(&record.Record{Model: "again", Outcome: record.OK, Sent: 0, End: time.Millisecond})
+	if _, ok := m.models["once"]; ok {
+		t.Error("a model not seen for longer than the TTL is still kept")
+	}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.Metric {
+			for _, l := range mt.Label {
+				if l.GetName() == "model" && l.GetValue() == "once" {
+					t.Errorf("%s still has model=once", mf.GetName())
+				}
+			}
+		}
+	}
+	if _, ok := m.models["again"]; !ok {
+		t.Error("the model just seen was dropped")
+	}
+}
+
+// TestRecordKeptWhenBookkeepingPanics: a fault while keeping a record
+// (here the OnRecord callback) is recovered and counted; the capture
+// still gets the record and the proxy serves on.
+func TestRecordKeptWhenBookkeepingPanics(t *testing.T) {
+	e := keylessEngine(t)
+	var capture bytes.Buffer
+	var mu sync.Mutex
+	h := startProxy(t, e.url, func(c *Config) {
+		c.Capture = &lockedWriter{w: &capture, mu: &mu}
+		inner := c.OnRecord
+		c.OnRecord = func(r *record.Record) {
+			inner(r)
+			if r.Model == "boom" {
+				panic("bookkeeping fault")
+			}
+		}
+	})
+	for _, model := range []string{"boom", "after"} {
+		if code := rawPost(t, h.url, chatBody(model, 1, false, "")); code != 200 {
+			t.Fatalf("%s: HTTP %d", model, code)
+		}
+	}
+	h.waitRecords(t, 2)
+	if got := h.metric(t, "tokentap_internal_errors_total"); got != "1" {
+		t.Errorf("tokentap_internal_errors_total = %q, want 1", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(capture.String(), "\n"); n != 2 {
+		t.Errorf("the capture has %d records, want 2:\n%s", n, capture.String())
+	}
+}
+
+// TestNoContentTypeInventedOnResponses: an engine answer without a
+// Content-Type reaches the client without one, with a length or streamed.
+func TestNoContentTypeInventedOnResponses(t *testing.T) {
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+		if strings.Contains(r.Line, "/stream") {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+		} else {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+		}
+		return true
+	})
+	h := startProxy(t, e.url, nil)
+	for _, path := range []string{"/plain", "/stream"} {
+		resp, body, err := do(t, "GET", h.url+path, "")
+		if err != nil || string(body) != "hello" {
+			t.Fatalf("%s: %q %v", path, body, err)
+		}
+		if ct, ok := resp.Header["Content-Type"]; ok {
+			t.Errorf("%s: the engine sent no Content-Type; the client got %q", path, ct)
+		}
+	}
+}
+
+// TestMalformedHeadEchoingKeys: an engine whose broken response head
+// repeats the request's headers: the client's 502, the log (debug) and the
+// record hold no byte of the keys.
+func TestMalformedHeadEchoingKeys(t *testing.T) {
+	const key = "sk-ECHOKEY-4d9a2b7c1e"
+	const bare = "ECHOBARE7f3a9c11d2e4"
+	var logs strings.Builder
+	var mu sync.Mutex
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+		var head strings.Builder
+		head.WriteString(r.Line + "\r\n")
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				head.WriteString(k + ": " + v + "\r\n")
+			}
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"+head.String()+"\r\n\r\nok")
+		return false
+	})
+	h := startProxy(t, e.url, func(c *Config) { c.Logger = zerolog.New(&lockedWriter{w: &logs, mu: &mu}).Level(zerolog.DebugLevel) })
+	for _, path := range []string{"/echo", "/v1/chat/completions"} {
+		resp, body, err := do(t, "POST", h.url+path, chatBody("m", 1, true, ""),
+			"Authorization", "Bearer "+key, "X-Api-Key", bare, "Api-Key", bare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 502 {
+			t.Errorf("%s: HTTP %d, want 502 for a head that is not HTTP", path, resp.StatusCode)
+		}
+		if strings.Contains(string(body), "ECHO") {
+			t.Errorf("%s: the client's 502 holds the key: %s", path, body)
+		}
+	}
+	recs := h.waitRecords(t, 1)
+	if b, _ := json.Marshal(recs); strings.Contains(string(b), "ECHO") {
+		t.Errorf("the record holds the key: %s", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "ECHO") {
+		t.Errorf("the log holds the key:\n%s", logs.String())
+	}
+}
+
+// TestKeyCutByExcerptIsScrubbed: an engine error body that repeats the
+// key where the record's excerpt is cut: no piece of the key of 8 bytes or
+// more is left in the record (the scrub runs before the cut).
+func TestKeyCutByExcerptIsScrubbed(t *testing.T) {
+	const key = "QX7KEYPART0123456789abcdefghijkl" // 32 bytes, no sk- prefix
+	for _, at := range []int{200, 212, 220, 230, 236, 239, 250, 505, 510} {
+		t.Run(fmt.Sprint(at), func(t *testing.T) {
+			e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+				pad := strings.Repeat("x", at-len(`{"error":{"message":"`))
+				writeJSON(c, 400, `{"error":{"message":"`+pad+key+` was refused"}}`+strings.Repeat(" ", 600))
+				return true
+			})
+			h := startProxy(t, e.url, nil)
+			_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 1, true, ""), "Authorization", "Bearer "+key)
+			rec := h.waitRecords(t, 1)[0]
+			for i := 0; i+8 <= len(key); i++ {
+				if strings.Contains(rec.Error, key[i:i+8]) {
+					t.Fatalf("a piece of the key (%q) is in the record's error: %q", key[i:i+8], rec.Error)
+				}
+			}
+			if !strings.Contains(rec.Error, "HTTP 400") {
+				t.Errorf("error %q does not say what happened", rec.Error)
+			}
+		})
+	}
+}
