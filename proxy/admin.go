@@ -12,7 +12,8 @@ import (
 //	               outcome and blame; in flight; the Go process)
 //	GET  /stats    JSON per-model summary with HDR percentiles since the last reset
 //	POST /stats    the same summary, then a reset (Prometheus series are never reset)
-//	GET  /healthz  "ok"
+//	GET  /healthz  "ok"; 503 "draining" once the proxy is shutting down
+//	               (Close), so a load balancer stops sending to it
 //
 // Serve it on a loopback address: it shows which models clients use.
 func (p *Proxy) AdminHandler() http.Handler {
@@ -27,6 +28,11 @@ func (p *Proxy) AdminHandler() http.Handler {
 		_, _ = w.Write(p.m.stats(true).encode())
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if p.Draining() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("draining\n"))
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,14 +27,19 @@ type clientListener struct {
 	p     *Proxy
 	perIP int // the cap; 0: none
 
+	max int // Config.MaxClientConns; 0: none
+
 	mu    sync.Mutex
 	conns map[string]int // open connections per client address (with a cap)
+
+	logged    atomic.Int64 // unix ns of the last accept-failure or shed line
+	lingering atomic.Int64 // refused connections lingering now
 }
 
 func newClientListener(ln net.Listener, p *Proxy) *clientListener {
 	l := &clientListener{Listener: ln, p: p}
 	if p != nil {
-		l.perIP = p.cfg.MaxConnsPerIP
+		l.perIP, l.max = p.cfg.MaxConnsPerIP, p.cfg.MaxClientConns
 	}
 	if l.perIP > 0 {
 		l.conns = map[string]int{}
@@ -42,10 +48,25 @@ func newClientListener(ln net.Listener, p *Proxy) *clientListener {
 }
 
 func (l *clientListener) Accept() (net.Conn, error) {
+	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return c, err
+			if !acceptRetry(err) {
+				return c, err
+			}
+			// Out of descriptors (or kernel memory): fasthttp's Serve would
+			// return and end the proxy. Wait and accept again, as net/http
+			// does: 5 ms, doubling to 1 s, while connections close.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			l.acceptFailed(err, delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		if l.max > 0 && l.p != nil && l.p.m.clientConns.Load() >= int64(l.max) {
+			l.shed(c)
+			continue
 		}
 		ip := ""
 		if l.perIP > 0 {
@@ -67,6 +88,65 @@ func (l *clientListener) Accept() (net.Conn, error) {
 		return l.wrap(c, ip), nil
 	}
 }
+
+// acceptRetry says whether an accept error passes: the process or the
+// system is out of descriptors or buffers for now.
+func acceptRetry(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// acceptFailed counts an accept that failed for want of descriptors and
+// logs it, at most once every 10 s.
+func (l *clientListener) acceptFailed(err error, delay time.Duration) {
+	if l.p == nil {
+		return
+	}
+	l.p.m.acceptErrs.Add(1)
+	now := time.Now().UnixNano()
+	if last := l.logged.Load(); now-last > int64(10*time.Second) && l.logged.CompareAndSwap(last, now) {
+		l.p.log.Warn().Err(err).Dur("retry_in", delay).Int64("client_connections", l.p.m.clientConns.Load()).
+			Msg("cannot accept client connections: out of file descriptors; serving the open ones and accepting again as they close (raise `ulimit -n`, or lower --max-client-conns)")
+	}
+}
+
+// shed refuses a connection over the client connection ceiling
+// (Config.MaxClientConns): a 503 if the socket takes it at once, then a
+// close that lingers briefly, so the refusal costs its descriptor for
+// milliseconds, not seconds.
+func (l *clientListener) shed(c net.Conn) {
+	l.p.m.rejected(rejectClientConns)
+	now := time.Now().UnixNano()
+	if last := l.logged.Load(); now-last > int64(10*time.Second) && l.logged.CompareAndSwap(last, now) {
+		l.p.log.Warn().Int("max_client_conns", l.max).
+			Msg("client connections over --max-client-conns are refused with a 503 (counted in tokentap_client_rejected_total{reason=\"max_client_conns\"})")
+	}
+	if l.p.cfg.TLS != nil {
+		_ = c.Close()
+		return
+	}
+	msg := fmt.Sprintf("tokentap proxy: the proxy has %d client connections open, its ceiling (--max-client-conns); retry shortly", l.max)
+	body := openAIError(msg, "too_many_connections", fasthttp.StatusServiceUnavailable)
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	if l.lingering.Add(1) > maxLingering {
+		l.lingering.Add(-1)
+		_ = c.Close()
+		return
+	}
+	go func() {
+		lingerCloseFor(c, shedLinger)
+		l.lingering.Add(-1)
+	}()
+}
+
+// maxLingering bounds the refused connections closing at once with a
+// linger: beyond it they close at once, so refusals never pile up
+// descriptors.
+const maxLingering = 64
+
+// shedLinger is how long a shed connection lingers.
+const shedLinger = 200 * time.Millisecond
 
 // wrap makes the connection fasthttp serves: a clientConn where raw
 // writes work, else the connection with its close counted.
@@ -112,7 +192,13 @@ func (l *clientListener) reject(c net.Conn) {
 	}
 	msg := fmt.Sprintf("tokentap proxy: this address already has %d open connections (--max-conns-per-ip); close some or raise the limit", l.perIP)
 	body := openAIError(msg, "too_many_connections", fasthttp.StatusTooManyRequests)
+	if l.lingering.Add(1) > maxLingering {
+		l.lingering.Add(-1)
+		_ = c.Close() // a flood: refusals must not hold descriptors
+		return
+	}
 	go func() {
+		defer l.lingering.Add(-1)
 		if l.p == nil || l.p.cfg.TLS == nil {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
@@ -170,11 +256,14 @@ const (
 // most lingerTime and lingerBytes, so the close does not become a reset
 // that destroys the answer in the client's receive buffer before it read
 // it (nginx's lingering_close).
-func lingerClose(c net.Conn) {
+func lingerClose(c net.Conn) { lingerCloseFor(c, lingerTime) }
+
+// lingerCloseFor is lingerClose lingering at most d.
+func lingerCloseFor(c net.Conn, d time.Duration) {
 	type closeWriter interface{ CloseWrite() error }
 	if cw, ok := c.(closeWriter); ok {
 		_ = cw.CloseWrite()
-		_ = c.SetReadDeadline(time.Now().Add(lingerTime))
+		_ = c.SetReadDeadline(time.Now().Add(d))
 		_, _ = io.CopyN(io.Discard, c, lingerBytes)
 	}
 	_ = c.Close()

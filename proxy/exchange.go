@@ -53,6 +53,9 @@ func (x *exchange) roundTrip() error {
 		if x.gone.Load() {
 			return errClientGone
 		}
+		if x.cut.Load() {
+			return errShutdown
+		}
 		reason := -1
 		switch {
 		case !reused || x.resends >= maxResends:
@@ -133,6 +136,10 @@ func (x *exchange) acquire() (reused bool, err error) {
 	if x.gone.Load() {
 		x.releaseConn(true)
 		return false, errClientGone
+	}
+	if x.cut.Load() {
+		x.releaseConn(true)
+		return false, errShutdown
 	}
 	return reused, nil
 }
@@ -307,7 +314,7 @@ func (x *exchange) releaseConn(discard bool) {
 	x.mu.Unlock()
 	x.src.conn = nil
 	if rel != nil {
-		rel(discard || x.gone.Load())
+		rel(discard || x.gone.Load() || x.cut.Load())
 	}
 }
 
@@ -323,12 +330,40 @@ func (x *exchange) clientGone() {
 	x.mu.Unlock()
 }
 
+// cutShutdown cuts the request at the proxy's shutdown, its time to end
+// having passed: the engine's connection is closed (the engine cancels
+// it), and the client's, in case the stream waits on a client that does
+// not read. The request ends, and is recorded, as cut by tokentap.
+func (x *exchange) cutShutdown() {
+	x.cut.Store(true)
+	x.mu.Lock()
+	if x.conn != nil {
+		_ = x.conn.Close()
+	}
+	x.mu.Unlock()
+	if x.client != nil {
+		_ = x.client.Close()
+	}
+}
+
+// errShutdown ends a request cut at the proxy's shutdown.
+var errShutdown = errors.New("cut at the proxy's shutdown: the request was still open when --shutdown-timeout ran out")
+
 // fail answers a request that got no response from the engine.
 func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	if x.gone.Load() || errors.Is(err, errClientGone) {
 		x.end(errClientGone, record.BlameClient)
 		ctx.SetConnectionClose()
 		ctx.SetStatusCode(499) // nginx's "client closed request"; nobody reads it
+		return
+	}
+	if x.cut.Load() || errors.Is(err, errShutdown) {
+		x.end(errShutdown, record.BlameTokentap)
+		ctx.Response.Reset()
+		ctx.SetConnectionClose()
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(openAIError("tokentap proxy: the proxy is shutting down; the engine had not answered this request yet: send it again", "proxy_shutting_down", fasthttp.StatusServiceUnavailable))
 		return
 	}
 	status, kind := fasthttp.StatusBadGateway, "upstream_unreachable"
@@ -487,6 +522,9 @@ func (x *exchange) readFailed(err error) error {
 	case x.gone.Load():
 		x.end(errClientGone, record.BlameClient)
 		return errClientGone
+	case x.cut.Load():
+		x.end(errShutdown, record.BlameTokentap)
+		return errShutdown
 	case isTimeout(err):
 		err = fmt.Errorf("no byte from the engine for %v (idle timeout): %w", x.p.cfg.IdleTimeout, err)
 		x.end(err, record.BlameEngine)
@@ -632,6 +670,7 @@ func (x *exchange) salvage() {
 		return
 	}
 	x.finished = true
+	x.p.unlive(x)
 	x.watch.stop()
 	x.end(errInternal, record.BlameTokentap)
 	x.releaseConn(true)
@@ -654,6 +693,7 @@ func (x *exchange) finish() {
 	}
 	x.finished = true
 	p := x.p
+	p.unlive(x)
 	// Bytes read past the response's end are an answer nobody asked for:
 	// the connection is out of step with its requests, and the next request
 	// on it could be handed that answer. It is closed, as net/http closes a

@@ -24,11 +24,28 @@ const (
 	rejectBadRequest                          // not HTTP/1.x fasthttp could read
 	rejectBadTarget                           // CONNECT, or a target that is not a path or an http(s) URL
 	rejectConnsPerIP                          // a connection over Config.MaxConnsPerIP
+	rejectClientConns                         // a connection over Config.MaxClientConns
 	nRejectReasons
 )
 
 var rejectReasonNames = [nRejectReasons]string{
-	"read_timeout", "headers_too_large", "body_too_large", "bad_request", "bad_target", "conns_per_ip",
+	"read_timeout", "headers_too_large", "body_too_large", "bad_request", "bad_target", "conns_per_ip", "max_client_conns",
+}
+
+// reservedFDs are the descriptors kept free of client connections: the
+// listeners, the admin server's connections, the capture, event loops,
+// and dials to the engine's model list.
+const reservedFDs = 64
+
+// defaultMaxClientConns is the client connection ceiling for a process
+// allowed limit descriptors: half of what the reserve leaves, since every
+// client streaming holds a connection to the engine too. 0 (no ceiling)
+// where the limit is unknown.
+func defaultMaxClientConns(limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	return max(8, (limit-reservedFDs)/2)
 }
 
 // clientError is the server's ErrorHandler: it answers a request fasthttp

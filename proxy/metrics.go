@@ -92,6 +92,7 @@ type metrics struct {
 	recPanics atomic.Uint64 // records whose bookkeeping panicked (recorder)
 
 	clientConns atomic.Int64                  // open client connections
+	acceptErrs  atomic.Uint64                 // accepts that failed for want of descriptors (retried)
 	rejects     [nRejectReasons]atomic.Uint64 // refused requests and connections, by reason
 	resends     [nResendReasons]atomic.Uint64 // requests sent to the engine again, by reason
 	staleConns  atomic.Uint64                 // idle upstream connections found closed before use
@@ -136,6 +137,8 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.outOfStep.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_client_connections", Help: "Client connections open now."},
 			func() float64 { return float64(m.clientConns.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_client_accept_errors_total", Help: "Client connections that could not be accepted for want of file descriptors (or kernel buffers); the proxy waits and accepts again."},
+			func() float64 { return float64(m.acceptErrs.Load()) }),
 		edgeCollector{m},
 		// The process's goroutines, descriptors, memory and CPU: a leak
 		// shows as a line that only grows.

@@ -47,6 +47,10 @@ const (
 	DefaultMaxConns          = 4096
 	DefaultReadHeaderTimeout = 30 * time.Second
 	DefaultKeepAliveTimeout  = 90 * time.Second
+	// DefaultShutdownTimeout is how long a shutdown lets open requests end
+	// (the command's --shutdown-timeout): below Kubernetes' default 30 s
+	// grace period, so the cut requests are recorded before a SIGKILL.
+	DefaultShutdownTimeout = 25 * time.Second
 	// MaxHeaderBytes bounds a request's line and headers, and a response's
 	// status line and headers, each way: a large JWT or an engine's long
 	// headers pass, as they would reach the engine without tokentap.
@@ -86,6 +90,11 @@ type Config struct {
 	// KeepAliveTimeout is how long an idle client connection is kept open
 	// between requests. Default DefaultKeepAliveTimeout.
 	KeepAliveTimeout time.Duration
+	// MaxClientConns caps the client connections open at once; one over it
+	// gets a 503 and is closed at once. Zero: half of the descriptors the
+	// process may open (RLIMIT_NOFILE) less a reserve, so the proxy sheds
+	// load before it runs out of them; negative: no cap.
+	MaxClientConns int
 	// MaxConnsPerIP caps a client address's open connections; 0: no cap.
 	// A connection over it gets a 429 and is closed.
 	MaxConnsPerIP int
@@ -138,6 +147,10 @@ type Proxy struct {
 	recMu     sync.RWMutex // guards sending on recs against closing it
 	recClosed bool
 
+	liveMu   sync.Mutex
+	open     map[*exchange]struct{} // the requests being served, for a shutdown's cut
+	draining atomic.Bool            // shutting down: /healthz says not ready
+
 	exchanges sync.Pool
 
 	mu  sync.Mutex
@@ -177,6 +190,12 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.KeepAliveTimeout <= 0 {
 		cfg.KeepAliveTimeout = DefaultKeepAliveTimeout
+	}
+	switch {
+	case cfg.MaxClientConns == 0:
+		cfg.MaxClientConns = defaultMaxClientConns(openFileLimit())
+	case cfg.MaxClientConns < 0:
+		cfg.MaxClientConns = 0
 	}
 	if cfg.UpstreamCAs != nil && u.Scheme != "https" {
 		return nil, fmt.Errorf("upstream %q is plain http: a CA for the engine's certificate needs an https:// upstream", cfg.Upstream)
@@ -227,6 +246,7 @@ func New(cfg Config) (*Proxy, error) {
 		recs:     make(chan *record.Record, 4096),
 		recDone:  make(chan struct{}),
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
+		open:     map[*exchange]struct{}{},
 	}
 	p.m.slo = cfg.SLO
 	// The model list is read every few minutes: no connection is kept
@@ -312,12 +332,33 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	return srv.Serve(cl)
 }
 
-// Close stops serving (giving open streams up to the context's deadline to
-// end), records what is still in flight and flushes the capture.
+func (p *Proxy) live(x *exchange) {
+	p.liveMu.Lock()
+	p.open[x] = struct{}{}
+	p.liveMu.Unlock()
+}
+
+func (p *Proxy) unlive(x *exchange) {
+	p.liveMu.Lock()
+	delete(p.open, x)
+	p.liveMu.Unlock()
+}
+
+// cutGrace is how long Close waits for the requests it cut to end and be
+// recorded.
+const cutGrace = 5 * time.Second
+
+// Close shuts the proxy down as a proxy behind a load balancer should: it
+// stops accepting, says not ready on /healthz, and lets the open requests
+// end until ctx is done (its deadline: --shutdown-timeout); then it cuts
+// the rest. Every request, cut ones included, is recorded, and the capture
+// flushed, before Close returns. A ctx cancelled (not timed out) returns
+// context.Canceled after the same cut: a second Ctrl-C.
 func (p *Proxy) Close(ctx context.Context) error {
 	if p.closing.Swap(true) {
 		return nil
 	}
+	p.draining.Store(true)
 	p.mu.Lock()
 	srv := p.srv
 	p.mu.Unlock()
@@ -329,7 +370,19 @@ func (p *Proxy) Close(ctx context.Context) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if n := p.active.Load(); n > 0 {
-		p.log.Warn().Int64("open", n).Msg("proxy closed with requests still open; their records are lost")
+		p.log.Warn().Int64("open", n).Msg("shutting down: cutting the requests still open; each keeps its record")
+		p.liveMu.Lock()
+		for x := range p.open {
+			x.cutShutdown()
+		}
+		p.liveMu.Unlock()
+		deadline := time.Now().Add(cutGrace)
+		for p.active.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if n := p.active.Load(); n > 0 {
+		p.log.Error().Int64("open", n).Msg("shutting down: requests still open after being cut; their records are lost (please report)")
 	}
 	p.recMu.Lock()
 	p.recClosed = true
@@ -346,6 +399,9 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// Draining says whether the proxy is shutting down (Close was called).
+func (p *Proxy) Draining() bool { return p.draining.Load() }
 
 // Stats returns the per-model summary served at /stats; reset starts a new
 // period (Prometheus counters are never reset).
@@ -423,6 +479,7 @@ type exchange struct {
 	src     upstreamSource
 	sink    loopSink // the body the event loop passes on (writeToLoop)
 	gone    atomic.Bool
+	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
 	watch   watcher
 	goneFn  func()
 	pieceFn func([]byte)
@@ -474,6 +531,7 @@ func (x *exchange) put() {
 	x.readDL, x.writeDL = time.Time{}, time.Time{}
 	x.endLater, x.held, x.overrun = false, x.held[:0], false
 	x.gone.Store(false)
+	x.cut.Store(false)
 	x.body = bodyReader{}
 	if cap(x.inj) > 1<<20 {
 		x.inj = nil
@@ -519,6 +577,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	}
 	p.active.Add(1)
 	x = p.getExchange()
+	p.live(x)
 	x.client = ctx.Conn()
 	cc := baseConn(x.client)
 	if cc != nil {

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -276,5 +278,193 @@ func TestKeyCutByExcerptIsScrubbed(t *testing.T) {
 				t.Errorf("error %q does not say what happened", rec.Error)
 			}
 		})
+	}
+}
+
+// slowStream is an engine streaming max_tokens chat chunks (default 20)
+// every gap, then usage and [DONE].
+func slowStream(t *testing.T, gap time.Duration) *scriptEngine {
+	return startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+		var req struct {
+			MaxTokens int `json:"max_tokens"`
+		}
+		_ = json.Unmarshal([]byte(r.Body), &req)
+		if req.MaxTokens == 0 {
+			req.MaxTokens = 20
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		chunk := func(s string) error { _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(s), s); return err }
+		for range req.MaxTokens {
+			if chunk(`data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" t"}}]}`+"\n\n") != nil {
+				return false
+			}
+			time.Sleep(gap)
+		}
+		chunk(`data: {"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":` + fmt.Sprint(req.MaxTokens) + `}}` + "\n\n")
+		chunk("data: [DONE]\n\n")
+		io.WriteString(c, "0\r\n\r\n")
+		return true
+	})
+}
+
+// TestShutdownDrainsThenCutsAndRecordsAll: Close lets a short stream end
+// whole, cuts a long one when its time runs out, answers 503 on /healthz
+// meanwhile, and records both before it returns.
+func TestShutdownDrainsThenCutsAndRecordsAll(t *testing.T) {
+	e := slowStream(t, 50*time.Millisecond)
+	h := startProxy(t, e.url, nil)
+	type got struct {
+		body string
+		err  error
+	}
+	results := make(chan got, 2)
+	for _, n := range []int{8, 200} { // 0.4 s and 10 s
+		go func() {
+			resp, body, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", n, true, ""))
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("HTTP %d", resp.StatusCode)
+			}
+			results <- got{string(body), err}
+		}()
+	}
+	for h.p.Open() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- h.p.Close(ctx) }()
+	for !h.p.Draining() {
+		time.Sleep(time.Millisecond)
+	}
+	resp, _, err := do(t, "GET", h.admin+"/healthz", "")
+	if err != nil || resp.StatusCode != 503 {
+		t.Errorf("/healthz while draining: %v %v, want 503", resp, err)
+	}
+	start := time.Now()
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	recs := h.waitRecords(t, 2)
+	var ok, cut int
+	for _, r := range recs {
+		switch {
+		case r.Outcome == record.OK && r.CompletionTokens == 8:
+			ok++
+		case r.Blame == record.BlameTokentap && strings.Contains(r.Error, "shutdown"):
+			cut++
+		default:
+			t.Errorf("record %+v", r)
+		}
+	}
+	if ok != 1 || cut != 1 {
+		t.Errorf("%d whole and %d cut records, want 1 and 1", ok, cut)
+	}
+	done := 0
+	for range 2 {
+		if g := <-results; strings.Contains(g.body, "[DONE]") {
+			done++
+		}
+	}
+	if done != 1 {
+		t.Errorf("%d clients got [DONE], want the short stream's", done)
+	}
+}
+
+// TestShedOverMaxClientConns: connections over the ceiling get a 503 at
+// once and are counted; the ones under it are served.
+func TestShedOverMaxClientConns(t *testing.T) {
+	e := keylessEngine(t)
+	h := startProxy(t, e.url, func(c *Config) { c.MaxClientConns = 4 })
+	addr := strings.TrimPrefix(h.url, "http://")
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	for h.p.m.clientConns.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	answer, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasPrefix(string(answer), "HTTP/1.1 503") || !strings.Contains(string(answer), "--max-client-conns") {
+		t.Errorf("a connection over the ceiling got %q, want a 503 naming --max-client-conns", answer)
+	}
+	if got := h.metric(t, `tokentap_client_rejected_total{reason="max_client_conns"}`); got != "1" {
+		t.Errorf("max_client_conns rejections = %q, want 1", got)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	for h.p.m.clientConns.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if code := rawPost(t, h.url, chatBody("m", 1, false, "")); code != 200 {
+		t.Errorf("under the ceiling again, a request got %d", code)
+	}
+}
+
+// fdLimitListener fails its first accepts with EMFILE, as a process out
+// of descriptors does.
+type fdLimitListener struct {
+	net.Listener
+	fails int
+}
+
+func (l *fdLimitListener) Accept() (net.Conn, error) {
+	if l.fails > 0 {
+		l.fails--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptWaitsOutDescriptorShortage: accept failing with EMFILE does
+// not end Serve (fasthttp returns on it): the proxy waits, accepts again,
+// counts the failures and serves.
+func TestAcceptWaitsOutDescriptorShortage(t *testing.T) {
+	e := keylessEngine(t)
+	p, err := New(Config{Upstream: e.url, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(&fdLimitListener{Listener: ln, fails: 5}) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	if code := rawPost(t, "http://"+ln.Addr().String(), chatBody("m", 1, false, "")); code != 200 {
+		t.Errorf("after EMFILE accepts, a request got %d", code)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned: %v", err)
+	default:
+	}
+	if n := p.m.acceptErrs.Load(); n != 5 {
+		t.Errorf("%d accept failures counted, want 5", n)
 	}
 }

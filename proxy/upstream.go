@@ -234,7 +234,7 @@ func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (in
 			return s.total, s.res
 		case err == errBacklog:
 			continue
-		case isTimeout(err) && !x.gone.Load() && time.Since(later(s.lastByte, resumed)) < idle:
+		case isTimeout(err) && !x.gone.Load() && !x.cut.Load() && time.Since(later(s.lastByte, resumed)) < idle:
 			continue // the deadline was set before the last byte came
 		}
 		// The engine's side failed: the client gets the tail of a partial
@@ -338,7 +338,7 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 		if rerr == nil {
 			rerr = io.ErrUnexpectedEOF
 		}
-		if isTimeout(rerr) && !x.gone.Load() {
+		if isTimeout(rerr) && !x.gone.Load() && !x.cut.Load() {
 			now := time.Now()
 			if now.Sub(lastByte) < idle {
 				x.armProbe(now, true) // the probe: read again

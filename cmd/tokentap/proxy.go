@@ -37,6 +37,8 @@ type proxyConfig struct {
 	ReadHeaderTimeout time.Duration `env:"READ_HEADER_TIMEOUT"`
 	KeepAliveTimeout  time.Duration `env:"KEEP_ALIVE_TIMEOUT"`
 	MaxConnsPerIP     int           `env:"MAX_CONNS_PER_IP"`
+	MaxClientConns    int           `env:"MAX_CLIENT_CONNS"`
+	ShutdownTimeout   time.Duration `env:"SHUTDOWN_TIMEOUT"`
 	UpstreamCA        string        `env:"UPSTREAM_CA"`
 	TLSCert           string        `env:"TLS_CERT"`
 	TLSKey            string        `env:"TLS_KEY"`
@@ -53,6 +55,7 @@ func defaultProxyConfig() proxyConfig {
 
 		ReadHeaderTimeout: proxy.DefaultReadHeaderTimeout,
 		KeepAliveTimeout:  proxy.DefaultKeepAliveTimeout,
+		ShutdownTimeout:   proxy.DefaultShutdownTimeout,
 		LogFlags:          LogFlags{Level: "warn"},
 	}
 }
@@ -133,7 +136,9 @@ Client limits: headers must arrive within --read-header-timeout, a body within
 headers up to 72 KiB each way; a body over --max-body-size gets a 413.
 TLS: --tls-cert/--tls-key serve clients over HTTPS; an https --upstream is verified against
 the system's roots ($SSL_CERT_FILE / $SSL_CERT_DIR replace them) or --upstream-ca.
-Prints the proxy's URL on stdout; stops on Ctrl-C.`
+Prints the proxy's URL on stdout. On Ctrl-C or SIGTERM it stops accepting, answers 503 on
+/healthz, lets open requests finish for up to --shutdown-timeout, then cuts the rest; every
+request is recorded, and it exits 130.`
 
 func runProxy(args []string, stdout, stderr io.Writer) int {
 	cfg := defaultProxyConfig()
@@ -156,6 +161,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "a client must send a request's headers within this of the request's first byte, else it gets a 408 and is closed; a new connection that sends nothing for this long is closed; 0 turns it off [TOKENTAP_READ_HEADER_TIMEOUT]")
 	fs.DurationVar(&cfg.KeepAliveTimeout, "keep-alive-timeout", cfg.KeepAliveTimeout, "how long an idle client connection stays open between requests [TOKENTAP_KEEP_ALIVE_TIMEOUT]")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", cfg.MaxConnsPerIP, "most open connections from one client address; more get a 429 and are closed; 0: unlimited [TOKENTAP_MAX_CONNS_PER_IP]")
+	fs.IntVar(&cfg.MaxClientConns, "max-client-conns", cfg.MaxClientConns, "most client connections open at once; more get a 503 and are closed at once, so the proxy never runs out of file descriptors; 0: half of the open-file limit (ulimit -n), less a reserve; -1: no ceiling [TOKENTAP_MAX_CLIENT_CONNS]")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "on SIGTERM or Ctrl-C: stop accepting, answer 503 on /healthz, and let open requests finish for up to this long; then cut the rest (every request keeps its record) [TOKENTAP_SHUTDOWN_TIMEOUT]")
 	fs.StringVar(&cfg.UpstreamCA, "upstream-ca", cfg.UpstreamCA, "PEM file of the CA certificate(s) an https --upstream's certificate must chain to, instead of the system's roots (verification is never turned off) [TOKENTAP_UPSTREAM_CA]")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) to serve clients over HTTPS, with --tls-key; for a proxy clients reach over a network [TOKENTAP_TLS_CERT]")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key of --tls-cert [TOKENTAP_TLS_KEY]")
@@ -167,8 +174,12 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
 		return 2
 	}
-	if cfg.MaxConnsPerIP < 0 || cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 {
-		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip, --read-header-timeout and --keep-alive-timeout cannot be negative\n")
+	if cfg.MaxConnsPerIP < 0 || cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 || cfg.ShutdownTimeout < 0 {
+		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip, --read-header-timeout, --keep-alive-timeout and --shutdown-timeout cannot be negative\n")
+		return 2
+	}
+	if cfg.MaxClientConns < -1 {
+		fmt.Fprintf(stderr, "tokentap proxy: --max-client-conns %d: want a positive ceiling, 0 (from the open-file limit) or -1 (none)\n", cfg.MaxClientConns)
 		return 2
 	}
 	if cfg.Procs < 0 {
@@ -199,6 +210,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		Upstream: cfg.Upstream, IdleTimeout: cfg.IdleTimeout, MaxBodySize: int(cfg.MaxBodySize),
 		MaxConns: cfg.MaxConns, NoInject: cfg.NoInject, CapturePrompts: cfg.CapturePrompts, Logger: log,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout, KeepAliveTimeout: cfg.KeepAliveTimeout, MaxConnsPerIP: cfg.MaxConnsPerIP,
+		MaxClientConns: cfg.MaxClientConns,
 	}
 	if pc.ReadHeaderTimeout == 0 {
 		pc.ReadHeaderTimeout = -1 // the flag's 0 is "off"; the Config's 0 is the default
@@ -282,30 +294,35 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	code := 0
 	select {
 	case <-ctx.Done():
+		code = exitInterrupted
 	case err := <-serveErr:
 		if err != nil && !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintf(stderr, "tokentap proxy: serving: %v\n", err)
 			code = 1
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Shut down as a load balancer expects: no new connections, /healthz
+	// answers 503, open requests get --shutdown-timeout to end; then the
+	// rest are cut, and every request keeps its record. The admin server
+	// stays up until then, so the drain is seen.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if n := p.Open(); n > 0 {
-		// Streams still open get a moment to finish; say so, and let a
-		// second Ctrl-C cut them at once.
-		fmt.Fprintf(stderr, "tokentap proxy: stopping: waiting up to 5 s for %d open requests to finish (Ctrl-C again cuts them now)\n", n)
+		fmt.Fprintf(stderr, "tokentap proxy: stopping: waiting up to %v (--shutdown-timeout) for %d open requests to finish (Ctrl-C again cuts them now)\n", cfg.ShutdownTimeout, n)
 		defer cutOnSignal(sctx, cancel)()
-	}
-	if admin != nil {
-		_ = admin.Shutdown(sctx)
 	}
 	switch err := p.Close(sctx); {
 	case errors.Is(err, context.Canceled):
 		// A second Ctrl-C: the open requests were cut, as asked.
-		fmt.Fprintf(stderr, "tokentap proxy: stopped at once; the open requests were cut\n")
+		fmt.Fprintf(stderr, "tokentap proxy: stopped at once; the open requests were cut and recorded\n")
 	case err != nil:
 		fmt.Fprintf(stderr, "tokentap proxy: shutting down: %v\n", err)
 		code = 1
+	}
+	if admin != nil {
+		actx, acancel := context.WithTimeout(context.Background(), time.Second)
+		_ = admin.Shutdown(actx)
+		acancel()
 	}
 	return code
 }

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package proxy
+
+func openFileLimit() int { return 0 }
