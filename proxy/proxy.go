@@ -536,6 +536,12 @@ func (x *exchange) put() {
 	if cap(x.inj) > 1<<20 {
 		x.inj = nil
 	}
+	if cap(x.held) > 64<<10 {
+		x.held = nil
+	}
+	if x.tap != nil {
+		x.tap.Trim() // a 15 MB event's buffers are not kept in the pool
+	}
 	x.strip = false
 	x.p.exchanges.Put(x)
 }

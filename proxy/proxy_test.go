@@ -1134,7 +1134,7 @@ func TestSlowClient(t *testing.T) {
 // sseEngine is a raw engine that answers every request with a chunked SSE
 // response whose body is written by send (tokentap's framing only: the
 // bytes given become chunks as written).
-func sseEngine(t *testing.T, send func(w func(string), raw io.Writer)) string {
+func sseEngine(t testing.TB, send func(w func(string), raw io.Writer)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tokentap/tokentap/internal/benchcpu"
 	"github.com/tokentap/tokentap/record"
 )
 
@@ -467,4 +468,52 @@ func TestAcceptWaitsOutDescriptorShortage(t *testing.T) {
 	if n := p.m.acceptErrs.Load(); n != 5 {
 		t.Errorf("%d accept failures counted, want 5", n)
 	}
+}
+
+// hugeEventEngine streams one chat event of n content bytes, then usage
+// and [DONE].
+func hugeEventEngine(t testing.TB, n int) string {
+	event := `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", n) + `"}}]}` + "\n\n"
+	return sseEngine(t, func(w func(string), raw io.Writer) {
+		for b := event; len(b) > 0; {
+			k := min(len(b), 32<<10)
+			w(b[:k])
+			b = b[k:]
+		}
+		w(`data: {"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}` + "\n\n")
+		w("data: [DONE]\n\n")
+		io.WriteString(raw, "0\r\n\r\n")
+	})
+}
+
+// TestHugeEventThroughProxy: a 15 MB event of a stream whose usage the
+// proxy asked for reaches the client whole, the usage chunk removed.
+func TestHugeEventThroughProxy(t *testing.T) {
+	h := startProxy(t, hugeEventEngine(t, 15<<20), nil)
+	resp, body, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 1, true, ""))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if !bytes.Contains(body, []byte(strings.Repeat("x", 15<<20))) || !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) || bytes.Contains(body, []byte(`"usage"`)) {
+		t.Errorf("the client got %d bytes: not the event whole, then [DONE], without the usage chunk", len(body))
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Outcome != record.OK {
+		t.Errorf("record %s %q", r.Outcome, r.Error)
+	}
+}
+
+// BenchmarkHugeEventThroughProxy: the proxy's CPU for a 15 MB event with
+// usage removal on (quadratic before: the held bytes were copied on every
+// read).
+func BenchmarkHugeEventThroughProxy(b *testing.B) {
+	h := startProxy(b, hugeEventEngine(b, 15<<20), nil)
+	b.SetBytes(15 << 20)
+	start := benchcpu.Now()
+	for b.Loop() {
+		resp, _, err := do(b, "POST", h.url+"/v1/chat/completions", chatBody("m", 1, true, ""))
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatal(resp, err)
+		}
+	}
+	benchcpu.Report(b, start)
 }

@@ -42,6 +42,11 @@ import (
 // for one that large).
 const MaxBody = 64 << 20
 
+// maxHeld bounds the bytes of an unfinished event Forward holds back while
+// it removes usage chunks: a usage chunk is a few hundred bytes, so an
+// event past this cannot be one, and is passed on as it arrives.
+const maxHeld = 64 << 10
+
 // headLen is how many leading body bytes are kept for error excerpts.
 const headLen = 512
 
@@ -51,13 +56,14 @@ const excerptLen = 240
 // Stream measures one response. It is not safe for concurrent use. It is
 // reusable: Begin starts the next response and keeps the buffers.
 type Stream struct {
-	clock record.Clock
-	rec   *record.Record
-	sc    sse.Scanner
-	ck    chunk   // the event being classified
-	jr    jreader // its JSON reader
-	strip bool
-	scrub func(string) string // SetScrub
+	clock   record.Clock
+	rec     *record.Record
+	sc      sse.Scanner
+	ck      chunk   // the event being classified
+	jr      jreader // its JSON reader
+	strip   bool
+	passing int64               // Forward: 1 + the offset of the event passed on unheld (0: none)
+	scrub   func(string) string // SetScrub
 
 	status int
 	done   bool          // [DONE] arrived
@@ -117,6 +123,15 @@ func small(b []byte) []byte {
 		return nil
 	}
 	return b[:0]
+}
+
+// Trim lets go of buffers a huge response grew (over 1 MiB), so a pooled
+// Stream between responses holds little; the record is let go too. Call it
+// after End.
+func (s *Stream) Trim() {
+	s.rec = nil
+	s.body, s.pending = small(s.body), small(s.pending)
+	s.sc.Reset()
 }
 
 // Status records the engine's HTTP status, before the body.
@@ -208,15 +223,22 @@ func (s *Stream) ForwardAt(p, dst []byte, at time.Duration) []byte {
 		if !ok {
 			break
 		}
-		if s.event(ev, at) {
+		// A usage-only chunk is left out unless its first bytes were
+		// passed on already (an event too long to hold: see maxHeld).
+		if s.event(ev, at) && s.emitted <= ev.Start {
 			dst = s.emitTo(dst, p, base, ev.Start)
 			s.emitted = ev.End
 			s.dropLF = ev.End == s.fed && p[len(p)-1] == '\r'
 		}
 	}
 	upto := s.sc.BlockStart()
-	if s.sc.Err() != nil {
+	switch {
+	case s.sc.Err() != nil:
 		upto = s.fed // no longer SSE: hand everything through from here on
+	case s.passing == upto+1 || s.fed-upto > maxHeld:
+		// An event longer than any usage chunk: passed on as it comes,
+		// not held (holding it would cost a copy of all of it per read).
+		s.passing, upto = upto+1, s.fed
 	}
 	dst = s.emitTo(dst, p, base, upto)
 	// Hold back [emitted, fed).

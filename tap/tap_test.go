@@ -480,6 +480,69 @@ func TestStripUsageHoldsPartialEvent(t *testing.T) {
 	}
 }
 
+// TestHugeEventPassesUnheld: with usage removal on, an event longer than
+// maxHeld is passed on as it arrives, never held whole (which cost a copy
+// of all of it per read: quadratic in its size), byte for byte; the
+// measurement is the same; a usage chunk after it is still removed, and
+// one grown past maxHeld passes whole rather than cut.
+func TestHugeEventPassesUnheld(t *testing.T) {
+	content := strings.Repeat("x", 4<<20)
+	big := `data: {"choices":[{"index":0,"delta":{"content":"` + content + `"}}]}` + "\n\n"
+	usage := `data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}` + "\n\n"
+	fatUsage := `data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2},"pad":"` + strings.Repeat(" ", 2*maxHeld) + `"}` + "\n\n"
+	for _, tt := range []struct {
+		name, body, want string
+	}{
+		{"big event", big + usage + "data: [DONE]\n\n", big + "data: [DONE]\n\n"},
+		{"fat usage chunk", big + fatUsage + "data: [DONE]\n\n", big + fatUsage + "data: [DONE]\n\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewStream(record.NewClock())
+			rec := &record.Record{Stream: true}
+			s.Begin(rec)
+			s.StripUsage(true)
+			var out []byte
+			held := 0
+			for b := []byte(tt.body); len(b) > 0; {
+				n := min(len(b), 16<<10)
+				out = s.Forward(b[:n], out)
+				b = b[n:]
+				held = max(held, len(s.Held(nil)))
+			}
+			out = s.Flush(out)
+			if string(out) != tt.want {
+				t.Fatalf("forwarded %d bytes, want %d (the event and [DONE], usage removed if short)", len(out), len(tt.want))
+			}
+			if held > maxHeld+16<<10 {
+				t.Errorf("held back up to %d bytes of an unfinished event, want at most %d", held, maxHeld+16<<10)
+			}
+			s.End(nil, record.BlameNone)
+			if rec.Outcome != record.OK || rec.CompletionTokens != 2 || rec.Events() != 1 {
+				t.Errorf("record: %s, %d tokens, %d events; want ok, 2 (usage), 1", rec.Outcome, rec.CompletionTokens, rec.Events())
+			}
+		})
+	}
+}
+
+// BenchmarkForwardHugeEvent: a 15 MB event forwarded in 16 KiB reads with
+// usage removal on, the case whose cost was quadratic; its time per byte
+// must match a small event's.
+func BenchmarkForwardHugeEvent(b *testing.B) {
+	body := []byte(`data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 15<<20) + `"}}]}` + "\n\n")
+	s := NewStream(record.NewClock())
+	out := make([]byte, 0, 64<<10)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		s.Begin(&record.Record{Stream: true})
+		s.StripUsage(true)
+		for p := body; len(p) > 0; {
+			n := min(len(p), 16<<10)
+			out = s.Forward(p[:n], out[:0])
+			p = p[n:]
+		}
+	}
+}
+
 func FuzzForward(f *testing.F) {
 	for _, fl := range files {
 		if fl.stream {
@@ -502,6 +565,9 @@ func FuzzForward(f *testing.F) {
 		}
 		if sc.Err() != nil {
 			t.Skip("beyond the scanner's limit") // inputs are far smaller; never happens
+		}
+		if len(body) > maxHeld {
+			return // an event this long may pass unstripped: TestHugeEventPassesUnheld
 		}
 		s := NewStream(record.NewClock())
 		r := rand.New(rand.NewPCG(seed, 1))
