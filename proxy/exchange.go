@@ -222,11 +222,30 @@ func (x *exchange) send() (written bool, err error) {
 	written = x.cw.n > 0
 	x.cw.w = nil
 	if err != nil {
-		return written, fmt.Errorf("writing the request to the engine: %w", err)
+		err = fmt.Errorf("writing the request to the engine: %w", err)
+		// An engine may answer before it has read the whole request (a
+		// 413 or 401 for a large body) and close: the answer is then
+		// waiting on the socket, and it is what the client must get, as
+		// net/http gives it. The connection is not reused after it.
+		if written && x.readResponse(conn, time.Now().Add(earlyAnswerWait)) == nil {
+			x.early = true
+			return true, nil
+		}
+		return written, err
 	}
-	x.readDL = now.Add(idle)
+	return true, x.readResponse(conn, now.Add(idle))
+}
+
+// earlyAnswerWait is how long a request whose write failed waits for an
+// answer the engine may have sent before reading it all.
+const earlyAnswerWait = time.Second
+
+// readResponse reads the response head on conn (until the read deadline
+// dl) and sets up the body's framing.
+func (x *exchange) readResponse(conn net.Conn, dl time.Time) error {
+	x.readDL = dl
 	if err := conn.SetReadDeadline(x.readDL); err != nil {
-		return true, err
+		return err
 	}
 	x.src.conn, x.src.fd, x.src.got, x.src.err = conn, -1, false, nil
 	if x.br == nil {
@@ -236,7 +255,7 @@ func (x *exchange) send() (written bool, err error) {
 	}
 	for {
 		if err := x.readHead(); err != nil {
-			return true, err
+			return err
 		}
 		if sc := x.hdr.StatusCode(); sc >= 200 || sc == fasthttp.StatusSwitchingProtocols {
 			break
@@ -253,7 +272,7 @@ func (x *exchange) send() (written bool, err error) {
 	default:
 		x.body.reset(x.br, frameLength, int64(cl))
 	}
-	return true, nil
+	return nil
 }
 
 // headError is a response head the proxy cannot read: too long, or not
@@ -386,8 +405,12 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 		msg = fmt.Sprintf("tokentap proxy: the engine at %s answered with a response tokentap cannot pass on: %v", x.p.cfg.Upstream, err)
 	}
 	x.end(err, record.BlameEngine)
-	if he != nil && x.rec != nil && x.measure {
+	switch {
+	case x.rec == nil || !x.measure:
+	case he != nil:
 		x.rec.Outcome = record.Malformed // the engine answered, not in HTTP
+	case nr != nil:
+		x.rec.Outcome = record.Broken // the engine was reached and read the request: no connect error
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
@@ -701,7 +724,7 @@ func (x *exchange) finish() {
 	if x.br != nil && x.br.Buffered() > 0 {
 		x.overrun = true
 	}
-	reuse := x.body.done && !x.hdr.ConnectionClose() && x.endErr == nil && !x.overrun
+	reuse := x.body.done && !x.hdr.ConnectionClose() && x.endErr == nil && !x.overrun && !x.early
 	if x.overrun && x.body.done {
 		p.m.outOfStep.Add(1)
 		p.log.Debug().Msg("the engine sent bytes past the end of a response; its connection is closed, not reused")

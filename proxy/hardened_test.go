@@ -252,7 +252,7 @@ func TestRetries(t *testing.T) {
 				return
 			}
 			r := h.waitRecords(t, records)[1]
-			if r.Outcome != record.Connect || r.Blame != record.BlameEngine || r.Retries != 0 || !strings.Contains(r.Error, "not sent again") {
+			if r.Outcome != record.Broken || r.Blame != record.BlameEngine || r.Retries != 0 || !strings.Contains(r.Error, "not sent again") {
 				t.Fatalf("record %s/%s, %d retries, %q", r.Outcome, r.Blame, r.Retries, r.Error)
 			}
 			if took := r.End - r.Sent; took < tt.work {

@@ -480,6 +480,7 @@ type exchange struct {
 	sink    loopSink // the body the event loop passes on (writeToLoop)
 	gone    atomic.Bool
 	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
+	early   bool        // the engine answered before it read the whole request: the connection is not reused
 	watch   watcher
 	goneFn  func()
 	pieceFn func([]byte)
@@ -532,6 +533,7 @@ func (x *exchange) put() {
 	x.endLater, x.held, x.overrun = false, x.held[:0], false
 	x.gone.Store(false)
 	x.cut.Store(false)
+	x.early = false
 	x.body = bodyReader{}
 	if cap(x.inj) > 1<<20 {
 		x.inj = nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -516,4 +517,58 @@ func BenchmarkHugeEventThroughProxy(b *testing.B) {
 		}
 	}
 	benchcpu.Report(b, start)
+}
+
+// earlyAnswerEngine answers every request with status before reading its
+// body, then closes (unread bytes make the close a reset).
+func earlyAnswerEngine(t *testing.T, status int) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				writeJSON(c, status, `{"error":{"message":"early answer"}}`)
+				time.Sleep(50 * time.Millisecond)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestEngineAnswersBeforeReadingTheBody: an engine that answers 413 or
+// 401 before reading a large body and closes: the client gets that answer,
+// not a 502, and the record has the engine's status.
+func TestEngineAnswersBeforeReadingTheBody(t *testing.T) {
+	for _, status := range []int{413, 401} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			h := startProxy(t, earlyAnswerEngine(t, status), nil)
+			big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("y", 8<<20) + `"}]}`
+			resp, body, err := do(t, "POST", h.url+"/v1/chat/completions", big)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != status || !strings.Contains(string(body), "early answer") {
+				t.Errorf("the client got %d %q, want the engine's %d", resp.StatusCode, body, status)
+			}
+			r := h.waitRecords(t, 1)[0]
+			if r.Status != status || r.Outcome != record.HTTPError || r.Blame != record.BlameClient {
+				t.Errorf("record: status %d, %s, blame %s; want %d, http_error, client", r.Status, r.Outcome, r.Blame, status)
+			}
+		})
+	}
 }
