@@ -295,6 +295,15 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		// per new connection at most.
 		MaxIdleWorkerDuration: time.Second,
 		CloseOnShutdown:       true,
+		// A body announced over the limit is refused before the client
+		// is told to send it: no "100 Continue" before the 413.
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
+			if ctx.Request.Header.ContentLength() > p.cfg.MaxBodySize {
+				p.m.rejected(rejectBodyTooLarge)
+				return fasthttp.StatusRequestEntityTooLarge
+			}
+			return fasthttp.StatusContinue
+		},
 		// fasthttp's own error texts then carry no request bytes (headers
 		// with keys); the logger redacts besides.
 		SecureErrorLogMessage: true,
@@ -577,6 +586,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 			"tokentap proxy: CONNECT is for forward proxies; tokentap is a reverse proxy in front of one engine: send requests such as POST /v1/chat/completions to it")
 		return nil
 	}
+	if msg, status := malformedRequest(&ctx.Request.Header); msg != "" {
+		p.refuse(ctx, status, rejectBadRequest, msg)
+		return nil
+	}
 	target, slash, ok := originForm(ctx.Request.Header.RequestURI())
 	if !ok {
 		p.refuse(ctx, fasthttp.StatusBadRequest, rejectBadTarget,
@@ -664,6 +677,39 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	x.handed = true
 	resp.SetBodyStream(x, size)
 	return x
+}
+
+// malformedRequest finds what fasthttp lets through but the engine must
+// not get (RFC 9112): a version other than HTTP/1.0 or 1.1, a header name
+// that is not a token (a space in it: a smuggling vector), trailer fields
+// after a chunked body. It returns the refusal's message and status, or
+// "".
+func malformedRequest(h *fasthttp.RequestHeader) (string, int) {
+	if proto := h.Protocol(); !bytes.Equal(proto, []byte("HTTP/1.1")) && !bytes.Equal(proto, []byte("HTTP/1.0")) {
+		return "tokentap proxy: the request line's version is not HTTP/1.1 or HTTP/1.0 (tokentap speaks HTTP/1.1 to clients)", fasthttp.StatusHTTPVersionNotSupported
+	}
+	for k := range h.All() {
+		if !isToken(k) {
+			return "tokentap proxy: a header name holds a character a header name cannot (RFC 9110 §5.1: a token, no spaces); the request was not sent to the engine", fasthttp.StatusBadRequest
+		}
+	}
+	if len(h.PeekTrailerKeys()) > 0 {
+		return "tokentap proxy: the chunked body ends in trailer fields, which tokentap does not pass on; send the fields as headers", fasthttp.StatusBadRequest
+	}
+	return "", 0
+}
+
+// isToken says whether b is an RFC 9110 token (a header name).
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func measuredPath(path []byte) bool {
@@ -797,8 +843,9 @@ func (x *exchange) begin(body, path []byte, sent time.Duration) {
 			strip = true
 		}
 	}
-	// The tap must read the body as it is: ask the engine for no encoding.
-	x.req.Header.Del("Accept-Encoding")
+	// The tap must read the body as it is: ask the engine for no encoding
+	// (without the header any encoding is acceptable, RFC 9110 §12.5.3).
+	x.req.Header.Set("Accept-Encoding", "identity")
 	x.rec = rec
 	p.m.inFlight.Add(1)
 	x.measure = x.safely(func() {

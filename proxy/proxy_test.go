@@ -725,7 +725,7 @@ func TestMetricsStatsAndCapture(t *testing.T) {
 	if ms == nil || ms.Requests != 3 || ms.TTFT == nil || ms.TTFT.Count != 3 || ms.TBT.P50 <= 0 || ms.OutputTokens != 30 {
 		t.Fatalf("/stats: %s", body)
 	}
-	_, _, _ = do(t, "POST", h.admin+"/stats", "")
+	_, _, _ = do(t, "POST", h.admin+"/stats", "", ResetHeader, "1")
 	_, body, _ = do(t, "GET", h.admin+"/stats", "")
 	st = Stats{}
 	_ = json.Unmarshal(body, &st)

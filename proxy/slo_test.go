@@ -86,7 +86,7 @@ func TestSLOCounters(t *testing.T) {
 	}
 
 	var st Stats
-	_, body, _ := do(t, "POST", h.admin+"/stats", "")
+	_, body, _ := do(t, "POST", h.admin+"/stats", "", ResetHeader, "1")
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatal(err)
 	}

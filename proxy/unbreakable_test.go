@@ -572,3 +572,61 @@ func TestEngineAnswersBeforeReadingTheBody(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestsTheEngineMustNotGet: what fasthttp reads but RFC 9112 does
+// not allow is refused at the proxy, and never reaches the engine.
+func TestRequestsTheEngineMustNotGet(t *testing.T) {
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool { writeJSON(c, 200, `{}`); return true })
+	h := startProxy(t, e.url, func(c *Config) { c.MaxBodySize = 1000 })
+	addr := strings.TrimPrefix(h.url, "http://")
+	for _, tt := range []struct {
+		name, raw string
+		status    int
+	}{
+		{"HTTP/2.0 request line", "GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+		{"space in a header name", "GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n", 400},
+		{"chunked trailer fields", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-Trailer: 1\r\n\r\n", 400},
+		{"100-continue over the body limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n", 413},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tt.raw)
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			head, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			if want := fmt.Sprintf("HTTP/1.1 %d ", tt.status); !strings.HasPrefix(head, want) {
+				t.Errorf("answer %q, want %q (and no 100 Continue before it)", head, want)
+			}
+		})
+	}
+	if n := len(e.requests()); n != 0 {
+		t.Errorf("the engine got %d of the refused requests: %v", n, e.requests())
+	}
+	_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 1, true, ""))
+	if reqs := e.requests(); len(reqs) != 1 || reqs[0].Header.Get("Accept-Encoding") != "identity" {
+		t.Errorf("a measured request reached the engine with Accept-Encoding %q, want identity", reqs[0].Header.Get("Accept-Encoding"))
+	}
+}
+
+// TestStatsResetNeedsItsHeader: a POST a web page can send (no custom
+// header) does not reset /stats.
+func TestStatsResetNeedsItsHeader(t *testing.T) {
+	e := keylessEngine(t)
+	h := startProxy(t, e.url, nil)
+	rawPost(t, h.url, chatBody("m", 1, false, ""))
+	h.waitRecords(t, 1)
+	resp, _, _ := do(t, "POST", h.admin+"/stats", "")
+	if resp.StatusCode != 403 || h.p.Stats(false).Models["m"] == nil {
+		t.Errorf("POST /stats without %s: HTTP %d, figures kept %v; want 403 and kept", ResetHeader, resp.StatusCode, h.p.Stats(false).Models["m"] != nil)
+	}
+	resp, _, _ = do(t, "POST", h.admin+"/stats", "", ResetHeader, "1")
+	if resp.StatusCode != 200 || h.p.Stats(false).Models["m"] != nil {
+		t.Errorf("POST /stats with %s: HTTP %d; want 200 and a reset", ResetHeader, resp.StatusCode)
+	}
+}

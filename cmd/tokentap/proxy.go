@@ -125,8 +125,8 @@ method and path goes to --upstream unchanged; /v1/chat/completions and /v1/compl
 A streaming client that did not ask for usage still gets exactly what it would have got:
 the proxy asks the engine for usage and removes the usage chunk (--no-inject turns this off).
 Admin (loopback by default): GET /metrics (Prometheus), GET /stats (JSON percentiles per
-model; POST resets), GET /healthz. --capture appends every record as JSONL for report and
-replay. Authorization headers and API keys pass through and are never logged or captured.
+model; POST with the header X-Tokentap-Reset: 1 resets), GET /healthz. --capture appends
+every record as JSONL for report and replay. Authorization headers and API keys pass through and are never logged or captured.
 
 A request is sent to the engine again only when that cannot run it twice: none of it had
 been written, or it carries an Idempotency-Key (or is a GET/HEAD without a body) and no
@@ -270,6 +270,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		admin = &http.Server{Handler: p.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
 		adminURL = "http://" + aln.Addr().String()
+		if ta, ok := aln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+			fmt.Fprintf(stderr, "tokentap proxy: warning: --admin %s is reachable from other machines: /metrics and /stats show which models clients use; keep it on loopback (127.0.0.1:8081) unless a firewall guards it\n", cfg.Admin)
+		}
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.Serve(ln) }()
