@@ -675,6 +675,22 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	// fasthttp calls WriteTo (which streams the body, flushing every
 	// upstream read) after this handler returns, then CloseWithError.
 	x.handed = true
+	if size < 0 && !ctx.Request.Header.IsHTTP11() {
+		// An HTTP/1.0 client cannot read chunked framing, which fasthttp
+		// gives every body of unknown length (RFC 9112 §6.1): the body is
+		// delimited by the connection's close instead, written here.
+		resp.Header.SetConnectionClose()
+		head := append([]byte(nil), resp.Header.Header()...)
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(c net.Conn) {
+			_, err := c.Write(head)
+			if err == nil {
+				_, err = x.WriteTo(c)
+			}
+			_ = x.CloseWithError(err)
+		})
+		return x
+	}
 	resp.SetBodyStream(x, size)
 	return x
 }

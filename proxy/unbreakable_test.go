@@ -630,3 +630,32 @@ func TestStatsResetNeedsItsHeader(t *testing.T) {
 		t.Errorf("POST /stats with %s: HTTP %d; want 200 and a reset", ResetHeader, resp.StatusCode)
 	}
 }
+
+// TestHTTP10ClientGetsACloseDelimitedStream: a stream to an HTTP/1.0
+// client is not chunked (RFC 9112 §6.1): its end is the connection's.
+func TestHTTP10ClientGetsACloseDelimitedStream(t *testing.T) {
+	e := slowStream(t, time.Millisecond)
+	h := startProxy(t, e.url, nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := chatBody("m", 5, true, "")
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	all, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read %q: %v (the proxy must close the connection at the end)", all, err)
+	}
+	head, rest, _ := strings.Cut(string(all), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.1 200") || strings.Contains(strings.ToLower(head), "transfer-encoding") || strings.Contains(strings.ToLower(head), "content-length") {
+		t.Errorf("head %q: want a 200 without Transfer-Encoding or Content-Length", head)
+	}
+	if !strings.HasPrefix(rest, "data: ") || !strings.HasSuffix(rest, "data: [DONE]\n\n") || strings.Contains(rest, `"usage"`) {
+		t.Errorf("body %q: want the events as sent, no chunk framing, no injected usage", rest)
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Outcome != record.OK || r.CompletionTokens != 5 {
+		t.Errorf("record %s, %d tokens", r.Outcome, r.CompletionTokens)
+	}
+}
