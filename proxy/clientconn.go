@@ -159,7 +159,9 @@ func (l *clientListener) wrap(c net.Conn, ip string) net.Conn {
 	if err != nil {
 		return &countedConn{Conn: c, l: l, ip: ip}
 	}
-	cc := &clientConn{TCPConn: tc, rc: rc, l: l, ip: ip}
+	// Over TLS the socket's bytes are ciphertext: no head to look at.
+	plain := l.p == nil || l.p.cfg.TLS == nil
+	cc := &clientConn{TCPConn: tc, rc: rc, l: l, ip: ip, plain: plain, inHead: plain}
 	cc.wfn = cc.writeFD
 	cc.rfn = cc.readFD
 	if rawio.Stamps {
@@ -308,6 +310,13 @@ type clientConn struct {
 	rn      int
 	rErr    error
 	arrived time.Time // when the last read's bytes reached the socket
+
+	// A request head being read: its line ends are checked (bareLF), on a
+	// plain (not TLS) connection.
+	plain  bool
+	inHead bool
+	last   byte // the head's last byte read
+	crlfs  int  // line ends in a row: 2 end the head
 }
 
 // Read reads as the *net.TCPConn would, by recvmsg, and notes when the
@@ -334,8 +343,43 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if n == 0 {
 		return 0, io.EOF
 	}
+	if c.inHead && c.bareLF(p[:n]) {
+		return 0, errBareLF
+	}
 	return n, nil
 }
+
+// errBareLF is a request head with a line ended by LF alone: RFC 9112
+// §2.2 lets a server refuse it, and fasthttp would wait for a CRLF until
+// the read timeout (a 408 after 30 s). It is refused at once with a 400.
+var errBareLF = errors.New("a line of the request head ends in LF without CR; end every line with CRLF")
+
+// bareLF scans head bytes: it reports a line ended by a bare LF, and ends
+// the scan at the blank line that ends the head (the body is not looked
+// at; the next request's head is, from nextHead).
+func (c *clientConn) bareLF(b []byte) bool {
+	for _, ch := range b {
+		switch ch {
+		case '\n':
+			if c.last != '\r' {
+				return true
+			}
+			if c.crlfs++; c.crlfs == 2 {
+				c.inHead = false
+				return false
+			}
+		case '\r':
+		default:
+			c.crlfs = 0
+		}
+		c.last = ch
+	}
+	return false
+}
+
+// nextHead starts checking the next request's head: called once a
+// request was read whole.
+func (c *clientConn) nextHead() { c.inHead, c.last, c.crlfs = c.plain, 0, 0 }
 
 func (c *clientConn) readFD(fd uintptr) bool {
 	n, at, err := rawio.ReadStamped(int(fd), c.rp)

@@ -65,6 +65,8 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, reason = fasthttp.StatusRequestEntityTooLarge, rejectBodyTooLarge
 		msg = fmt.Sprintf("tokentap proxy: the request body is over --max-body-size (%d bytes); it was not sent to the engine (raise --max-body-size to pass it)", p.cfg.MaxBodySize)
+	case errors.Is(err, errBareLF):
+		msg = "tokentap proxy: the request is not valid HTTP/1.1: " + errBareLF.Error()
 	case isTimeout(err):
 		status, reason = fasthttp.StatusRequestTimeout, rejectReadTimeout
 		msg = fmt.Sprintf("tokentap proxy: the request did not arrive in time: headers within --read-header-timeout (%v), the body within --idle-timeout (%v)",

@@ -602,6 +602,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	x.client = ctx.Conn()
 	cc := baseConn(x.client)
 	if cc != nil {
+		cc.nextHead()
 		sent = cc.sent(p.clock, sent)
 		if cc.deadline {
 			// The last exchange on this connection left a write deadline

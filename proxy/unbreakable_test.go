@@ -659,3 +659,38 @@ func TestHTTP10ClientGetsACloseDelimitedStream(t *testing.T) {
 		t.Errorf("record %s, %d tokens", r.Outcome, r.CompletionTokens)
 	}
 }
+
+// TestBareLFRequestIsRefusedAtOnce: a request head whose lines end in LF
+// alone gets a 400 at once, not a 408 after the read timeout; one with
+// CRLF whose body holds bare LFs passes.
+func TestBareLFRequestIsRefusedAtOnce(t *testing.T) {
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool { writeJSON(c, 200, `{}`); return true })
+	h := startProxy(t, e.url, nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	for _, tt := range []struct {
+		name, raw string
+		status    string
+	}{
+		{"bare LF", "GET /v1/models HTTP/1.1\nHost: x\n\n", "HTTP/1.1 400 "},
+		{"bare LF after CRLF lines", "GET /v1/models HTTP/1.1\r\nHost: x\n\r\n", "HTTP/1.1 400 "},
+		{"LF in the body", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{\n}\n\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 200 "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tt.raw)
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			start := time.Now()
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, tt.status) {
+				t.Errorf("answer %q %v, want %q", line, err, tt.status)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("answered after %v", d)
+			}
+		})
+	}
+}
