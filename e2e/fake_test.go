@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -175,6 +176,20 @@ func TestFakeEngineFlagsAndSignals(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("fake-engine did not stop within 10s of SIGINT")
 	}
+}
+
+// interrupted passes a proxy's exit on SIGTERM or Ctrl-C: 130, as the
+// README's table says ("interrupted; what was finished is kept"); any
+// other error is returned.
+func interrupted(err error) error {
+	var ee *exec.ExitError
+	if asExit(err, &ee) && ee.ExitCode() == 130 {
+		return nil
+	}
+	if err == nil {
+		return errors.New("exit status 0 after a signal, want 130 (interrupted)")
+	}
+	return err
 }
 
 func asExit(err error, ee **exec.ExitError) bool {

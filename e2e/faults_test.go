@@ -131,11 +131,12 @@ func (p *proxyProc) stop(t *testing.T) {
 	if p.waited != nil {
 		select {
 		case err = <-p.waited:
+			err = interrupted(err)
 		case <-time.After(10 * time.Second):
 			err = errors.New("did not exit within 10 s of SIGTERM")
 		}
 	} else {
-		err = p.cmd.Wait()
+		err = interrupted(p.cmd.Wait())
 	}
 	if err != nil {
 		t.Errorf("proxy exit: %v\n%s", err, p.stderr.String())
@@ -613,7 +614,7 @@ func TestProxyFaults(t *testing.T) {
 					t.Fatalf("the engine read the POST %d times", n)
 				}
 				r := p.next(t, 1)[0]
-				wantRecord(t, r, record.Connect, record.BlameEngine)
+				wantRecord(t, r, record.Broken, record.BlameEngine)
 				if r.Retries != 0 || !strings.Contains(r.Error, "not sent again") {
 					t.Errorf("record: %d retries, %q", r.Retries, r.Error)
 				}

@@ -59,7 +59,11 @@ func pxRun(t *testing.T, stderr io.Writer, args ...string) (url string, stop fun
 		}
 		stopped = true
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		return cmd.Wait()
+		err := cmd.Wait()
+		if args[0] == "proxy" {
+			return interrupted(err)
+		}
+		return err
 	}
 	t.Cleanup(func() { _ = stop() })
 	line, err := bufio.NewReader(out).ReadString('\n')

@@ -96,7 +96,7 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 	waitFor(t, "proxy", errb.String, "the upstream serves "+model, 10*time.Second)
 	startStream(t, strings.TrimSpace(line), model)
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	waitFor(t, "proxy", errb.String, "waiting up to 5 s for 1 open requests", 2*time.Second)
+	waitFor(t, "proxy", errb.String, "waiting up to 25s (--shutdown-timeout) for 1 open requests", 2*time.Second)
 	start := time.Now()
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
@@ -104,7 +104,7 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Logf("stopped %v after the second Ctrl-C", time.Since(start).Round(time.Millisecond))
-		if err != nil || !strings.Contains(errb.String(), "stopped at once") || strings.Contains(errb.String(), "context canceled") {
+		if err := interrupted(err); err != nil || !strings.Contains(errb.String(), "stopped at once") || strings.Contains(errb.String(), "context canceled") {
 			t.Errorf("a stop asked for twice: %v\n%s", err, errb.String())
 		}
 	case <-time.After(3 * time.Second):
