@@ -25,8 +25,6 @@ import (
 type beyond struct {
 	limits   bandwidth.Inputs
 	limitsOK bool
-	tallies  map[beyondKey]slo.Tally // per cell
-	seconds  map[beyondKey]float64
 	splits   int // cells with a TTFT split
 	timed    bool
 }
@@ -34,7 +32,7 @@ type beyond struct {
 // setupBeyond resolves the decode limit's inputs once the engine is probed,
 // and notes what is missing.
 func (r *runner) setupBeyond() {
-	r.bey = &beyond{tallies: map[beyondKey]slo.Tally{}, seconds: map[beyondKey]float64{}, timed: engines.HasTimings(r.info.Kind)}
+	r.bey = &beyond{timed: engines.HasTimings(r.info.Kind)}
 	if !r.cfg.SLO.IsZero() {
 		r.res.SLO = &result.SLORun{Spec: r.cfg.SLO.Result()}
 	}
@@ -54,17 +52,18 @@ func (r *runner) setupBeyond() {
 }
 
 // beyondCell adds a measured cell's SLO figures (judging the requests sent
-// in the window that ended by judgeUntil: the window's end, or an open
-// loop's grace), TTFT split and decode
+// in the window: on all of them where they ended by judgeUntil, the
+// window's end or an open loop's grace, or any time with FinishRequests;
+// else on what had happened by then), TTFT split and decode
 // limit. The engine's TTFT figures are read again once it let go of the
 // window's requests: vLLM observes queue and prefill times when a request
 // finishes, a cancelled one too.
 func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record.Record, w cell.Window, judgeUntil time.Duration, before engines.Timings) {
-	key := beyondKey{out.Context, out.Column()}
 	if !r.cfg.SLO.IsZero() {
+		if r.cfg.FinishRequests {
+			judgeUntil = slo.Never // every request ran to its end
+		}
 		t := r.cfg.SLO.WindowUntil(recs, w.Start, w.End, judgeUntil)
-		r.bey.tallies[key] = t
-		r.bey.seconds[key] = w.Len().Seconds()
 		out.SLO = t.Figures(w.Len().Seconds())
 	}
 	var parts []cell.EnginePart
@@ -94,16 +93,7 @@ func (r *runner) finishBeyond() {
 	if r.bey == nil {
 		return
 	}
-	if r.res.SLO != nil {
-		var all slo.Tally
-		secs := 0.0
-		for k, t := range r.bey.tallies {
-			all.Merge(t)
-			secs += r.bey.seconds[k]
-		}
-		r.res.SLO.Overall = *all.Figures(secs)
-		r.res.SLO.Capacity = slo.Capacity(r.res, r.res.SLO.Spec.Target)
-	}
+	slo.Totals(r.res)
 	if r.bey.splits == 0 {
 		why := "it keeps none tokentap reads"
 		switch {
@@ -135,10 +125,4 @@ func beyondSummary(c *result.Cell) string {
 		s += fmt.Sprintf("  %.0f%% of bandwidth limit", 100*c.DecodeLimit.ShareOfBandwidthLimit)
 	}
 	return s
-}
-
-// beyondKey names a cell of the run: its context and its column.
-type beyondKey struct {
-	c   int
-	col result.Column
 }

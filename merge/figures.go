@@ -26,7 +26,7 @@ func mergeSLO(parts []*result.Cell) *result.SLO {
 			continue
 		}
 		any = true
-		t.Merge(slo.Tally{Judged: s.Judged, Good: s.Good, Failed: s.Failed, Excluded: s.Excluded, Missed: s.Missed})
+		t.Merge(slo.FromFigures(s))
 		reqRate += s.GoodputReqPerSec
 		tokRate += s.GoodputTokPerSec
 	}
@@ -63,30 +63,13 @@ func mergeLimit(b *result.Bandwidth, out *result.Cell, parts []*result.Cell) *re
 }
 
 // mergeRunSLO computes the run's SLO totals and serving capacity again from
-// the merged cells: good and judged requests over every cell, goodput over
-// their windows together.
+// the merged cells (slo.Totals): the cells that show figures together, the
+// failed ones apart.
 func mergeRunSLO(r *result.Result) {
 	if r.SLO == nil {
 		return
 	}
 	run := *r.SLO // shard 0's, which the merged run must not change
 	r.SLO = &run
-	var t slo.Tally
-	var secs, good, goodTok float64
-	for i := range r.Decode {
-		c := &r.Decode[i]
-		if c.SLO == nil {
-			continue
-		}
-		t.Merge(slo.Tally{Judged: c.SLO.Judged, Good: c.SLO.Good, Failed: c.SLO.Failed, Excluded: c.SLO.Excluded, Missed: c.SLO.Missed})
-		secs += c.MeasuredForSeconds
-		good += c.SLO.GoodputReqPerSec * c.MeasuredForSeconds
-		goodTok += c.SLO.GoodputTokPerSec * c.MeasuredForSeconds
-	}
-	o := t.Figures(0)
-	if secs > 0 {
-		o.GoodputReqPerSec, o.GoodputTokPerSec = good/secs, goodTok/secs
-	}
-	r.SLO.Overall = *o
-	r.SLO.Capacity = slo.Capacity(r, r.SLO.Spec.Target)
+	slo.Totals(r)
 }

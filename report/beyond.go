@@ -100,16 +100,30 @@ func fmtReqRate(v float64) string {
 func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.Column) {
 	spec := slo.FromResult(r.SLO.Spec)
 	b.SLODesc = spec.Describe()
-	b.SLONotes = append(b.SLONotes, "A request is good when it meets every SLO; a failed request is never good; requests the window's end cut are not judged. "+
-		"Goodput is the good requests, and their output tokens, per second of the window.")
+	judging := "A request is good when it meets every SLO; a failed request is never good. A request the window's end cut is judged on what had happened by the cut where that decides it " +
+		"(no token yet after longer than the TTFT objective, a first token later than it, a gap already over the time between tokens objective, longer than the end-to-end objective), and is left undecided, not judged, otherwise. " +
+		"Time between tokens is judged on each gap the client saw, one event's gap not split over the tokens it carried (a time per output token is the mean over them). " +
+		"A request that did not stream has its whole latency as its TTFT, as vllm bench serve counts it. " +
+		"Goodput is the good requests, and their output tokens, per second of the window."
+	if r.Settings.FinishRequests {
+		judging += " Every request was let run to its end after its window (--finish-requests): none was cut."
+	}
+	b.SLONotes = append(b.SLONotes, judging)
 	o := r.SLO.Overall
+	cells := ""
+	if r.SLO.OverallCells > 0 {
+		cells = " over the " + english.Count(r.SLO.OverallCells, "cell", "cells") + " that show figures"
+	}
 	if o.Judged > 0 {
 		tok := "0"
 		if o.GoodputTokPerSec > 0 {
 			tok = fmtHeadline(o.GoodputTokPerSec)
 		}
-		line := fmt.Sprintf("Overall: %s of %s judged requests met every SLO; goodput %s requests/s, %s output tok/s.",
-			attainment(&o), fmtInt(o.Judged), fmtReqRate(o.GoodputReqPerSec), tok)
+		line := fmt.Sprintf("Overall%s: %s of %s judged requests met every SLO (%s undecided); goodput %s requests/s, %s output tok/s.",
+			cells, attainment(&o), fmtInt(o.Judged), fmtInt(o.Undecided), fmtReqRate(o.GoodputReqPerSec), tok)
+		if o.JudgedCut > 0 {
+			line += fmt.Sprintf(" %s of the judged were cut, their result already decided.", fmtInt(o.JudgedCut))
+		}
 		if o.MostMissed != "" {
 			line += fmt.Sprintf(" Most missed: %s (%s requests).", slo.Label(o.MostMissed), fmtInt(o.Missed[o.MostMissed]))
 		}
@@ -118,7 +132,11 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 		}
 		b.SLONotes = append(b.SLONotes, line)
 	} else {
-		b.SLONotes = append(b.SLONotes, "No request ended inside a window, so none was judged: with outputs longer than the window, lower the max output to judge SLOs.")
+		b.SLONotes = append(b.SLONotes, fmt.Sprintf("No request was judged%s (%s undecided): with outputs longer than the window, lower the max output or give --finish-requests to judge SLOs.", cells, fmtInt(o.Undecided)))
+	}
+	if f := r.SLO.FailedCells; f != nil {
+		b.SLONotes = append(b.SLONotes, fmt.Sprintf("Apart, not in the overall figure: the %s that failed, %s of %s judged requests met every SLO (%s undecided).",
+			english.Count(r.SLO.FailedCellCount, "cell", "cells"), attainment(f), fmtInt(f.Judged), fmtInt(f.Undecided)))
 	}
 	if len(r.SLO.Capacity) > 0 {
 		var parts []string
@@ -137,7 +155,7 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 		if rates {
 			what = "Highest request rate"
 		}
-		b.SLONotes = append(b.SLONotes, fmt.Sprintf("%s with at least %s of requests meeting every SLO, by context: %s.",
+		b.SLONotes = append(b.SLONotes, fmt.Sprintf("%s such that it and every lower level had at least %s of requests meeting every SLO, by context: %s.",
 			what, fmtShare(r.SLO.Spec.Target), strings.Join(parts, " · ")))
 	}
 	for _, c := range contexts {
@@ -149,14 +167,23 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 				row.Cells = append(row.Cells, "")
 			case !cl.Status.ShowsFigures():
 				row.Cells = append(row.Cells, textStatus(cl.Status))
-			case cl.SLO == nil || cl.SLO.Attainment == nil:
+			case cl.SLO == nil:
 				row.Cells = append(row.Cells, dash)
+			case cl.SLO.Attainment == nil:
+				row.Cells = append(row.Cells, dash+" · 0/"+fmtInt(cl.SLO.Undecided))
 			default:
-				row.Cells = append(row.Cells, attainment(cl.SLO)+" · "+fmtReqRate(cl.SLO.GoodputReqPerSec)+"/s")
+				row.Cells = append(row.Cells, sloCell(cl.SLO))
 			}
 		}
 		b.SLOGrid = append(b.SLOGrid, row)
 	}
+}
+
+// sloCell is a cell's SLO figures in the grid: attainment of the judged,
+// goodput, and the requests judged and left undecided: "87% · 3.50/s ·
+// 40/3".
+func sloCell(s *result.SLO) string {
+	return attainment(s) + " · " + fmtReqRate(s.GoodputReqPerSec) + "/s · " + fmtInt(s.Judged) + "/" + fmtInt(s.Undecided)
 }
 
 // splitParts are a split's figures as shown: queue, prefill, engine TTFT

@@ -194,7 +194,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 	contexts, cols := axes(r)
 	table := func(cls string, head []string, rows [][]string) { e.table("all "+cls, head, rows) }
 	if b.SLODesc != "" {
-		e.printf("<h2>SLO goodput</h2>\n<p class=\"sub\">share of the judged requests that met every SLO: <b>%s</b></p>\n", h(b.SLODesc))
+		e.printf("<h2>SLO goodput</h2>\n<p class=\"sub\">share of the judged requests that met every SLO · good requests/s · requests judged/undecided: <b>%s</b></p>\n", h(b.SLODesc))
 		var items [][2]string
 		for i, c := range contexts {
 			items = append(items, [2]string{lineColours[i%len(lineColours)], ctxLabel(c) + " context"})

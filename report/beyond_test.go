@@ -34,7 +34,7 @@ func syntheticBeyond() *result.Result {
 		n := 10 * c.Concurrency
 		g := n - c.Concurrency*c.Concurrency/2 - c.Context/16384
 		s := &result.SLO{Judged: n, Good: g, Attainment: f64(float64(g) / float64(n)), GoodputReqPerSec: float64(g) / 10,
-			GoodputTokPerSec: float64(g) * 80 / 10, Excluded: c.Concurrency, Missed: map[string]int{result.SLOTBT: n - g}}
+			GoodputTokPerSec: float64(g) * 80 / 10, Undecided: c.Concurrency, JudgedCut: c.Concurrency / 2, Missed: map[string]int{result.SLOTBT: n - g}}
 		if g < n {
 			s.MostMissed = result.SLOTBT
 		}
@@ -60,7 +60,9 @@ func syntheticBeyond() *result.Result {
 		lim := 360e9 * c.AvgActive / (4.9e9 + c.AvgActive*seq*131072)
 		c.DecodeLimit = &result.DecodeLimit{BandwidthLimitTokPerSec: lim, ShareOfBandwidthLimit: c.TotalTokPerSec / lim, Batch: c.AvgActive, SeqTokens: seq}
 	}
-	r.SLO.Overall = result.SLO{Judged: judged, Good: good, Attainment: f64(float64(good) / float64(judged)), GoodputReqPerSec: float64(good) / 110,
+	r.SLO.OverallCells, r.SLO.FailedCellCount = 9, 1
+	r.SLO.FailedCells = &result.SLO{Judged: 12, Good: 2, Attainment: f64(2.0 / 12), Undecided: 3}
+	r.SLO.Overall = result.SLO{Judged: judged, Good: good, Undecided: 40, JudgedCut: 12, Attainment: f64(float64(good) / float64(judged)), GoodputReqPerSec: float64(good) / 110,
 		GoodputTokPerSec: float64(good) * 8 / 11, Missed: map[string]int{result.SLOTBT: judged - good}, MostMissed: result.SLOTBT}
 	r.SLO.Capacity = []result.SLOCapacity{{Context: 0, Concurrency: 4}, {Context: 16384, Concurrency: 2}, {Context: 32768, Concurrency: 0}, {Context: 65536, Concurrency: 0}}
 	return r

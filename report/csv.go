@@ -155,7 +155,7 @@ func csvExtra(r *result.Result) csvMore {
 func (m csvMore) head() []string {
 	var h []string
 	if m.slo {
-		h = append(h, "slo_judged", "slo_good", "slo_attainment", "goodput_req_s", "goodput_tok_s", "slo_failed", "slo_most_missed", "slo_excluded")
+		h = append(h, "slo_judged", "slo_good", "slo_attainment", "goodput_req_s", "goodput_tok_s", "slo_failed", "slo_most_missed", "slo_undecided", "slo_judged_cut")
 	}
 	if m.split {
 		h = append(h, "ttft_mean_ms", "engine_queue_ms", "engine_prefill_ms", "engine_ttft_ms", "outside_engine_ms", "unaccounted_ms")
@@ -177,9 +177,9 @@ func (m csvMore) cell(c *result.Cell) []string {
 				att = strconv.FormatFloat(*s.Attainment, 'f', 4, 64)
 			}
 			out = append(out, strconv.Itoa(s.Judged), strconv.Itoa(s.Good), att, f(s.GoodputReqPerSec), f(s.GoodputTokPerSec),
-				strconv.Itoa(s.Failed), s.MostMissed, strconv.Itoa(s.Excluded))
+				strconv.Itoa(s.Failed), s.MostMissed, strconv.Itoa(s.Undecided), strconv.Itoa(s.JudgedCut))
 		} else {
-			out = append(out, make([]string, 8)...)
+			out = append(out, make([]string, 9)...)
 		}
 	}
 	if m.split {

@@ -431,7 +431,7 @@ func writeTextBeyond(e *errWriter, v *view) {
 	}
 	if b.SLODesc != "" {
 		e.print("\n")
-		for _, l := range wrapParts("SLOs · "+b.SLODesc+" · share of judged requests that met every SLO · good requests/s", textWidth) {
+		for _, l := range wrapParts("SLOs · "+b.SLODesc+" · share of judged requests that met every SLO · good requests/s · requests judged/undecided", textWidth) {
 			e.print(l + "\n")
 		}
 		head := []string{"Context"}

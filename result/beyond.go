@@ -32,8 +32,9 @@ type SLOSpec struct {
 // SLO is how one cell's (or the run's, or a proxy period's) requests met
 // the objectives (METHOD.md §6).
 type SLO struct {
-	// Judged are the requests the objectives were checked on (ended
-	// inside the window, OK or failed); Good those that met every one.
+	// Judged are the requests the objectives were checked on: those that
+	// ended, OK or failed, and those cut before their end whose result was
+	// already decided; Good those that met every one.
 	Judged int `json:"judged"`
 	Good   int `json:"good"`
 	// Attainment is Good / Judged, 0 to 1; absent when nothing was judged.
@@ -48,19 +49,32 @@ type SLO struct {
 	Missed map[string]int `json:"missed,omitempty"`
 	// MostMissed is the objective most requests missed ("" when none was).
 	MostMissed string `json:"most_missed,omitempty"`
-	// Excluded are requests sent in the window but cut by its end: not
-	// judged.
+	// Undecided are requests cut before their end (the window's close, a
+	// client that left) whose result was still open: not judged.
+	Undecided int `json:"undecided"`
+	// JudgedCut are the judged requests that had been cut before their
+	// end: a miss already certain (or, with a TTFT objective alone, a
+	// first token in time).
+	JudgedCut int `json:"judged_cut,omitempty"`
+	// Excluded is what documents written before cut requests were judged
+	// kept (every request cut, none judged); Read moves it to Undecided.
 	Excluded int `json:"excluded,omitempty"`
 }
 
 // SLORun is the run's objectives and how the whole run met them.
 type SLORun struct {
 	Spec SLOSpec `json:"spec"`
-	// Overall sums every measured cell: judged and good requests over all
-	// cells, goodput over the cells' windows together.
-	Overall SLO `json:"overall"`
-	// Capacity is, per context, the highest concurrency whose cell met
-	// Spec.Target (0: none did; only cells that show figures count).
+	// Overall sums the cells that show figures (Valid, Requests queued,
+	// Cache missed, Late window): judged and good requests over them,
+	// goodput over their windows together. OverallCells is how many.
+	Overall      SLO `json:"overall"`
+	OverallCells int `json:"overall_cells"`
+	// FailedCells sums, apart, the requests of the cells that failed
+	// (FailedCellCount of them); nil when none did.
+	FailedCells     *SLO `json:"failed_cells,omitempty"`
+	FailedCellCount int  `json:"failed_cell_count,omitempty"`
+	// Capacity is, per context, the highest level such that it and every
+	// lower level met Spec.Target (0: the lowest did not).
 	Capacity []SLOCapacity `json:"capacity,omitempty"`
 }
 

@@ -30,23 +30,27 @@ func shortScenario() scenarios.Scenario {
 
 // TestSLOPerCell: with lenient objectives every judged request is good;
 // with a 1 ms TTFT none is, and TTFT is what they missed. Judged are the
-// requests that ended in the window (the completed ones, none failed);
-// those the window's end cut are not judged. The run's figures add the
-// cells up.
+// requests that ended in the window (the completed ones, none failed) and
+// those the window's end cut whose result was decided: with a 1 ms TTFT
+// every cut one had missed it already; with lenient ones, a cut request's
+// gaps to come leave it undecided. With FinishRequests the cut ones run to
+// their end and are judged on all of it. The run's figures add the cells
+// up.
 func TestSLOPerCell(t *testing.T) {
 	m := quickModel()
 	m.TBTBase = 2 * time.Millisecond
 	m.TBTPerRunning = 0
 	eng := fixtures.StartTest(t, m)
 	for _, tc := range []struct {
-		spec string
-		good bool
-	}{{"ttft=5s,tbt=1s", true}, {"ttft=1ms", false}} {
+		spec   string
+		good   bool
+		finish bool
+	}{{"ttft=5s,tbt=1s", true, false}, {"ttft=1ms", false, false}, {"ttft=5s,tbt=1s", true, true}} {
 		spec, err := slo.Parse(tc.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(), SLO: spec})
+		res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(), SLO: spec, FinishRequests: tc.finish})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,8 +63,15 @@ func TestSLOPerCell(t *testing.T) {
 			if c.Status != result.Valid || s == nil || s.Attainment == nil {
 				t.Fatalf("%s: cell %d × %d: %s, SLO %+v", tc.spec, c.Context, c.Concurrency, c.Status, s)
 			}
-			if s.Judged != c.Completed || s.Judged == 0 || s.Excluded == 0 || s.Failed != 0 {
-				t.Errorf("%s: cell × %d judged %d (completed %d), excluded %d", tc.spec, c.Concurrency, s.Judged, c.Completed, s.Excluded)
+			switch {
+			case s.Judged == 0 || s.Failed != 0:
+				t.Errorf("%s: cell × %d judged %d, failed %d", tc.spec, c.Concurrency, s.Judged, s.Failed)
+			case tc.finish && (s.Undecided != 0 || s.JudgedCut != 0 || s.Judged <= c.Completed):
+				t.Errorf("%s, requests finished: cell × %d judged %d (completed in the window %d), %d cut, %d undecided", tc.spec, c.Concurrency, s.Judged, c.Completed, s.JudgedCut, s.Undecided)
+			case !tc.finish && tc.good && (s.Judged != c.Completed || s.Undecided == 0 || s.JudgedCut != 0):
+				t.Errorf("%s: cell × %d judged %d (completed %d), %d cut, %d undecided", tc.spec, c.Concurrency, s.Judged, c.Completed, s.JudgedCut, s.Undecided)
+			case !tc.finish && !tc.good && (s.Judged != c.Completed+s.JudgedCut || s.JudgedCut == 0 || s.Undecided != 0):
+				t.Errorf("%s: cell × %d judged %d (completed %d), %d cut, %d undecided: every cut one had missed its TTFT", tc.spec, c.Concurrency, s.Judged, c.Completed, s.JudgedCut, s.Undecided)
 			}
 			want := 0.0
 			if tc.good {
@@ -69,12 +80,12 @@ func TestSLOPerCell(t *testing.T) {
 			if *s.Attainment != want {
 				t.Errorf("%s: cell × %d attainment %v, want %v", tc.spec, c.Concurrency, *s.Attainment, want)
 			}
-			if tc.good {
+			if tc.good && !tc.finish {
 				// Every good request ran its 24 tokens inside the window.
 				if s.GoodputReqPerSec <= 0 || math.Abs(s.GoodputTokPerSec-24*s.GoodputReqPerSec) > 1e-9 {
 					t.Errorf("%s: goodput %v req/s, %v tok/s", tc.spec, s.GoodputReqPerSec, s.GoodputTokPerSec)
 				}
-			} else if s.MostMissed != result.SLOTTFT || s.Missed[result.SLOTTFT] != s.Judged || s.GoodputReqPerSec != 0 {
+			} else if !tc.good && (s.MostMissed != result.SLOTTFT || s.Missed[result.SLOTTFT] != s.Judged || s.GoodputReqPerSec != 0) {
 				t.Errorf("%s: missed %v, most %q, goodput %v", tc.spec, s.Missed, s.MostMissed, s.GoodputReqPerSec)
 			}
 			judged += s.Judged
@@ -82,7 +93,7 @@ func TestSLOPerCell(t *testing.T) {
 			secs += c.MeasuredForSeconds
 		}
 		o := res.SLO.Overall
-		if o.Judged != judged || o.Good != good || math.Abs(o.GoodputReqPerSec-float64(good)/secs) > 1e-9 {
+		if o.Judged != judged || o.Good != good || res.SLO.OverallCells != len(res.Decode) || math.Abs(o.GoodputReqPerSec-float64(good)/secs) > 1e-9 {
 			t.Errorf("%s: overall %+v, want %d judged, %d good over %.2f s", tc.spec, o, judged, good, secs)
 		}
 		wantCap := 0
