@@ -66,21 +66,7 @@ func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record
 		t := r.cfg.SLO.WindowUntil(recs, w.Start, w.End, judgeUntil)
 		out.SLO = t.Figures(w.Len().Seconds())
 	}
-	var parts []cell.EnginePart
-	if before != nil {
-		r.drain(ctx)
-		if after, err := r.info.Timings(ctx); err == nil {
-			for name, d := range after.Since(before) {
-				parts = append(parts, cell.EnginePart{Name: name, Total: time.Duration(d.Seconds * float64(time.Second)),
-					Requests: int(d.Count + 0.5), Counter: d.Counter, Source: d.Source})
-			}
-		}
-	}
-	slices.SortFunc(parts, func(a, b cell.EnginePart) int { return strings.Compare(a.Name, b.Name) })
-	if s := cell.Split(recs, w, parts); s != nil {
-		out.TTFTSplit = s
-		r.bey.splits++
-	}
+	r.splitCell(ctx, out, recs, w, before)
 	if r.bey.limitsOK && out.Status.ShowsFigures() {
 		seq := cell.MeanSeqTokens(recs, w, out.PromptTokens)
 		out.DecodeLimit = r.bey.limits.Figures(out.TotalTokPerSec, out.AvgActive, seq)
@@ -94,21 +80,7 @@ func (r *runner) finishBeyond() {
 		return
 	}
 	slo.Totals(r.res)
-	if r.bey.splits == 0 {
-		why := "it keeps none tokentap reads"
-		switch {
-		case r.bey.timed && !r.info.Gauges:
-			why = "its /metrics is not on (llama-server: --metrics; SGLang: --enable-metrics)"
-		case r.bey.timed:
-			why = "its /metrics has none of them"
-		case r.info.Kind == engines.KindOllama:
-			why = "Ollama has no metrics and no per-response timings"
-		}
-		if r.info.Kind == engines.KindLlamaCpp && r.bey.timed && !r.info.Gauges {
-			why += ", and no request of a window ended with its timings"
-		}
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("TTFT is not split into queue, prefill and time outside the engine (—): the engine (%s) says nothing of them: %s.", r.info.Kind, why))
-	}
+	r.splitNotes()
 	if b := r.res.Bandwidth; b != nil && len(b.Missing) > 0 {
 		r.res.Notes = append(r.res.Notes, "No decode cell is put against the GPU's bandwidth limit: missing "+strings.Join(b.Missing, "; ")+".")
 	}

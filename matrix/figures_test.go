@@ -168,10 +168,19 @@ func delayForwarder(t *testing.T, upstream string, delay time.Duration) string {
 }
 
 // TestTTFTSplitKnownValues: against the fake (vLLM's histograms) behind a
-// forwarder that holds every request 40 ms, the split's engine figures are
-// exactly what the fake's ledger says of the window's requests, and the
-// time outside the engine is at least the forwarder's 40 ms.
+// forwarder that holds every request 40 ms, with every request let run to
+// its end (--finish-requests), the split's engine figures are exactly what
+// the fake's ledger says of the window's requests, and the time outside
+// the engine is at least the forwarder's 40 ms. Without it, the window's
+// last requests are cut and the engine keeps no queue or prefill time of
+// them: only its TTFT is shown, over the same requests as tokentap's, and
+// the note says why.
 func TestTTFTSplitKnownValues(t *testing.T) {
+	t.Run("finished", func(t *testing.T) { ttftSplitKnownValues(t, true) })
+	t.Run("cut", func(t *testing.T) { ttftSplitKnownValues(t, false) })
+}
+
+func ttftSplitKnownValues(t *testing.T, finish bool) {
 	m := quickModel()
 	m.TBTBase = 2 * time.Millisecond
 	eng := fixtures.StartTest(t, m)
@@ -183,7 +192,7 @@ func TestTTFTSplitKnownValues(t *testing.T) {
 	)
 	sc := shortScenario()
 	sc.MaxOutput = 200 // outlives the window: queue and prefill are read after the cancelled ones end
-	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: target}, Scenario: sc,
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: target}, Scenario: sc, FinishRequests: finish,
 		OnCell: func(c CellRun) { mu.Lock(); runs = append(runs, c); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
@@ -192,9 +201,38 @@ func TestTTFTSplitKnownValues(t *testing.T) {
 	if len(runs) != 2 {
 		t.Fatalf("%d cells ran", len(runs))
 	}
+	cutNotes := ""
+	defer func() {
+		if !finish && !strings.Contains(cutNotes, "only of the requests that finished") && !strings.Contains(cutNotes, "the engine counted") {
+			t.Errorf("cut windows, and no note says why a figure is not shown: %q", cutNotes)
+		}
+	}()
 	for _, run := range runs {
 		c := res.Cell(run.Cell.Context, run.Cell.Concurrency)
 		s := c.TTFTSplit
+		if !finish {
+			// Whatever is shown covers tokentap's requests, no part is
+			// above the engine's TTFT, nor that above tokentap's. (A
+			// request cut as its first token was made is one the engine
+			// may count and the client not: then the TTFT is not shown
+			// either, and the note says why.)
+			if s == nil {
+				t.Fatalf("cell × %d, cut: no split", c.Concurrency)
+			}
+			for _, p := range []*result.TTFTPart{s.Queue, s.Prefill, s.EngineTTFT} {
+				if p != nil && (p.Requests != s.ClientRequests || (s.EngineTTFT != nil && p.Ms > s.EngineTTFT.Ms*1.05+1)) {
+					t.Errorf("cell × %d, cut: part %+v of split %+v", c.Concurrency, p, s)
+				}
+			}
+			if s.EngineTTFT != nil && s.EngineTTFT.Ms > s.ClientMs*1.05+1 {
+				t.Errorf("cell × %d, cut: engine TTFT above tokentap's: %+v", c.Concurrency, s)
+			}
+			if s.Queue != nil && s.Queue.Requests != s.ClientRequests {
+				t.Errorf("cell × %d, cut: queue over other requests: %+v", c.Concurrency, s)
+			}
+			cutNotes += s.Note
+			continue
+		}
 		if s == nil || s.Queue == nil || s.Prefill == nil || s.EngineTTFT == nil || s.OutsideMs == nil {
 			t.Fatalf("cell × %d: split %+v", c.Concurrency, s)
 		}

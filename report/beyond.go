@@ -34,10 +34,13 @@ type beyondView struct {
 	SLOGrid  []textRow
 
 	// TTFT split: a row per measured cell, the sources once, notes.
-	SplitHead    []string
-	SplitRows    [][]string
-	SplitSources []string
-	SplitNotes   []string
+	SplitHead []string
+	// SplitValidation: some split has a validation part (TGI), so the
+	// table has its column after Queue.
+	SplitValidation bool
+	SplitRows       [][]string
+	SplitSources    []string
+	SplitNotes      []string
 
 	// Decode limit: the inputs, a row per measured cell, notes.
 	LimitInputs []kv
@@ -188,7 +191,7 @@ func sloCell(s *result.SLO) string {
 
 // splitParts are a split's figures as shown: queue, prefill, engine TTFT
 // and time outside the engine (or unaccounted, starred), "—" where absent.
-func splitParts(s *result.TTFTSplit) []string {
+func splitParts(s *result.TTFTSplit, validation bool) []string {
 	part := func(p *result.TTFTPart) string {
 		if p == nil {
 			return dash
@@ -202,7 +205,20 @@ func splitParts(s *result.TTFTSplit) []string {
 	case s.UnaccountedMs != nil:
 		out = fmtMeanMs(*s.UnaccountedMs) + "*"
 	}
+	if validation {
+		return []string{fmtMeanMs(s.ClientMs), part(s.Queue), part(s.Validation), part(s.Prefill), part(s.EngineTTFT), out}
+	}
 	return []string{fmtMeanMs(s.ClientMs), part(s.Queue), part(s.Prefill), part(s.EngineTTFT), out}
+}
+
+// withValidation inserts the Validation column after Queue in a split
+// table's head.
+func withValidation(head []string, on bool) []string {
+	if !on {
+		return head
+	}
+	i := slices.Index(head, "Queue") + 1
+	return slices.Insert(slices.Clone(head), i, "Validation")
 }
 
 // fmtMeanMs is a mean latency: one decimal under 100 ms, whole above;
@@ -218,7 +234,10 @@ func fmtMeanMs(ms float64) string {
 }
 
 func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []result.Column) {
-	any, unaccounted := false, false
+	any, unaccounted, validation := false, false, false
+	for _, c := range r.Decode {
+		validation = validation || (c.TTFTSplit != nil && c.TTFTSplit.Validation != nil && c.Status.ShowsFigures())
+	}
 	var sources, notes []string
 	addSource := func(what string, p *result.TTFTPart) {
 		if p != nil && !slices.Contains(sources, what+": "+p.Source) {
@@ -235,13 +254,18 @@ func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []resul
 			row := []string{ctxLabel(c), col.Label()}
 			s := cl.TTFTSplit
 			if s == nil {
-				rows = append(rows, append(row, fmtMeanMs(meanTTFT(cl)), dash, dash, dash, dash))
+				row = append(row, fmtMeanMs(meanTTFT(cl)), dash, dash, dash, dash)
+				if validation {
+					row = append(row, dash)
+				}
+				rows = append(rows, row)
 				continue
 			}
 			any = true
 			unaccounted = unaccounted || s.UnaccountedMs != nil
-			rows = append(rows, append(row, splitParts(s)...))
+			rows = append(rows, append(row, splitParts(s, validation)...))
 			addSource("Queue", s.Queue)
+			addSource("Validation", s.Validation)
 			addSource("Prefill", s.Prefill)
 			addSource("Engine TTFT", s.EngineTTFT)
 			if s.Note != "" {
@@ -252,9 +276,10 @@ func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []resul
 	if !any {
 		return
 	}
-	b.SplitHead, b.SplitRows, b.SplitSources = splitHead, rows, sources
-	b.SplitNotes = append(b.SplitNotes, "Means over the window's requests: TTFT as tokentap measured it; queue, prefill and TTFT as the engine measured them (from its own figures at the window's start and end). "+
-		"Outside the engine is the difference: network, HTTP, the client's side and any proxy between. — : the engine said nothing.")
+	b.SplitHead, b.SplitRows, b.SplitSources, b.SplitValidation = withValidation(splitHead, validation), rows, sources, validation
+	b.SplitNotes = append(b.SplitNotes, "Means over the same requests of each window: TTFT as tokentap measured it; queue, prefill and TTFT as the engine measured them (from its own figures at the window's start and end). "+
+		"The engine's figures and tokentap's always cover the same requests: vLLM keeps queue and prefill times, and TGI queue and validation times, only of requests that finished, so where a window's end cut some they are shown over the finished ones or not at all, as each cell's note says. "+
+		"Outside the engine is the difference: network, HTTP, the client's side and any proxy between. — : the engine said nothing (of these requests).")
 	if unaccounted {
 		b.SplitNotes = append(b.SplitNotes, "* The engine reports no TTFT of its own: this is TTFT less the parts it reports, time outside it and engine time it does not report together.")
 	}

@@ -48,6 +48,12 @@ func syntheticBeyond() *result.Result {
 				UnaccountedMs: f64(c.TTFTms - p)}
 		case c.Context == 32768 && c.Concurrency == 1:
 			// the engine said nothing of this cell
+		case c.Context == 0 && c.Concurrency == 8:
+			// TGI's figures, over the requests that finished
+			c.TTFTSplit = (&result.TTFTSplit{ClientMs: c.TTFTms, ClientRequests: 6, Over: result.OverFinished,
+				Queue:      &result.TTFTPart{Ms: q, Requests: 6, Source: "GET /metrics tgi_request_queue_duration _sum/_count growth over the window, of the requests that succeeded (TGI records it only then)"},
+				Validation: &result.TTFTPart{Ms: 0.8, Requests: 6, Source: "GET /metrics tgi_request_validation_duration _sum/_count growth over the window, of the requests that succeeded (TGI records it only then)"},
+				Note:       "Over the 6 requests that finished: the engine keeps its validation time and queue time only of those, and 2 more of the window were cut (--finish-requests lets them finish)."}).Finish()
 		default:
 			e := c.TTFTms - 1.5
 			c.TTFTSplit = &result.TTFTSplit{ClientMs: c.TTFTms, ClientRequests: c.Concurrency,
@@ -140,12 +146,12 @@ func TestBeyondInEveryFormat(t *testing.T) {
 		}
 	}
 	// The cell the engine said nothing of: its TTFT, then "—" for every part.
-	if !regexp.MustCompile(`(?m)^32K\s+1\s+[\d.]+ ms\s+—\s+—\s+—\s+—$`).MatchString(text) {
+	if !regexp.MustCompile(`(?m)^32K\s+1\s+[\d.]+ ms\s+—\s+—\s+—\s+—\s+—$`).MatchString(text) {
 		t.Error("the TTFT split row of a cell without figures is not all —")
 	}
 	csv := render("csv")
 	head := strings.SplitN(csv, "\n", 2)[0]
-	for _, col := range []string{"slo_attainment", "goodput_req_s", "engine_queue_ms", "outside_engine_ms", "share_of_bandwidth_limit"} {
+	for _, col := range []string{"slo_attainment", "goodput_req_s", "engine_queue_ms", "engine_validation_ms", "ttft_split_over", "slo_undecided", "outside_engine_ms", "share_of_bandwidth_limit"} {
 		if !strings.Contains(head, col) {
 			t.Errorf("CSV head lacks %s", col)
 		}
