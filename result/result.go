@@ -87,7 +87,7 @@ type Result struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 
 	// SLO is the run's service-level objectives and how it met them
-	// (--slo); Bandwidth the inputs of the decode limit (beyond.go).
+	// (--slo); Bandwidth the inputs of the decode limit (slo.go, limit.go).
 	SLO       *SLORun    `json:"slo,omitempty"`
 	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
 	// StoppedEarly says why a run that was not interrupted still stopped
@@ -259,7 +259,7 @@ type Cell struct {
 	Percentiles *Percentiles `json:"percentiles,omitempty"`
 	Histograms  *histo.Set   `json:"histograms,omitempty"`
 
-	// SLO, TTFTSplit and DecodeLimit are the figures of beyond.go: the
+	// SLO, TTFTSplit and DecodeLimit are the figures of slo.go, ttftsplit.go and limit.go: the
 	// run's objectives met, where the engine says TTFT went, and decode
 	// against the bandwidth limit. Nil where the run has none.
 	SLO         *SLO         `json:"slo,omitempty"`
