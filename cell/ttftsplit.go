@@ -130,7 +130,7 @@ func Split(recs []record.Record, w Window, parts []EnginePart) *result.TTFTSplit
 		notes = append(notes, fmt.Sprintf("Over the %d requests that finished: the engine keeps its %s only of those, and %d more of the window were cut (--finish-requests lets them finish).",
 			fin.n, partList(finParts), all.n-fin.n))
 	case len(finParts) > 0:
-		notes = append(notes, fmt.Sprintf("No %s: the engine keeps these only of the requests that finished, and %d of the window's %d were cut (--finish-requests lets them finish).",
+		notes = append(notes, fmt.Sprintf("No %s: the engine keeps these only of the requests that finished, and %d of the %d requests of the window that got a first token were cut (--finish-requests lets them finish).",
 			partList(finParts), all.n-fin.n, all.n))
 	}
 	s.ClientMs, s.ClientRequests = millis(over.sum)/float64(over.n), over.n

@@ -50,7 +50,7 @@ func TestSplit(t *testing.T) {
 		{Name: result.PartEngineTTFT, Total: msd(200), Requests: 4},
 	})
 	if s == nil || s.ClientRequests != 4 || s.Queue != nil || s.Prefill != nil || s.EngineTTFT == nil || s.EngineTTFT.Requests != 4 ||
-		!strings.Contains(s.Note, "No queue time and prefill time") || !strings.Contains(s.Note, "2 of the window's 4 were cut") {
+		!strings.Contains(s.Note, "No queue time and prefill time") || !strings.Contains(s.Note, "2 of the 4 requests of the window that got a first token were cut") {
 		t.Fatalf("vLLM split with cut requests %+v", s)
 	}
 

@@ -42,7 +42,7 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 	o := r.SLO.Overall
 	cells := ""
 	if r.SLO.OverallCells > 0 {
-		cells = " over the " + english.Count(r.SLO.OverallCells, "cell", "cells") + " that show figures"
+		cells = " over the " + english.Count(r.SLO.OverallCells, "cell that shows figures", "cells that show figures")
 	}
 	if o.Judged > 0 {
 		tok := "0"
