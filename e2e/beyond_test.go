@@ -129,7 +129,7 @@ func TestBeyondProxyAndReplay(t *testing.T) {
 	// the client saw its end, and a scrape may read one collector before
 	// that and another after: wait until every count is in.
 	wants := []string{`tokentap_slo_good_requests_total{model="fake-4b"} 3`, `tokentap_slo_judged_requests_total{model="fake-4b"} 3`,
-		`tokentap_slo_objective_seconds{slo="e2e"} 10`, `tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`}
+		`tokentap_slo_undecided_requests_total{model="fake-4b"} 0`, `tokentap_slo_objective_seconds{slo="e2e"} 10`, `tokentap_requests_total{blame="none",model="fake-4b",outcome="ok"} 3`}
 	var missing []string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		_, metrics := httpDo(t, "GET", "http://"+admin+"/metrics", "")

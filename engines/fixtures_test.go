@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/result"
 )
 
 // The fake engine looks like vLLM from outside: Probe must say so from what
@@ -196,5 +197,66 @@ func TestProbeFakeOllama(t *testing.T) {
 				t.Errorf("%d slots at %v a token: streams of %d tokens (%q)", slots, tt.tbt, n, src)
 			}
 		}
+	}
+}
+
+// TestProbeFakeTGI: the fake's TGI flavour is found as TGI from its /info,
+// counts tokens with TGI's /tokenize, and its validation and queue
+// histograms, which TGI records only for requests that succeed, grow by
+// the finished request and not by the one whose client left mid-stream.
+func TestProbeFakeTGI(t *testing.T) {
+	m := fixtures.DefaultModel()
+	m.Flavor = fixtures.FlavorTGI
+	e := fixtures.StartTest(t, m)
+	ctx := context.Background()
+	in, err := Probe(ctx, Target{BaseURL: e.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Kind != KindTGI || in.MaxModelLen != m.MaxModelLen || in.KVCapacity != m.KVCapacity || !in.Tokenize || !in.Gauges {
+		t.Fatalf("probe of the TGI fake: %+v\nfacts %+v", in, in.Facts)
+	}
+	text := strings.Repeat("alpha beta ", 20)
+	if n, err := in.CountTokens(ctx, APICompletions, text); err != nil || n != fixtures.Tokenize(text) {
+		t.Errorf("CountTokens = %d, %v; the fake's rule says %d", n, err, fixtures.Tokenize(text))
+	}
+	before, err := in.Timings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(maxTokens int) string {
+		return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":true}`, m.Name, maxTokens)
+	}
+	resp, err := http.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body(4)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cctx, cancel := context.WithCancel(ctx)
+	req, _ := http.NewRequestWithContext(cctx, http.MethodPost, e.URL()+"/v1/chat/completions", strings.NewReader(body(5000)))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = resp.Body.Read(make([]byte, 256))
+	cancel()
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(e.Ledger()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	after, err := in.Timings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Since(before)
+	for _, part := range []string{result.PartQueue, result.PartValidation} {
+		if p, ok := d[part]; !ok || p.Count != 1 || !p.FinishedOnly || !strings.Contains(p.Source, "tgi_request_") {
+			t.Errorf("%s over a finished and a cancelled request: %+v, want 1 request, finished only", part, p)
+		}
+	}
+	if _, ok := d[result.PartPrefill]; ok {
+		t.Errorf("TGI gave a prefill part: %+v", d)
 	}
 }

@@ -18,9 +18,11 @@ import (
 )
 
 // llamaSplit checks the TTFT split of every Valid cell of a matrix run on
-// llama-server with --metrics: the prefill part is its
-// llamacpp:prompt_seconds_total growth over the window's requests,
-// positive and inside the TTFT tokentap measured, and every request's own
+// llama-server with --metrics: the prefill part is each ended request's
+// own timings.prompt_ms (preferred), or on a build before b10406 the
+// llamacpp:prompt_seconds_total growth over the window's requests (from
+// b10406 it is batch wall time, not read), positive and inside the TTFT
+// tokentap measured of the same requests, and every request's own
 // timings.prompt_ms (where its usage came) inside its own TTFT.
 func llamaSplit(t *testing.T, res *result.Result, recs []record.Record) {
 	for _, c := range res.Decode {
@@ -34,7 +36,7 @@ func llamaSplit(t *testing.T, res *result.Result, recs []record.Record) {
 		}
 		t.Logf("%4s × %d: TTFT %.1f ms = prefill %.1f ms (%s) + %.1f ms not accounted by the engine, over %d requests",
 			matrix.TokenLabel(c.Context), c.Concurrency, s.ClientMs, s.Prefill.Ms, s.Prefill.Source, *s.UnaccountedMs, s.ClientRequests)
-		if !strings.Contains(s.Prefill.Source, "llamacpp:prompt_seconds_total") || s.Prefill.Ms <= 0 || s.Prefill.Ms > s.ClientMs || s.Queue != nil || s.EngineTTFT != nil {
+		if !(strings.Contains(s.Prefill.Source, "timings.prompt_ms") || strings.Contains(s.Prefill.Source, "llamacpp:prompt_seconds_total")) || s.Prefill.Ms <= 0 || s.Prefill.Ms > s.ClientMs || s.Queue != nil || s.EngineTTFT != nil {
 			t.Errorf("cell %s × %d: prefill %+v against TTFT %.1f ms", matrix.TokenLabel(c.Context), c.Concurrency, s.Prefill, s.ClientMs)
 		}
 	}

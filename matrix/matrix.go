@@ -103,9 +103,15 @@ type Config struct {
 
 	// SLO, when set, judges every cell's requests against these
 	// objectives (METHOD.md §6); Limits are the decode limit's inputs
-	// besides the engine's (§8). See beyond.go.
+	// besides the engine's (§8). See figures.go, limit.go.
 	SLO    slo.Spec
 	Limits Limits
+	// FinishRequests lets the requests still running when a window closes
+	// (an open loop's grace ends) run to their end instead of cutting
+	// them, so every request is judged against the SLOs and the engine's
+	// TTFT figures count them all (METHOD.md §6, §7). Their tokens after
+	// the window count nowhere.
+	FinishRequests bool
 
 	// Shard, when set, runs one shard of a sharded run (METHOD §10): its
 	// share of every cell's requests, each window opening on the schedule
@@ -158,7 +164,7 @@ type runner struct {
 	// rules out.
 	kvBelowAt string
 
-	bey *beyond // SLO, TTFT split and decode limit (beyond.go)
+	bey *beyond // SLO, TTFT split and decode limit (figures.go)
 	// rateRefused is, per context, the lowest request rate whose cell the
 	// engine refused for not fitting: higher rates are not run.
 	rateRefused map[int]float64
@@ -292,6 +298,8 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		MaxModelLen:   maxLen,
 		Scenario:      sc.Name,
 		By:            cfg.By,
+
+		FinishRequests: cfg.FinishRequests,
 	}
 	if kv == 0 {
 		res.Settings.KVCapacityMin, res.Settings.KVCapacityMax = info.KVMin, info.KVMax
@@ -996,6 +1004,14 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 // §3): cancelled, or on an engine that a cut stream can leave stuck, the
 // ones it runs left to end by themselves, with the progress line saying so.
 func (r *runner) ending(c int, col result.Column) replay.Ending {
+	if r.cfg.FinishRequests {
+		return replay.Ending{LetRun: true, OnStop: func(running int) {
+			if running > 0 {
+				r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: letting %s end (--finish-requests)",
+					cellLabel(c, col), english.Count(running, "request", "requests")))
+			}
+		}}
+	}
 	if !r.info.CutStreamsStick() {
 		return replay.Ending{}
 	}

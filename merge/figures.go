@@ -10,9 +10,11 @@ import (
 // merged: SLO counts add up as requests do, goodput as tok/s does (each
 // shard's over its own window), the run's totals and serving capacity are
 // computed again from the merged cells, and the decode limit is computed
-// again at the merged batch. The TTFT split is not merged: every shard read
-// the engine's counters over the same window, so its parts are the engine's
-// for all shards' requests together, beside one shard's client TTFT.
+// again at the merged batch. A TTFT split is merged only where every shard's
+// is over per-response timings (llama.cpp's timings.prompt_ms), which are
+// each request's own: means weighted by each shard's requests. A shard
+// reads no engine counters for a split (they count every shard's requests),
+// so no other split is merged.
 
 // mergeSLO adds the shards' SLO figures of one cell; nil when no shard has
 // any.
@@ -26,7 +28,7 @@ func mergeSLO(parts []*result.Cell) *result.SLO {
 			continue
 		}
 		any = true
-		t.Merge(slo.Tally{Judged: s.Judged, Good: s.Good, Failed: s.Failed, Excluded: s.Excluded, Missed: s.Missed})
+		t.Merge(slo.FromFigures(s))
 		reqRate += s.GoodputReqPerSec
 		tokRate += s.GoodputTokPerSec
 	}
@@ -63,30 +65,37 @@ func mergeLimit(b *result.Bandwidth, out *result.Cell, parts []*result.Cell) *re
 }
 
 // mergeRunSLO computes the run's SLO totals and serving capacity again from
-// the merged cells: good and judged requests over every cell, goodput over
-// their windows together.
+// the merged cells (slo.Totals): the cells that show figures together, the
+// failed ones apart.
 func mergeRunSLO(r *result.Result) {
 	if r.SLO == nil {
 		return
 	}
 	run := *r.SLO // shard 0's, which the merged run must not change
 	r.SLO = &run
-	var t slo.Tally
-	var secs, good, goodTok float64
-	for i := range r.Decode {
-		c := &r.Decode[i]
-		if c.SLO == nil {
-			continue
+	slo.Totals(r)
+}
+
+// mergeSplit is the cell's TTFT split from its shards' (METHOD.md §7,
+// §10): where every shard's split is over its own requests' per-response
+// timings, the means weighted by each shard's requests; nil otherwise.
+func mergeSplit(parts []*result.Cell) *result.TTFTSplit {
+	var client, prefill float64
+	n := 0
+	var src string
+	for _, c := range parts {
+		s := c.TTFTSplit
+		if s == nil || s.Over != result.OverTimed || s.Prefill == nil || s.ClientRequests <= 0 || s.Prefill.Requests != s.ClientRequests {
+			return nil
 		}
-		t.Merge(slo.Tally{Judged: c.SLO.Judged, Good: c.SLO.Good, Failed: c.SLO.Failed, Excluded: c.SLO.Excluded, Missed: c.SLO.Missed})
-		secs += c.MeasuredForSeconds
-		good += c.SLO.GoodputReqPerSec * c.MeasuredForSeconds
-		goodTok += c.SLO.GoodputTokPerSec * c.MeasuredForSeconds
+		client += s.ClientMs * float64(s.ClientRequests)
+		prefill += s.Prefill.Ms * float64(s.ClientRequests)
+		n += s.ClientRequests
+		src = s.Prefill.Source
 	}
-	o := t.Figures(0)
-	if secs > 0 {
-		o.GoodputReqPerSec, o.GoodputTokPerSec = good/secs, goodTok/secs
+	if n == 0 {
+		return nil
 	}
-	r.SLO.Overall = *o
-	r.SLO.Capacity = slo.Capacity(r, r.SLO.Spec.Target)
+	return (&result.TTFTSplit{ClientMs: client / float64(n), ClientRequests: n, Over: result.OverTimed,
+		Prefill: &result.TTFTPart{Ms: prefill / float64(n), Requests: n, Source: src + ", every shard's"}}).Finish()
 }

@@ -68,6 +68,27 @@ func TestMergeBeyondFigures(t *testing.T) {
 	if c.TTFTSplit != nil || c.TTFTKind != result.TTFTWarm || c.Percentiles == nil {
 		t.Errorf("merged split %+v, TTFT kind %q, percentiles %+v", c.TTFTSplit, c.TTFTKind, c.Percentiles)
 	}
+	// Per-response timings are each request's own: the shards' splits
+	// merge, means weighted by their requests (3 at 40/30 ms, and 1 at
+	// 80/60 ms on each of the other two: 56 and 42 ms over 5).
+	for i, f := range []struct {
+		n             int
+		client, parts float64
+	}{{3, 40, 30}, {1, 80, 60}, {0, 0, 0}} {
+		docs[i].Decode[0].TTFTSplit = nil
+		if f.n > 0 {
+			docs[i].Decode[0].TTFTSplit = (&result.TTFTSplit{ClientMs: f.client, ClientRequests: f.n, Over: result.OverTimed,
+				Prefill: &result.TTFTPart{Ms: f.parts, Requests: f.n, Source: "timings.prompt_ms"}}).Finish()
+		}
+	}
+	docs[2].Decode[0].TTFTSplit = docs[1].Decode[0].TTFTSplit
+	m, _, err = Runs(inputs(docs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Decode[0].TTFTSplit; s == nil || s.ClientRequests != 5 || math.Abs(s.ClientMs-(120+160)/5.0) > 1e-9 || math.Abs(s.Prefill.Ms-(90+120)/5.0) > 1e-9 || s.UnaccountedMs == nil {
+		t.Errorf("merged per-response split %+v", s)
+	}
 	if err := schematest.Result(m); err != nil {
 		t.Error(err)
 	}

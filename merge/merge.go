@@ -93,12 +93,6 @@ func Runs(ins []Input) (*result.Result, Summary, error) {
 		out.Notes = append(out.Notes, fmt.Sprintf("Merging the shards' histograms dropped %d values outside their range.", sum.Dropped))
 	}
 	mergeRunSLO(&out)
-	for _, in := range ins {
-		if slices.ContainsFunc(in.Doc.Decode, func(c result.Cell) bool { return c.TTFTSplit != nil }) {
-			out.Notes = append(out.Notes, "The TTFT split is each shard's own (see the shards' documents): the engine's figures cover every shard's requests, the client's one shard's.")
-			break
-		}
-	}
 	out.SetPercentiles(first.Settings.Percentiles)
 	return &out, sum, nil
 }
@@ -502,6 +496,7 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 		mine[k] = cells[i]
 	}
 	out.SLO = mergeSLO(mine)
+	out.TTFTSplit = mergeSplit(mine)
 	if out.Status.ShowsFigures() {
 		out.DecodeLimit = mergeLimit(bw, &out, mine)
 	}

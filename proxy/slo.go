@@ -9,11 +9,14 @@ import (
 
 // The proxy's SLO figures (METHOD.md §6) on live traffic: every record that
 // ends is judged against Config.SLO, per model. Judged are the requests
-// that ended, OK or failed (a failed one is never good); a client that
-// left before the end is not judged. Prometheus gets monotonic counters
-// (good and judged by model, missed by model and objective) and a gauge of
-// the objectives, read at each scrape; /stats gets the share and the
-// goodput since its last reset.
+// that ended, OK or failed (a failed one is never good), and those whose
+// client left when their result was already decided (no token yet after
+// longer than the TTFT objective, a gap already over the TBT objective…);
+// the rest of those the client left are undecided, and counted as such.
+// Prometheus gets monotonic counters (good, judged and undecided by model,
+// missed by model and objective) and a gauge of the objectives, read at
+// each scrape; /stats gets the counts, the share and the goodput since its
+// last reset.
 
 // sloStats are one model's SLO counts.
 type sloStats struct {
@@ -31,8 +34,10 @@ var (
 	sloGoodDesc = prometheus.NewDesc("tokentap_slo_good_requests_total",
 		"Requests that met every SLO, by model.", []string{"model"}, nil)
 	sloJudgedDesc = prometheus.NewDesc("tokentap_slo_judged_requests_total",
-		"Requests judged against the SLOs: every measured request that ended, OK or failed (failed ones are never good); requests the client left are not.",
+		"Requests judged against the SLOs: every measured request that ended, OK or failed (failed ones are never good), and those the client left whose result was already decided.",
 		[]string{"model"}, nil)
+	sloUndecidedDesc = prometheus.NewDesc("tokentap_slo_undecided_requests_total",
+		"Requests the client left before their result against the SLOs was decided: not judged.", []string{"model"}, nil)
 	sloMissedDesc = prometheus.NewDesc("tokentap_slo_missed_requests_total",
 		"Judged requests that missed an SLO, by model and SLO (a request may miss several).", []string{"model", "slo"}, nil)
 	sloObjectiveDesc = prometheus.NewDesc("tokentap_slo_objective_seconds",
@@ -52,6 +57,7 @@ func (m *metrics) collectSLO(ch chan<- prometheus.Metric) {
 		t := &s.slo.prom
 		ch <- prometheus.MustNewConstMetric(sloGoodDesc, prometheus.CounterValue, float64(t.Good), name)
 		ch <- prometheus.MustNewConstMetric(sloJudgedDesc, prometheus.CounterValue, float64(t.Judged), name)
+		ch <- prometheus.MustNewConstMetric(sloUndecidedDesc, prometheus.CounterValue, float64(t.Undecided), name)
 		for _, o := range set {
 			ch <- prometheus.MustNewConstMetric(sloMissedDesc, prometheus.CounterValue, float64(t.Missed[o]), name, o)
 		}

@@ -15,9 +15,11 @@ import (
 
 // TestSLOCounters: with objectives, every request that ends is judged
 // against them per model: good ones, one that misses TTFT (the fake holds
-// its first token 300 ms), one the engine fails (never good), and one the
-// client leaves (not judged). /metrics keeps counting across a /stats
-// reset; /stats gives the share and goodput of its period.
+// its first token 300 ms), one the engine fails (never good), one the
+// client leaves after its first token came in time (its gaps to come
+// leave it undecided) and one the client leaves after 400 ms without a
+// token (a certain TTFT miss: judged). /metrics keeps counting across a
+// /stats reset; /stats gives the counts, share and goodput of its period.
 func TestSLOCounters(t *testing.T) {
 	e := fixtures.StartTest(t, fixtures.DefaultModel())
 	spec, err := slo.Parse("ttft=200ms,tbt=1s")
@@ -36,6 +38,11 @@ func TestSLOCounters(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	c.Close()
 	h.waitRecords(t, 6)
+	late := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody(model, 10, true, ""), fixtures.FaultHeader, "header-delay=2s")
+	go func() { _, _ = io.Copy(io.Discard, late) }()
+	time.Sleep(400 * time.Millisecond)
+	late.Close()
+	h.waitRecords(t, 7)
 
 	metrics := func() engines.Metrics {
 		_, body, err := do(t, "GET", h.admin+"/metrics", "")
@@ -73,12 +80,13 @@ func TestSLOCounters(t *testing.T) {
 		want   float64
 	}{
 		{"tokentap_slo_good_requests_total", []string{"model", model}, 3},
-		{"tokentap_slo_judged_requests_total", []string{"model", model}, 5},
-		{"tokentap_slo_missed_requests_total", []string{"model", model, "slo", "ttft"}, 1},
+		{"tokentap_slo_judged_requests_total", []string{"model", model}, 6},
+		{"tokentap_slo_undecided_requests_total", []string{"model", model}, 1},
+		{"tokentap_slo_missed_requests_total", []string{"model", model, "slo", "ttft"}, 2},
 		{"tokentap_slo_missed_requests_total", []string{"model", model, "slo", "tbt"}, 0},
 		{"tokentap_slo_objective_seconds", []string{"slo", "ttft"}, 0.2},
 		{"tokentap_slo_objective_seconds", []string{"slo", "tbt"}, 1},
-		{"tokentap_requests_total", []string{"model", model, "outcome", "cancelled"}, 1},
+		{"tokentap_requests_total", []string{"model", model, "outcome", "cancelled"}, 2},
 	} {
 		if got := value(m, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -92,15 +100,15 @@ func TestSLOCounters(t *testing.T) {
 	}
 	s := st.Models[model].SLO
 	period := st.Until.Sub(st.Since).Seconds()
-	if st.SLO == nil || st.SLO.TTFTms != 200 || s == nil || s.Judged != 5 || s.Good != 3 || s.Failed != 1 || s.Excluded != 1 ||
-		s.Attainment == nil || *s.Attainment != 0.6 || s.MostMissed != "ttft" ||
+	if st.SLO == nil || st.SLO.TTFTms != 200 || s == nil || s.Judged != 6 || s.Good != 3 || s.Failed != 1 || s.Undecided != 1 || s.JudgedCut != 1 ||
+		s.Attainment == nil || *s.Attainment != 0.5 || s.MostMissed != "ttft" ||
 		math.Abs(s.GoodputReqPerSec/(3/period)-1) > 1e-3 || math.Abs(s.GoodputTokPerSec/(30/period)-1) > 1e-3 {
 		t.Fatalf("/stats SLO %+v (spec %+v), period %.3f s: %s", s, st.SLO, period, body)
 	}
 
 	// After the reset /stats starts over; /metrics keeps counting.
 	_, _, _ = do(t, "POST", h.url+"/v1/chat/completions", chatBody(model, 10, true, ""))
-	h.waitRecords(t, 7)
+	h.waitRecords(t, 8)
 	_, body, _ = do(t, "GET", h.admin+"/stats", "")
 	st = Stats{}
 	_ = json.Unmarshal(body, &st)

@@ -26,13 +26,13 @@ func TestSummarySLO(t *testing.T) {
 	}
 	s := Summarize(recs)
 	s.AddSLO(recs, spec)
-	if s.SLO == nil || s.SLO.Judged != 3 || s.SLO.Good != 1 || s.SLO.Failed != 1 || s.SLO.Excluded != 1 ||
+	if s.SLO == nil || s.SLO.Judged != 3 || s.SLO.Good != 1 || s.SLO.Failed != 1 || s.SLO.Undecided != 1 ||
 		s.SLO.GoodputReqPerSec != 1/s.SpanSeconds || s.SLO.GoodputTokPerSec != 2/s.SpanSeconds || s.SLOSpec.TTFTms != 500 {
 		t.Fatalf("SLO %+v over %.3f s", s.SLO, s.SpanSeconds)
 	}
 	var text strings.Builder
 	s.WriteText(&text)
-	for _, want := range []string{"TTFT ≤ 500 ms", "33.3% of 3 requests judged (1 good, 1 failed, 1 not judged)", "good requests/s", "Most missed   TTFT (by 1 of 3 judged)"} {
+	for _, want := range []string{"TTFT ≤ 500 ms", "33.3% of 3 requests judged (1 good, 1 failed; 1 cut and undecided, not judged)", "good requests/s", "Most missed   TTFT (by 1 of 3 judged)"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}

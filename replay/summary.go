@@ -42,8 +42,10 @@ type Summary struct {
 }
 
 // AddSLO judges the replayed records against the objectives: every one
-// that ended (OK or failed) is judged; one cancelled (the replay stopped)
-// is not. Goodput is over the summary's span.
+// that ended (OK or failed) is judged; one cancelled (the replay stopped,
+// as the capture's client did) is judged on what happened by its cancel
+// where that decides its result, and left undecided otherwise. Goodput is
+// over the summary's span.
 func (s *Summary) AddSLO(recs []record.Record, spec slo.Spec) {
 	var t slo.Tally
 	for i := range recs {
@@ -213,7 +215,7 @@ func (s Summary) WriteText(w io.Writer) {
 		if s.SLO.Attainment != nil {
 			att = fmt.Sprintf("%.1f%%", 100**s.SLO.Attainment)
 		}
-		fmt.Fprintf(w, "Met every SLO %s of %d requests judged (%d good, %d failed, %d not judged)\n", att, s.SLO.Judged, s.SLO.Good, s.SLO.Failed, s.SLO.Excluded)
+		fmt.Fprintf(w, "Met every SLO %s of %d requests judged (%d good, %d failed; %d cut and undecided, not judged)\n", att, s.SLO.Judged, s.SLO.Good, s.SLO.Failed, s.SLO.Undecided)
 		fmt.Fprintf(w, "Goodput       %.2f good requests/s, %.1f good output tok/s\n", s.SLO.GoodputReqPerSec, s.SLO.GoodputTokPerSec)
 		if s.SLO.MostMissed != "" {
 			fmt.Fprintf(w, "Most missed   %s (by %d of %d judged)\n", slo.Label(s.SLO.MostMissed), s.SLO.Missed[s.SLO.MostMissed], s.SLO.Judged)

@@ -155,10 +155,10 @@ func csvExtra(r *result.Result) csvMore {
 func (m csvMore) head() []string {
 	var h []string
 	if m.slo {
-		h = append(h, "slo_judged", "slo_good", "slo_attainment", "goodput_req_s", "goodput_tok_s", "slo_failed", "slo_most_missed", "slo_excluded")
+		h = append(h, "slo_judged", "slo_good", "slo_attainment", "goodput_req_s", "goodput_tok_s", "slo_failed", "slo_most_missed", "slo_undecided", "slo_judged_cut")
 	}
 	if m.split {
-		h = append(h, "ttft_mean_ms", "engine_queue_ms", "engine_prefill_ms", "engine_ttft_ms", "outside_engine_ms", "unaccounted_ms")
+		h = append(h, "ttft_mean_ms", "engine_queue_ms", "engine_prefill_ms", "engine_ttft_ms", "outside_engine_ms", "unaccounted_ms", "engine_validation_ms", "ttft_split_requests", "ttft_split_over")
 	}
 	if m.limit {
 		h = append(h, "bandwidth_limit_tok_s", "share_of_bandwidth_limit", "limit_batch", "limit_seq_tokens")
@@ -177,9 +177,9 @@ func (m csvMore) cell(c *result.Cell) []string {
 				att = strconv.FormatFloat(*s.Attainment, 'f', 4, 64)
 			}
 			out = append(out, strconv.Itoa(s.Judged), strconv.Itoa(s.Good), att, f(s.GoodputReqPerSec), f(s.GoodputTokPerSec),
-				strconv.Itoa(s.Failed), s.MostMissed, strconv.Itoa(s.Excluded))
+				strconv.Itoa(s.Failed), s.MostMissed, strconv.Itoa(s.Undecided), strconv.Itoa(s.JudgedCut))
 		} else {
-			out = append(out, make([]string, 8)...)
+			out = append(out, make([]string, 9)...)
 		}
 	}
 	if m.split {
@@ -196,9 +196,10 @@ func (m csvMore) cell(c *result.Cell) []string {
 				}
 				return f(*p)
 			}
-			out = append(out, f(s.ClientMs), part(s.Queue), part(s.Prefill), part(s.EngineTTFT), ptr(s.OutsideMs), ptr(s.UnaccountedMs))
+			out = append(out, f(s.ClientMs), part(s.Queue), part(s.Prefill), part(s.EngineTTFT), ptr(s.OutsideMs), ptr(s.UnaccountedMs),
+				part(s.Validation), strconv.Itoa(s.ClientRequests), s.Over)
 		} else {
-			out = append(out, make([]string, 6)...)
+			out = append(out, make([]string, 9)...)
 		}
 	}
 	if m.limit {

@@ -185,7 +185,7 @@ func writeMarkdownBeyond(e *errWriter, v *view) {
 	}
 	table := func(head []string, rows [][]string) { mdTable(e, head, rows, rightCols(head, 0)) }
 	if b.SLODesc != "" {
-		e.printf("\n## SLOs\n\n%s · share of judged requests that met every SLO · good requests/s\n\n", mdEscape(b.SLODesc))
+		e.printf("\n## SLOs\n\n%s · share of judged requests that met every SLO · good requests/s · requests judged/undecided\n\n", mdEscape(b.SLODesc))
 		head := []string{"Context"}
 		for _, k := range v.Cols {
 			head = append(head, k.Label())

@@ -6,7 +6,7 @@
 // All measurements), with numbers formatted as those pages format them.
 // Compare renders two runs side by side with per-cell ratios. A run with
 // SLOs, the engine's TTFT figures or the decode limit's inputs (METHOD.md
-// §6–§8) gets their sections and columns as well (beyond.go).
+// §6–§8) gets their sections and columns as well (figures.go, slo.go, ttftsplit.go, limit.go).
 //
 // Everything is rendered from the document alone, so a run can be
 // re-rendered or compared long after it ran.

@@ -431,7 +431,7 @@ func writeTextBeyond(e *errWriter, v *view) {
 	}
 	if b.SLODesc != "" {
 		e.print("\n")
-		for _, l := range wrapParts("SLOs · "+b.SLODesc+" · share of judged requests that met every SLO · good requests/s", textWidth) {
+		for _, l := range wrapParts("SLOs · "+b.SLODesc+" · share of judged requests that met every SLO · good requests/s · requests judged/undecided", textWidth) {
 			e.print(l + "\n")
 		}
 		head := []string{"Context"}
@@ -450,8 +450,12 @@ func writeTextBeyond(e *errWriter, v *view) {
 	}
 	if len(b.SplitRows) > 0 {
 		e.print("\nWhere TTFT goes · the engine's own figures beside tokentap's\n")
-		head := []string{"Context", "N", "TTFT", "Queue", "Prefill", "Engine TTFT", "Outside engine"}
-		table(e, "", head, b.SplitRows, []bool{false, true, true, true, true, true, true})
+		head := withValidation([]string{"Context", "N", "TTFT", "Queue", "Prefill", "Engine TTFT", "Outside engine"}, b.SplitValidation)
+		right := []bool{false}
+		for range head[1:] {
+			right = append(right, true)
+		}
+		table(e, "", head, b.SplitRows, right)
 		for _, n := range b.SplitNotes {
 			para(n)
 		}

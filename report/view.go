@@ -137,7 +137,7 @@ type view struct {
 	TTFTNote   string
 	Probes     []result.Fact
 	// Beyond is what METHOD §6–§8 add (SLOs, TTFT split, bandwidth
-	// limit), LimitMarks each grid cell's share of the limit; beyond.go.
+	// limit), LimitMarks each grid cell's share of the limit; figures.go.
 	Beyond     *beyondView
 	LimitMarks map[cellKey]string
 

@@ -87,7 +87,7 @@ type Result struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 
 	// SLO is the run's service-level objectives and how it met them
-	// (--slo); Bandwidth the inputs of the decode limit (beyond.go).
+	// (--slo); Bandwidth the inputs of the decode limit (slo.go, limit.go).
 	SLO       *SLORun    `json:"slo,omitempty"`
 	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
 	// StoppedEarly says why a run that was not interrupted still stopped
@@ -164,6 +164,11 @@ type Settings struct {
 	// Percentiles are the percentiles (in percent) each cell's Percentiles
 	// hold; reports show these unless asked for others.
 	Percentiles []float64 `json:"percentiles,omitempty"`
+	// FinishRequests: the requests still running when a window closed
+	// (an open loop's grace ended) were let run to their end, not cut, so
+	// every one is judged against the SLOs and counted by the engine's
+	// TTFT figures; their tokens after the window count nowhere.
+	FinishRequests bool `json:"finish_requests,omitempty"`
 }
 
 // Fact is one probed fact and where it came from.
@@ -254,7 +259,7 @@ type Cell struct {
 	Percentiles *Percentiles `json:"percentiles,omitempty"`
 	Histograms  *histo.Set   `json:"histograms,omitempty"`
 
-	// SLO, TTFTSplit and DecodeLimit are the figures of beyond.go: the
+	// SLO, TTFTSplit and DecodeLimit are the figures of slo.go, ttftsplit.go and limit.go: the
 	// run's objectives met, where the engine says TTFT went, and decode
 	// against the bandwidth limit. Nil where the run has none.
 	SLO         *SLO         `json:"slo,omitempty"`
@@ -376,6 +381,7 @@ func Read(rd io.Reader) (*Result, error) {
 	case r.Schema < 0 || r.Schema > SchemaVersion:
 		return nil, fmt.Errorf("result schema %d; this tokentap reads 1 to %d (a newer tokentap wrote it?)", r.Schema, SchemaVersion)
 	}
+	r.oldSLO()
 	return &r, nil
 }
 
@@ -456,3 +462,21 @@ func (r *Result) RateRun() bool {
 //
 //go:embed schema.json
 var JSONSchema []byte
+
+// oldSLO reads the SLO figures of a document written before cut requests
+// were judged: its "excluded" requests (every request cut) were all left
+// undecided.
+func (r *Result) oldSLO() {
+	move := func(s *SLO) {
+		if s != nil && s.Excluded > 0 && s.Undecided == 0 {
+			s.Undecided, s.Excluded = s.Excluded, 0
+		}
+	}
+	if r.SLO != nil {
+		move(&r.SLO.Overall)
+		move(r.SLO.FailedCells)
+	}
+	for i := range r.Decode {
+		move(r.Decode[i].SLO)
+	}
+}

@@ -7,17 +7,25 @@
 // Objectives are given as "ttft=500ms,tbt=50ms" (Parse):
 //
 //   - ttft: time to first token (First − Sent);
-//   - tbt: every time between tokens of the request (a multi-token event's
-//     gap split evenly over its tokens, as the TBT column does): a stream
-//     that stalls once misses it;
+//   - tbt: every gap between token events the client saw, whole (an event
+//     that carried several tokens is one gap, not split over them): a
+//     stream that stalls once misses it;
 //   - tpot: the request's mean time per output token after the first,
 //     (last − first) / (tokens after the first event), vLLM's TPOT;
 //   - e2e: end-to-end time (End − Sent).
 //
-// A request is judged when it ended: OK, or failed (a failed request is
-// never good). A request still running when it was cut (the matrix's
-// window closing, a client leaving) is not judged: it might have met the
-// objectives or not. The package is pure: no I/O, no clock.
+// A non-streaming request has no token events: its TTFT is its whole
+// latency, as vllm bench serve counts it.
+//
+// A request that ended (OK, or failed: a failed request is never good) is
+// judged on all of it. A request cut before its end (the matrix's window
+// closing, a client leaving) is judged on what had happened by the cut
+// when that decides its result: no first token yet and longer than the
+// TTFT objective already, or a first token later than it, a gap already
+// over the TBT objective, longer than the e2e objective already (missed);
+// or, with a TTFT objective alone, a first token in time (good). Only a
+// request whose result the cut left open is undecided, and not judged
+// (METHOD.md §6). The package is pure: no I/O, no clock.
 package slo
 
 import (
@@ -233,30 +241,37 @@ func parseShare(v string) (float64, error) {
 
 // Verdict is what one request's judgement found.
 type Verdict struct {
-	// Judged is false for a request that did not end (cut, cancelled).
+	// Judged is false for a request the cut left undecided.
 	Judged bool
 	// Good: judged, not failed, and every objective met.
 	Good bool
 	// Failed: the request failed (record.Outcome.Failed).
 	Failed bool
+	// Cut: the request did not end; it was judged (or left undecided) on
+	// what had happened by the cut.
+	Cut bool
 	// Missed lists the objectives it missed, in Names order.
 	Missed []string
 }
 
-// Judge checks one record that ended against the objectives: a failed
-// request is judged and not good; an OK one is good when it meets every
-// objective set. A record whose outcome is neither (cancelled, still
-// running) is not judged. A request that ended without a token event has
-// no TTFT and misses a ttft objective.
+// Never is a cut instant later than any: Window with it judges every
+// request as it ended, for a run that let every request end.
+const Never = time.Duration(math.MaxInt64)
+
+// Judge checks one record against the objectives: a failed request is
+// judged and not good; an OK one is good when it meets every objective
+// set; a cancelled one (a client that left) is judged as cut at its End
+// (JudgeCut). A request that ended without a token event has no TTFT and
+// misses a ttft objective, unless it did not stream: then its TTFT is its
+// whole latency.
 func (s Spec) Judge(r *record.Record) Verdict {
-	var v Verdict
 	switch {
 	case r.Outcome.Failed():
-		v.Judged, v.Failed = true, true
-		return v
+		return Verdict{Judged: true, Failed: true}
 	case r.Outcome != record.OK:
-		return v
+		return s.JudgeCut(r, r.End)
 	}
+	var v Verdict
 	v.Judged = true
 	for _, n := range Names {
 		lim := s.Limit(n)
@@ -268,15 +283,85 @@ func (s Spec) Judge(r *record.Record) Verdict {
 	return v
 }
 
-// meets reports whether r meets objective name within lim.
+// outcome of one objective for a request cut before its end.
+type decision int
+
+const (
+	open decision = iota
+	met
+	missed
+)
+
+// JudgeCut judges r as cut at instant at, before its end, on the token
+// events that arrived by then: it is judged when that decides its result
+// (an objective already missed, or every objective already met), and left
+// undecided otherwise.
+func (s Spec) JudgeCut(r *record.Record, at time.Duration) Verdict {
+	v := Verdict{Cut: true}
+	n, _ := slices.BinarySearch(r.Arrivals, at+1) // the events that arrived by at
+	stream := r.Stream || len(r.Arrivals) > 0
+	undecided := false
+	for _, name := range Names {
+		lim := s.Limit(name)
+		if lim <= 0 {
+			continue
+		}
+		d := open
+		switch name {
+		case result.SLOTTFT:
+			switch {
+			case stream && n > 0 && r.Arrivals[0]-r.Sent <= lim:
+				d = met
+			case stream && n > 0, at-r.Sent > lim:
+				d = missed
+			}
+		case result.SLOTBT:
+			if !stream {
+				d = met // no gaps, ever
+			}
+			for i := 1; i < n; i++ {
+				if r.Arrivals[i]-r.Arrivals[i-1] > lim {
+					d = missed
+					break
+				}
+			}
+		case result.SLOTPOT:
+			if !stream {
+				d = met
+			}
+		case result.SLOE2E:
+			if at-r.Sent > lim {
+				d = missed
+			}
+		}
+		switch d {
+		case missed:
+			v.Missed = append(v.Missed, name)
+		case open:
+			undecided = true
+		}
+	}
+	switch {
+	case len(v.Missed) > 0:
+		v.Judged = true
+	case !undecided:
+		v.Judged, v.Good = true, true
+	}
+	return v
+}
+
+// meets reports whether r, which ended, meets objective name within lim.
 func meets(r *record.Record, name string, lim time.Duration) bool {
 	switch name {
 	case result.SLOTTFT:
+		if !r.Stream && len(r.Arrivals) == 0 {
+			return r.End-r.Sent <= lim // not streamed: the whole latency
+		}
 		d, ok := r.TTFT()
 		return ok && d <= lim
 	case result.SLOTBT:
 		for i := 1; i < len(r.Arrivals); i++ {
-			if (r.Arrivals[i]-r.Arrivals[i-1])/time.Duration(r.EventTokens(i)) > lim {
+			if r.Arrivals[i]-r.Arrivals[i-1] > lim {
 				return false
 			}
 		}
@@ -295,7 +380,11 @@ func meets(r *record.Record, name string, lim time.Duration) bool {
 
 // Tally sums verdicts. The zero value is ready to use.
 type Tally struct {
-	Judged, Good, Failed, Excluded int
+	Judged, Good, Failed int
+	// Undecided are requests a cut left undecided: not judged.
+	Undecided int
+	// JudgedCut are the judged requests that were cut before their end.
+	JudgedCut int
 	// GoodTokens are the output tokens of good requests.
 	GoodTokens int64
 	Missed     map[string]int
@@ -312,10 +401,13 @@ func (t *Tally) Add(s Spec, r *record.Record) Verdict {
 // tokens.
 func (t *Tally) AddVerdict(v Verdict, tokens int) {
 	if !v.Judged {
-		t.Excluded++
+		t.Undecided++
 		return
 	}
 	t.Judged++
+	if v.Cut {
+		t.JudgedCut++
+	}
 	if v.Failed {
 		t.Failed++
 	}
@@ -336,7 +428,8 @@ func (t *Tally) Merge(o Tally) {
 	t.Judged += o.Judged
 	t.Good += o.Good
 	t.Failed += o.Failed
-	t.Excluded += o.Excluded
+	t.Undecided += o.Undecided
+	t.JudgedCut += o.JudgedCut
 	t.GoodTokens += o.GoodTokens
 	for n, c := range o.Missed {
 		if t.Missed == nil {
@@ -346,11 +439,17 @@ func (t *Tally) Merge(o Tally) {
 	}
 }
 
+// FromFigures is the tally a result document's figures kept (good tokens
+// aside).
+func FromFigures(s *result.SLO) Tally {
+	return Tally{Judged: s.Judged, Good: s.Good, Failed: s.Failed, Undecided: s.Undecided, JudgedCut: s.JudgedCut, Missed: s.Missed}
+}
+
 // Figures are the tally as the result document keeps it, goodput over
 // seconds (the window, or the period measured); seconds <= 0 gives no
 // goodput.
 func (t Tally) Figures(seconds float64) *result.SLO {
-	out := &result.SLO{Judged: t.Judged, Good: t.Good, Failed: t.Failed, Excluded: t.Excluded}
+	out := &result.SLO{Judged: t.Judged, Good: t.Good, Failed: t.Failed, Undecided: t.Undecided, JudgedCut: t.JudgedCut}
 	if t.Judged > 0 {
 		a := float64(t.Good) / float64(t.Judged)
 		out.Attainment = &a
@@ -382,17 +481,20 @@ func MostMissed(missed map[string]int) string {
 }
 
 // Window judges the requests sent in the window [start, end) of a matrix
-// cell: those that ended inside it (OK, or failed) are judged; those still
-// running when it closed were cut by the load generator and are not (a
-// failure the client is blamed for at or after the close is that cut, as
-// package cell counts it).
+// cell: those that ended inside it (OK, or failed) on all of them; those
+// still running when it closed were cut by the load generator, and are
+// judged on what had happened by the close where that decides (JudgeCut;
+// a failure the client is blamed for at or after the close is that cut,
+// as package cell counts it).
 func (s Spec) Window(recs []record.Record, start, end time.Duration) Tally {
 	return s.WindowUntil(recs, start, end, end)
 }
 
-// WindowUntil is Window for an open loop, whose requests may end after the
-// window, in its grace: the requests sent in [start, end) are judged when
-// they ended before until.
+// WindowUntil is Window for requests that may end after the window: an
+// open loop's grace, or a run that let every request end (until Never).
+// The requests sent in [start, end) that ended before until are judged on
+// all of them, the rest as cut at until (or at their own End, a client's
+// cancel, when that came first).
 func (s Spec) WindowUntil(recs []record.Record, start, end, until time.Duration) Tally {
 	var t Tally
 	for i := range recs {
@@ -409,19 +511,20 @@ func (s Spec) WindowUntil(recs []record.Record, start, end, until time.Duration)
 		default:
 			cut = true
 		}
-		if cut {
-			t.Excluded++
+		if !cut {
+			t.Add(s, r)
 			continue
 		}
-		t.Add(s, r)
+		t.AddVerdict(s.JudgeCut(r, min(r.End, until)), r.CompletionTokens)
 	}
 	return t
 }
 
-// Capacity is, per context, the most requests at once (and, for
-// arrival-rate cells, the highest request rate) whose cell met the
-// target attainment (METHOD.md §6): DistServe's serving capacity. Cells
-// that show no figures, or judged no request, do not count.
+// Capacity is, per context, the highest concurrency (and, for
+// arrival-rate cells, the highest request rate) such that its cell and
+// the cell of every lower level met the target attainment (METHOD.md §6):
+// DistServe's serving capacity, without a noisy pass above a miss. A level
+// whose cell shows no figures, or judged no request, is not met.
 func Capacity(res *result.Result, target float64) []result.SLOCapacity {
 	met := func(cl *result.Cell) bool {
 		return cl != nil && cl.Status.ShowsFigures() && cl.SLO != nil && cl.SLO.Attainment != nil && *cl.SLO.Attainment >= target-1e-12
@@ -429,17 +532,69 @@ func Capacity(res *result.Result, target float64) []result.SLOCapacity {
 	var out []result.SLOCapacity
 	for _, c := range res.Settings.Contexts {
 		cp := result.SLOCapacity{Context: c}
-		for _, n := range res.Settings.Concurrency {
-			if met(res.Cell(c, n)) {
-				cp.Concurrency = max(cp.Concurrency, n)
+		ns := slices.Clone(res.Settings.Concurrency)
+		slices.Sort(ns)
+		for _, n := range ns {
+			if !met(res.Cell(c, n)) {
+				break
 			}
+			cp.Concurrency = n
 		}
-		for _, rate := range res.Settings.Rates {
-			if met(res.CellAt(c, result.Column{Rate: rate})) {
-				cp.Rate = max(cp.Rate, rate)
+		rates := slices.Clone(res.Settings.Rates)
+		slices.Sort(rates)
+		for _, rate := range rates {
+			if !met(res.CellAt(c, result.Column{Rate: rate})) {
+				break
 			}
+			cp.Rate = rate
 		}
 		out = append(out, cp)
 	}
 	return out
+}
+
+// Totals sets the run's SLO totals from its cells (METHOD.md §6): Overall
+// sums the cells that show figures, goodput over their windows together
+// (each cell's goodput × its measured seconds); the cells that failed are
+// summed apart in FailedCells, never mixed in; and the serving capacity.
+func Totals(r *result.Result) {
+	if r.SLO == nil {
+		return
+	}
+	type sum struct {
+		t            Tally
+		secs, g, tok float64
+		cells        int
+	}
+	add := func(s *sum, c *result.Cell) {
+		s.t.Merge(FromFigures(c.SLO))
+		s.secs += c.MeasuredForSeconds
+		s.g += c.SLO.GoodputReqPerSec * c.MeasuredForSeconds
+		s.tok += c.SLO.GoodputTokPerSec * c.MeasuredForSeconds
+		s.cells++
+	}
+	figures := func(s *sum) *result.SLO {
+		o := s.t.Figures(0)
+		if s.secs > 0 {
+			o.GoodputReqPerSec, o.GoodputTokPerSec = s.g/s.secs, s.tok/s.secs
+		}
+		return o
+	}
+	var shown, failed sum
+	for i := range r.Decode {
+		c := &r.Decode[i]
+		switch {
+		case c.SLO == nil:
+		case c.Status.ShowsFigures():
+			add(&shown, c)
+		case c.Status == result.Failed:
+			add(&failed, c)
+		}
+	}
+	r.SLO.Overall, r.SLO.OverallCells = *figures(&shown), shown.cells
+	r.SLO.FailedCells, r.SLO.FailedCellCount = nil, 0
+	if failed.cells > 0 {
+		r.SLO.FailedCells, r.SLO.FailedCellCount = figures(&failed), failed.cells
+	}
+	r.SLO.Capacity = Capacity(r, r.SLO.Spec.Target)
 }

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,11 @@ func rec(end int, events ...int) record.Record {
 	return r
 }
 
+// nostream is an OK non-streaming record sent at 0 that ended at end ms.
+func nostream(end int) record.Record {
+	return record.Record{Outcome: record.OK, End: time.Duration(end) * ms, CompletionTokens: 10}
+}
+
 func TestJudge(t *testing.T) {
 	multi := rec(300, 100)
 	multi.AddEvent(200*ms, 4) // a 100 ms gap over 4 tokens: 25 ms each
@@ -102,12 +108,19 @@ func TestJudge(t *testing.T) {
 		{"ttft over", "ttft=99ms", rec(130, 100, 110), true, false, []string{"ttft"}},
 		{"one slow gap misses tbt, not tpot", "tbt=20ms,tpot=20ms", rec(200, 100, 110, 120, 130, 160, 170, 180), true, false, []string{"tbt"}},
 		{"tpot is the mean after the first", "tpot=14ms", rec(200, 100, 110, 120, 130, 160), true, false, []string{"tpot"}},
-		{"multi-token event's gap split", "tbt=25ms,tpot=25ms", multi, true, true, nil},
-		{"multi-token gap over", "tbt=24ms", multi, true, false, []string{"tbt"}},
+		// The client waited 100 ms for the event of 4 tokens: one gap of
+		// 100 ms, not four of 25 ms; TPOT is (last 200 − first 100) / 4
+		// tokens = 25 ms.
+		{"multi-token event is one gap", "tbt=25ms", multi, true, false, []string{"tbt"}},
+		{"multi-token gap within", "tbt=100ms,tpot=25ms", multi, true, true, nil},
 		{"e2e", "e2e=299ms", multi, true, false, []string{"e2e"}},
 		{"several missed in order", "e2e=1ms,ttft=1ms", multi, true, false, []string{"ttft", "e2e"}},
 		{"failed is judged, not good", "ttft=1s", failed, true, false, nil},
-		{"cancelled is not judged", "ttft=1s", cancelled, false, false, nil},
+		{"cancelled after a first token in time, ttft alone: good", "ttft=1s", cancelled, true, true, nil},
+		{"cancelled, its e2e still open: undecided", "ttft=1s,e2e=1s", cancelled, false, false, nil},
+		{"cancelled with its first token late: missed", "ttft=5ms", cancelled, true, false, []string{"ttft"}},
+		{"not streamed: TTFT is the whole latency", "ttft=100ms", nostream(150), true, false, []string{"ttft"}},
+		{"not streamed, within", "ttft=200ms,tbt=1ms,tpot=1ms", nostream(150), true, true, nil},
 		{"no token misses ttft", "ttft=1s", noToken, true, false, []string{"ttft"}},
 		{"no token, no ttft objective", "e2e=1s,tbt=1ms", noToken, true, true, nil},
 	}
@@ -118,6 +131,44 @@ func TestJudge(t *testing.T) {
 		}
 		v := s.Judge(&tt.r)
 		if v.Judged != tt.judged || v.Good != tt.good || strings.Join(v.Missed, ",") != strings.Join(tt.missed, ",") {
+			t.Errorf("%s: %+v, want judged %v good %v missed %v", tt.name, v, tt.judged, tt.good, tt.missed)
+		}
+	}
+}
+
+// TestJudgeCut: a request cut at 1 s (sent at 0) is judged when what
+// happened by the cut decides its result, and only then.
+func TestJudgeCut(t *testing.T) {
+	cut := 1000 * ms
+	tests := []struct {
+		name   string
+		spec   string
+		r      record.Record
+		judged bool
+		good   bool
+		missed []string
+	}{
+		{"no token, past the ttft objective", "ttft=500ms", rec(0), true, false, []string{"ttft"}},
+		{"no token, ttft objective not yet reached", "ttft=2s", rec(0), false, false, nil},
+		{"no token, exactly at the objective: open", "ttft=1s", rec(0), false, false, nil},
+		{"first token late", "ttft=100ms,tbt=1s", rec(0, 200, 210), true, false, []string{"ttft"}},
+		{"first token in time, ttft alone: good", "ttft=300ms", rec(0, 200, 210), true, true, nil},
+		{"first token in time, tbt still open", "ttft=300ms,tbt=50ms", rec(0, 200, 210), false, false, nil},
+		{"a gap already over tbt", "ttft=300ms,tbt=50ms", rec(0, 200, 210, 400), true, false, []string{"tbt"}},
+		{"a gap after the cut does not count", "tbt=50ms", rec(0, 200, 210, 1500), false, false, nil},
+		{"a token after the cut is not its first", "ttft=800ms", rec(0, 1200), true, false, []string{"ttft"}},
+		{"e2e already over", "e2e=900ms", rec(0, 200), true, false, []string{"e2e"}},
+		{"tpot never decided by a cut", "tpot=1ms", rec(0, 200, 900), false, false, nil},
+		{"several certain misses", "ttft=100ms,e2e=500ms,tpot=1s", rec(0), true, false, []string{"ttft", "e2e"}},
+		{"not streamed, past the ttft objective", "ttft=500ms", record.Record{}, true, false, []string{"ttft"}},
+	}
+	for _, tt := range tests {
+		s, err := Parse(tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.JudgeCut(&tt.r, cut)
+		if v.Judged != tt.judged || v.Good != tt.good || !v.Cut || v.Failed || strings.Join(v.Missed, ",") != strings.Join(tt.missed, ",") {
 			t.Errorf("%s: %+v, want judged %v good %v missed %v", tt.name, v, tt.judged, tt.good, tt.missed)
 		}
 	}
@@ -149,19 +200,34 @@ func TestWindow(t *testing.T) {
 		at(3000, 3010, 3100, record.OK, ""),                        // sent after it
 	}
 	tl := s.Window(recs, 1000*ms, 3000*ms)
-	if tl.Judged != 4 || tl.Good != 2 || tl.Failed != 1 || tl.Excluded != 3 || tl.GoodTokens != 4 || tl.Missed["ttft"] != 1 {
+	if tl.Judged != 7 || tl.JudgedCut != 3 || tl.Good != 5 || tl.Failed != 1 || tl.Undecided != 0 || tl.GoodTokens != 10 || tl.Missed["ttft"] != 1 {
 		t.Fatalf("tally %+v", tl)
 	}
 	f := tl.Figures(2)
-	if f.Attainment == nil || *f.Attainment != 0.5 || f.GoodputReqPerSec != 1 || f.GoodputTokPerSec != 2 || f.MostMissed != "ttft" {
+	if f.Attainment == nil || *f.Attainment != 5.0/7 || f.GoodputReqPerSec != 2.5 || f.GoodputTokPerSec != 5 || f.MostMissed != "ttft" || f.JudgedCut != 3 {
 		t.Errorf("figures %+v", f)
 	}
 	// An open loop's grace: what ended at the close (3000) ended inside
-	// a grace that runs to 3500, so it is judged (the OK one good, the
-	// broken one failed); the cancelled one is still not, nor the one sent
-	// after the window.
-	if g := s.WindowUntil(recs, 1000*ms, 3000*ms, 3500*ms); g.Judged != 6 || g.Good != 3 || g.Failed != 2 || g.Excluded != 1 {
+	// a grace that runs to 3500, so it is judged on all of it (the OK one
+	// good, the broken one failed); the cancelled one is judged as cut,
+	// and the one sent after the window not at all.
+	if g := s.WindowUntil(recs, 1000*ms, 3000*ms, 3500*ms); g.Judged != 7 || g.JudgedCut != 1 || g.Good != 4 || g.Failed != 2 || g.Undecided != 0 {
 		t.Errorf("with a grace to 3.5 s: %+v", g)
+	}
+	// With an e2e objective the cut ones' results stay open: undecided.
+	s2, _ := Parse("ttft=50ms,e2e=10s")
+	if g := s2.Window(recs, 1000*ms, 3000*ms); g.Judged != 4 || g.Undecided != 3 || g.JudgedCut != 0 {
+		t.Errorf("e2e open at the cut: %+v", g)
+	}
+	// A request that waited past the objective with no token when the
+	// window closed is a certain miss, whatever else is set.
+	late := []record.Record{at(1000, -1, 3000, record.Cancelled, record.BlameClient), at(2990, -1, 3000, record.Cancelled, record.BlameClient)}
+	if g := s2.Window(late, 1000*ms, 3000*ms); g.Judged != 1 || g.Good != 0 || g.Missed["ttft"] != 1 || g.Undecided != 1 {
+		t.Errorf("certain miss at the cut: %+v", g)
+	}
+	// Every request let run to its end (Never): all judged as they ended.
+	if g := s.WindowUntil(recs, 1000*ms, 3000*ms, Never); g.Judged != 7 || g.JudgedCut != 1 || g.Good != 4 {
+		t.Errorf("until never: %+v", g)
 	}
 	var none Tally
 	if f := none.Figures(2); f.Attainment != nil || f.GoodputReqPerSec != 0 || f.MostMissed != "" {
@@ -171,9 +237,9 @@ func TestWindow(t *testing.T) {
 
 func TestMergeAndMostMissed(t *testing.T) {
 	a := Tally{Judged: 2, Good: 1, GoodTokens: 10, Missed: map[string]int{result.SLOTBT: 1}}
-	b := Tally{Judged: 3, Good: 0, Failed: 1, Excluded: 2, Missed: map[string]int{result.SLOTTFT: 1, result.SLOTBT: 1, result.SLOE2E: 2}}
+	b := Tally{Judged: 3, Good: 0, Failed: 1, Undecided: 2, JudgedCut: 1, Missed: map[string]int{result.SLOTTFT: 1, result.SLOTBT: 1, result.SLOE2E: 2}}
 	a.Merge(b)
-	if a.Judged != 5 || a.Good != 1 || a.Failed != 1 || a.Excluded != 2 || a.Missed[result.SLOTBT] != 2 {
+	if a.Judged != 5 || a.Good != 1 || a.Failed != 1 || a.Undecided != 2 || a.JudgedCut != 1 || a.Missed[result.SLOTBT] != 2 {
 		t.Errorf("merged %+v", a)
 	}
 	// tbt and e2e tie at 2: the first in Names order wins.
@@ -227,5 +293,47 @@ func TestCapacity(t *testing.T) {
 	}}
 	if got := Capacity(rates, 0.9); len(got) != 1 || got[0] != (result.SLOCapacity{Context: 0, Rate: 2}) {
 		t.Errorf("arrival rates: %+v", got)
+	}
+	// A noisy pass above a miss is not capacity: 16 met the target, 4 did
+	// not, so the capacity is 1; a Failed or unjudged cell is a miss too.
+	noisy := &result.Result{Settings: result.Settings{Contexts: []int{0, 1024, 2048}, Concurrency: []int{16, 1, 4}}, Decode: []result.Cell{
+		{Context: 0, Concurrency: 1, Status: result.Valid, SLO: share(1)},
+		{Context: 0, Concurrency: 4, Status: result.Valid, SLO: share(0.5)},
+		{Context: 0, Concurrency: 16, Status: result.Valid, SLO: share(0.95)},
+		{Context: 1024, Concurrency: 1, Status: result.Failed, SLO: share(1)},
+		{Context: 1024, Concurrency: 4, Status: result.Valid, SLO: share(1)},
+		{Context: 2048, Concurrency: 1, Status: result.Valid, SLO: share(1)},
+		{Context: 2048, Concurrency: 4, Status: result.Valid, SLO: &result.SLO{Undecided: 4}},
+		{Context: 2048, Concurrency: 16, Status: result.Valid, SLO: share(1)},
+	}}
+	if got := Capacity(noisy, 0.9); len(got) != 3 || got[0].Concurrency != 1 || got[1].Concurrency != 0 || got[2].Concurrency != 1 {
+		t.Errorf("a pass above a miss: %+v, want 1, 0 and 1", got)
+	}
+}
+
+// TestTotals: the run's overall tally covers the cells that show figures,
+// goodput over their windows together; Failed cells are summed apart.
+func TestTotals(t *testing.T) {
+	fig := func(judged, good, undecided int, secs float64) *result.SLO {
+		return Tally{Judged: judged, Good: good, Undecided: undecided, GoodTokens: int64(10 * good)}.Figures(secs)
+	}
+	r := &result.Result{SLO: &result.SLORun{Spec: result.SLOSpec{Target: 0.9}}, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1, 2, 4, 8}},
+		Decode: []result.Cell{
+			{Context: 0, Concurrency: 1, Status: result.Valid, MeasuredForSeconds: 10, SLO: fig(10, 10, 0, 10)},
+			{Context: 0, Concurrency: 2, Status: result.RequestsQueued, MeasuredForSeconds: 5, SLO: fig(20, 5, 3, 5)},
+			{Context: 0, Concurrency: 4, Status: result.Failed, MeasuredForSeconds: 5, SLO: fig(8, 0, 1, 5)},
+			{Context: 0, Concurrency: 8, Status: result.OverCapacity},
+		}}
+	Totals(r)
+	o := r.SLO.Overall
+	// 15 good of 30 judged over 15 s: 1 good request/s, 10 tok/s.
+	if r.SLO.OverallCells != 2 || o.Judged != 30 || o.Good != 15 || o.Undecided != 3 || math.Abs(o.GoodputReqPerSec-1) > 1e-9 || math.Abs(o.GoodputTokPerSec-10) > 1e-9 {
+		t.Errorf("overall over %d cells: %+v", r.SLO.OverallCells, o)
+	}
+	if f := r.SLO.FailedCells; r.SLO.FailedCellCount != 1 || f == nil || f.Judged != 8 || f.Undecided != 1 || f.Good != 0 {
+		t.Errorf("failed cells apart: %d, %+v", r.SLO.FailedCellCount, f)
+	}
+	if c := r.SLO.Capacity; len(c) != 1 || c[0].Concurrency != 1 {
+		t.Errorf("capacity %+v", c)
 	}
 }

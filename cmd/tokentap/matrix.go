@@ -51,6 +51,7 @@ type matrixFlags struct {
 	Format      string        `env:"FORMAT" envDefault:"text"`
 	Percentiles string        `env:"PERCENTILES" envDefault:"50,90,99"`
 	AllowFailed bool          `env:"ALLOW_FAILED"`
+	Finish      bool          `env:"FINISH_REQUESTS"`
 	Overwrite   bool          `env:"OVERWRITE"`
 	Quiet       bool          `env:"QUIET"`
 	Salt        string        `env:"SALT"`
@@ -114,6 +115,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Records, "records", f.Records, "also write every request's record here (JSONL) [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "report format on stdout: text, md, csv, json, html, or none [TOKENTAP_FORMAT]")
 	fs.StringVar(&f.Percentiles, "percentiles", f.Percentiles, "latency percentiles the report shows and the result holds as numbers, e.g. 50,90,99,99.9 [TOKENTAP_PERCENTILES]")
+	fs.BoolVar(&f.Finish, "finish-requests", f.Finish, "let the requests still running when a window closes run to their end, not cut, so every one is judged against --slo and counted by the engine's TTFT figures (their tokens after the window count nowhere) [TOKENTAP_FINISH_REQUESTS]")
 	fs.BoolVar(&f.AllowFailed, "allow-failed", f.AllowFailed, "exit 0 even when cells failed (default: exit 3, so CI can tell a broken run) [TOKENTAP_ALLOW_FAILED]")
 	fs.BoolVar(&f.Quiet, "quiet", f.Quiet, "no progress display on stderr [TOKENTAP_QUIET]")
 	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache; a sharded run's derives from --start-at) [TOKENTAP_SALT]")
@@ -183,6 +185,8 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		Salt:   f.Salt,
 		Log:    log,
 		By:     f.By,
+
+		FinishRequests: f.Finish,
 	}
 	given := result.Hardware{Type: f.HardwareType, GPU: f.GPU, VRAM: f.VRAM, CPU: f.CPU, RAM: f.RAM, OS: f.OS}
 	cfg.Engine = result.Engine{Name: f.EngineName, Version: f.EngineVersion, Quantization: f.Quantization,

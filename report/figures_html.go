@@ -19,6 +19,7 @@ var lineColours = []string{"#2f6db5", "#e07b39", "#3f8f6b", "#8a5cb8", "#c2410c"
 // TTFT parts' colours in the stacked bars.
 const (
 	colQueue   = "#e0a526"
+	colValid   = "#c9b458" // TGI's validation
 	colPrefill = "#6ba4da"
 	colEngine  = "#8a5cb8" // engine TTFT beyond queue and prefill
 	colOutside = "#9aa3ad"
@@ -133,6 +134,10 @@ func splitBars(r *result.Result, contexts []int, cols []result.Column) string {
 			add("queue", colQueue, s.Queue.Ms)
 			used += s.Queue.Ms
 		}
+		if s.Validation != nil {
+			add("validation", colValid, s.Validation.Ms)
+			used += s.Validation.Ms
+		}
 		if s.Prefill != nil {
 			add("prefill", colPrefill, s.Prefill.Ms)
 			used += s.Prefill.Ms
@@ -166,6 +171,9 @@ func barLength(s *result.TTFTSplit) float64 {
 	if s.Queue != nil {
 		parts += s.Queue.Ms
 	}
+	if s.Validation != nil {
+		parts += s.Validation.Ms
+	}
 	if s.Prefill != nil {
 		parts += s.Prefill.Ms
 	}
@@ -194,7 +202,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 	contexts, cols := axes(r)
 	table := func(cls string, head []string, rows [][]string) { e.table("all "+cls, head, rows) }
 	if b.SLODesc != "" {
-		e.printf("<h2>SLO goodput</h2>\n<p class=\"sub\">share of the judged requests that met every SLO: <b>%s</b></p>\n", h(b.SLODesc))
+		e.printf("<h2>SLO goodput</h2>\n<p class=\"sub\">share of the judged requests that met every SLO · good requests/s · requests judged/undecided: <b>%s</b></p>\n", h(b.SLODesc))
 		var items [][2]string
 		for i, c := range contexts {
 			items = append(items, [2]string{lineColours[i%len(lineColours)], ctxLabel(c) + " context"})
@@ -219,6 +227,9 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 	if len(b.SplitRows) > 0 {
 		e.print("<h2>Where TTFT goes</h2>\n<p class=\"sub\">the engine's own queue, prefill and TTFT beside the TTFT tokentap measured (means over each window's requests)</p>\n")
 		items := [][2]string{{colQueue, "queue (engine)"}, {colPrefill, "prefill (engine)"}, {colEngine, "rest of the engine's TTFT"}, {colOutside, "outside the engine"}}
+		if b.SplitValidation {
+			items = append(items, [2]string{colValid, "validation (engine)"})
+		}
 		for _, c := range r.Decode {
 			if c.TTFTSplit != nil && c.TTFTSplit.UnaccountedMs != nil && c.Status.ShowsFigures() {
 				items = append(items, [2]string{colUnacct, "not accounted by the engine (*)"})

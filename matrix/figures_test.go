@@ -30,23 +30,27 @@ func shortScenario() scenarios.Scenario {
 
 // TestSLOPerCell: with lenient objectives every judged request is good;
 // with a 1 ms TTFT none is, and TTFT is what they missed. Judged are the
-// requests that ended in the window (the completed ones, none failed);
-// those the window's end cut are not judged. The run's figures add the
-// cells up.
+// requests that ended in the window (the completed ones, none failed) and
+// those the window's end cut whose result was decided: with a 1 ms TTFT
+// every cut one had missed it already; with lenient ones, a cut request's
+// gaps to come leave it undecided. With FinishRequests the cut ones run to
+// their end and are judged on all of it. The run's figures add the cells
+// up.
 func TestSLOPerCell(t *testing.T) {
 	m := quickModel()
 	m.TBTBase = 2 * time.Millisecond
 	m.TBTPerRunning = 0
 	eng := fixtures.StartTest(t, m)
 	for _, tc := range []struct {
-		spec string
-		good bool
-	}{{"ttft=5s,tbt=1s", true}, {"ttft=1ms", false}} {
+		spec   string
+		good   bool
+		finish bool
+	}{{"ttft=5s,tbt=1s", true, false}, {"ttft=1ms", false, false}, {"ttft=5s,tbt=1s", true, true}} {
 		spec, err := slo.Parse(tc.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(), SLO: spec})
+		res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(), SLO: spec, FinishRequests: tc.finish})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,8 +63,15 @@ func TestSLOPerCell(t *testing.T) {
 			if c.Status != result.Valid || s == nil || s.Attainment == nil {
 				t.Fatalf("%s: cell %d × %d: %s, SLO %+v", tc.spec, c.Context, c.Concurrency, c.Status, s)
 			}
-			if s.Judged != c.Completed || s.Judged == 0 || s.Excluded == 0 || s.Failed != 0 {
-				t.Errorf("%s: cell × %d judged %d (completed %d), excluded %d", tc.spec, c.Concurrency, s.Judged, c.Completed, s.Excluded)
+			switch {
+			case s.Judged == 0 || s.Failed != 0:
+				t.Errorf("%s: cell × %d judged %d, failed %d", tc.spec, c.Concurrency, s.Judged, s.Failed)
+			case tc.finish && (s.Undecided != 0 || s.JudgedCut != 0 || s.Judged <= c.Completed):
+				t.Errorf("%s, requests finished: cell × %d judged %d (completed in the window %d), %d cut, %d undecided", tc.spec, c.Concurrency, s.Judged, c.Completed, s.JudgedCut, s.Undecided)
+			case !tc.finish && tc.good && (s.Judged != c.Completed || s.Undecided == 0 || s.JudgedCut != 0):
+				t.Errorf("%s: cell × %d judged %d (completed %d), %d cut, %d undecided", tc.spec, c.Concurrency, s.Judged, c.Completed, s.JudgedCut, s.Undecided)
+			case !tc.finish && !tc.good && (s.Judged != c.Completed+s.JudgedCut || s.JudgedCut == 0 || s.Undecided != 0):
+				t.Errorf("%s: cell × %d judged %d (completed %d), %d cut, %d undecided: every cut one had missed its TTFT", tc.spec, c.Concurrency, s.Judged, c.Completed, s.JudgedCut, s.Undecided)
 			}
 			want := 0.0
 			if tc.good {
@@ -69,12 +80,12 @@ func TestSLOPerCell(t *testing.T) {
 			if *s.Attainment != want {
 				t.Errorf("%s: cell × %d attainment %v, want %v", tc.spec, c.Concurrency, *s.Attainment, want)
 			}
-			if tc.good {
+			if tc.good && !tc.finish {
 				// Every good request ran its 24 tokens inside the window.
 				if s.GoodputReqPerSec <= 0 || math.Abs(s.GoodputTokPerSec-24*s.GoodputReqPerSec) > 1e-9 {
 					t.Errorf("%s: goodput %v req/s, %v tok/s", tc.spec, s.GoodputReqPerSec, s.GoodputTokPerSec)
 				}
-			} else if s.MostMissed != result.SLOTTFT || s.Missed[result.SLOTTFT] != s.Judged || s.GoodputReqPerSec != 0 {
+			} else if !tc.good && (s.MostMissed != result.SLOTTFT || s.Missed[result.SLOTTFT] != s.Judged || s.GoodputReqPerSec != 0) {
 				t.Errorf("%s: missed %v, most %q, goodput %v", tc.spec, s.Missed, s.MostMissed, s.GoodputReqPerSec)
 			}
 			judged += s.Judged
@@ -82,7 +93,7 @@ func TestSLOPerCell(t *testing.T) {
 			secs += c.MeasuredForSeconds
 		}
 		o := res.SLO.Overall
-		if o.Judged != judged || o.Good != good || math.Abs(o.GoodputReqPerSec-float64(good)/secs) > 1e-9 {
+		if o.Judged != judged || o.Good != good || res.SLO.OverallCells != len(res.Decode) || math.Abs(o.GoodputReqPerSec-float64(good)/secs) > 1e-9 {
 			t.Errorf("%s: overall %+v, want %d judged, %d good over %.2f s", tc.spec, o, judged, good, secs)
 		}
 		wantCap := 0
@@ -157,10 +168,19 @@ func delayForwarder(t *testing.T, upstream string, delay time.Duration) string {
 }
 
 // TestTTFTSplitKnownValues: against the fake (vLLM's histograms) behind a
-// forwarder that holds every request 40 ms, the split's engine figures are
-// exactly what the fake's ledger says of the window's requests, and the
-// time outside the engine is at least the forwarder's 40 ms.
+// forwarder that holds every request 40 ms, with every request let run to
+// its end (--finish-requests), the split's engine figures are exactly what
+// the fake's ledger says of the window's requests, and the time outside
+// the engine is at least the forwarder's 40 ms. Without it, the window's
+// last requests are cut and the engine keeps no queue or prefill time of
+// them: only its TTFT is shown, over the same requests as tokentap's, and
+// the note says why.
 func TestTTFTSplitKnownValues(t *testing.T) {
+	t.Run("finished", func(t *testing.T) { ttftSplitKnownValues(t, true) })
+	t.Run("cut", func(t *testing.T) { ttftSplitKnownValues(t, false) })
+}
+
+func ttftSplitKnownValues(t *testing.T, finish bool) {
 	m := quickModel()
 	m.TBTBase = 2 * time.Millisecond
 	eng := fixtures.StartTest(t, m)
@@ -172,7 +192,7 @@ func TestTTFTSplitKnownValues(t *testing.T) {
 	)
 	sc := shortScenario()
 	sc.MaxOutput = 200 // outlives the window: queue and prefill are read after the cancelled ones end
-	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: target}, Scenario: sc,
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: target}, Scenario: sc, FinishRequests: finish,
 		OnCell: func(c CellRun) { mu.Lock(); runs = append(runs, c); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
@@ -181,9 +201,38 @@ func TestTTFTSplitKnownValues(t *testing.T) {
 	if len(runs) != 2 {
 		t.Fatalf("%d cells ran", len(runs))
 	}
+	cutNotes := ""
+	defer func() {
+		if !finish && !strings.Contains(cutNotes, "only of the requests that finished") && !strings.Contains(cutNotes, "the engine counted") {
+			t.Errorf("cut windows, and no note says why a figure is not shown: %q", cutNotes)
+		}
+	}()
 	for _, run := range runs {
 		c := res.Cell(run.Cell.Context, run.Cell.Concurrency)
 		s := c.TTFTSplit
+		if !finish {
+			// Whatever is shown covers tokentap's requests, no part is
+			// above the engine's TTFT, nor that above tokentap's. (A
+			// request cut as its first token was made is one the engine
+			// may count and the client not: then the TTFT is not shown
+			// either, and the note says why.)
+			if s == nil {
+				t.Fatalf("cell × %d, cut: no split", c.Concurrency)
+			}
+			for _, p := range []*result.TTFTPart{s.Queue, s.Prefill, s.EngineTTFT} {
+				if p != nil && (p.Requests != s.ClientRequests || (s.EngineTTFT != nil && p.Ms > s.EngineTTFT.Ms*1.05+1)) {
+					t.Errorf("cell × %d, cut: part %+v of split %+v", c.Concurrency, p, s)
+				}
+			}
+			if s.EngineTTFT != nil && s.EngineTTFT.Ms > s.ClientMs*1.05+1 {
+				t.Errorf("cell × %d, cut: engine TTFT above tokentap's: %+v", c.Concurrency, s)
+			}
+			if s.Queue != nil && s.Queue.Requests != s.ClientRequests {
+				t.Errorf("cell × %d, cut: queue over other requests: %+v", c.Concurrency, s)
+			}
+			cutNotes += s.Note
+			continue
+		}
 		if s == nil || s.Queue == nil || s.Prefill == nil || s.EngineTTFT == nil || s.OutsideMs == nil {
 			t.Fatalf("cell × %d: split %+v", c.Concurrency, s)
 		}

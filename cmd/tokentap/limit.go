@@ -8,24 +8,10 @@ import (
 
 	"github.com/tokentap/tokentap/bandwidth"
 	"github.com/tokentap/tokentap/matrix"
-	"github.com/tokentap/tokentap/slo"
 )
 
-// sloHelp is the --slo flag's help, shared by matrix, replay and proxy.
-const sloHelp = "service-level objectives a request must all meet to count as good, e.g. ttft=500ms,tbt=50ms " +
-	"(ttft; tbt: every time between tokens; tpot: the request's mean time per output token; e2e; target=90% for the capacity figure) [TOKENTAP_SLO]"
-
-// parseSLO reads --slo for command cmd; an empty value is no objective.
-func parseSLO(text string) (slo.Spec, error) {
-	if strings.TrimSpace(text) == "" {
-		return slo.Spec{}, nil
-	}
-	s, err := slo.Parse(text)
-	if err != nil {
-		return slo.Spec{}, fmt.Errorf("--slo: %w", err)
-	}
-	return s, nil
-}
+// This file is matrix's flags of the decode limit (METHOD.md §8) and its
+// --slo (§6).
 
 // LimitFlags are matrix's settings of the decode limit (METHOD.md §8) and
 // its SLOs (§6). Embedded in matrixFlags, exported so caarlos0/env sees

@@ -34,7 +34,7 @@ func syntheticBeyond() *result.Result {
 		n := 10 * c.Concurrency
 		g := n - c.Concurrency*c.Concurrency/2 - c.Context/16384
 		s := &result.SLO{Judged: n, Good: g, Attainment: f64(float64(g) / float64(n)), GoodputReqPerSec: float64(g) / 10,
-			GoodputTokPerSec: float64(g) * 80 / 10, Excluded: c.Concurrency, Missed: map[string]int{result.SLOTBT: n - g}}
+			GoodputTokPerSec: float64(g) * 80 / 10, Undecided: c.Concurrency, JudgedCut: c.Concurrency / 2, Missed: map[string]int{result.SLOTBT: n - g}}
 		if g < n {
 			s.MostMissed = result.SLOTBT
 		}
@@ -48,6 +48,12 @@ func syntheticBeyond() *result.Result {
 				UnaccountedMs: f64(c.TTFTms - p)}
 		case c.Context == 32768 && c.Concurrency == 1:
 			// the engine said nothing of this cell
+		case c.Context == 0 && c.Concurrency == 8:
+			// TGI's figures, over the requests that finished
+			c.TTFTSplit = (&result.TTFTSplit{ClientMs: c.TTFTms, ClientRequests: 6, Over: result.OverFinished,
+				Queue:      &result.TTFTPart{Ms: q, Requests: 6, Source: "GET /metrics tgi_request_queue_duration _sum/_count growth over the window, of the requests that succeeded (TGI records it only then)"},
+				Validation: &result.TTFTPart{Ms: 0.8, Requests: 6, Source: "GET /metrics tgi_request_validation_duration _sum/_count growth over the window, of the requests that succeeded (TGI records it only then)"},
+				Note:       "Over the 6 requests that finished: the engine keeps its validation time and queue time only of those, and 2 more of the window were cut (--finish-requests lets them finish)."}).Finish()
 		default:
 			e := c.TTFTms - 1.5
 			c.TTFTSplit = &result.TTFTSplit{ClientMs: c.TTFTms, ClientRequests: c.Concurrency,
@@ -60,7 +66,9 @@ func syntheticBeyond() *result.Result {
 		lim := 360e9 * c.AvgActive / (4.9e9 + c.AvgActive*seq*131072)
 		c.DecodeLimit = &result.DecodeLimit{BandwidthLimitTokPerSec: lim, ShareOfBandwidthLimit: c.TotalTokPerSec / lim, Batch: c.AvgActive, SeqTokens: seq}
 	}
-	r.SLO.Overall = result.SLO{Judged: judged, Good: good, Attainment: f64(float64(good) / float64(judged)), GoodputReqPerSec: float64(good) / 110,
+	r.SLO.OverallCells, r.SLO.FailedCellCount = 9, 1
+	r.SLO.FailedCells = &result.SLO{Judged: 12, Good: 2, Attainment: f64(2.0 / 12), Undecided: 3}
+	r.SLO.Overall = result.SLO{Judged: judged, Good: good, Undecided: 40, JudgedCut: 12, Attainment: f64(float64(good) / float64(judged)), GoodputReqPerSec: float64(good) / 110,
 		GoodputTokPerSec: float64(good) * 8 / 11, Missed: map[string]int{result.SLOTBT: judged - good}, MostMissed: result.SLOTBT}
 	r.SLO.Capacity = []result.SLOCapacity{{Context: 0, Concurrency: 4}, {Context: 16384, Concurrency: 2}, {Context: 32768, Concurrency: 0}, {Context: 65536, Concurrency: 0}}
 	return r
@@ -138,12 +146,12 @@ func TestBeyondInEveryFormat(t *testing.T) {
 		}
 	}
 	// The cell the engine said nothing of: its TTFT, then "—" for every part.
-	if !regexp.MustCompile(`(?m)^32K\s+1\s+[\d.]+ ms\s+—\s+—\s+—\s+—$`).MatchString(text) {
+	if !regexp.MustCompile(`(?m)^32K\s+1\s+[\d.]+ ms\s+—\s+—\s+—\s+—\s+—$`).MatchString(text) {
 		t.Error("the TTFT split row of a cell without figures is not all —")
 	}
 	csv := render("csv")
 	head := strings.SplitN(csv, "\n", 2)[0]
-	for _, col := range []string{"slo_attainment", "goodput_req_s", "engine_queue_ms", "outside_engine_ms", "share_of_bandwidth_limit"} {
+	for _, col := range []string{"slo_attainment", "goodput_req_s", "engine_queue_ms", "engine_validation_ms", "ttft_split_over", "slo_undecided", "outside_engine_ms", "share_of_bandwidth_limit"} {
 		if !strings.Contains(head, col) {
 			t.Errorf("CSV head lacks %s", col)
 		}

@@ -1,0 +1,100 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokentap/tokentap/bandwidth"
+	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/slo"
+)
+
+// This file adds to a run what METHOD.md §6–§8 define beyond the seed
+// columns: each cell's requests judged against the run's SLOs (slo.go
+// judges), the TTFT split from the engine's own figures read at the
+// window's start and end (ttftsplit.go), and decode against the GPU's
+// bandwidth limit (limit.go).
+
+// beyond is a run's state for these figures.
+type beyond struct {
+	limits   bandwidth.Inputs
+	limitsOK bool
+	splits   int // cells with a TTFT split
+	timed    bool
+}
+
+// setupBeyond resolves the decode limit's inputs once the engine is probed,
+// and notes what is missing.
+func (r *runner) setupBeyond() {
+	r.bey = &beyond{timed: engines.HasTimings(r.info.Kind)}
+	if !r.cfg.SLO.IsZero() {
+		r.res.SLO = &result.SLORun{Spec: r.cfg.SLO.Result()}
+	}
+	gpu := r.cfg.Limits.GPU
+	if gpu.GBPerSec <= 0 {
+		h := r.res.Hardware
+		if g, ok, why := bandwidth.Lookup(h.GPU, h.VRAM); ok {
+			gpu = bandwidth.GPUBandwidth{GBPerSec: g.GBPerSec, From: fmt.Sprintf("tokentap's table: %s, %s (GPU %s)", g.Name, g.Source, hardwareSource(h))}
+		} else {
+			gpu.Missing = why
+		}
+	}
+	told := append(slices.Clone(r.cfg.Limits.Told), r.engineTold())
+	doc, in, ok := bandwidth.Resolve(gpu, told...)
+	r.res.Bandwidth = &doc
+	r.bey.limits, r.bey.limitsOK = in, ok
+}
+
+// beyondCell adds a measured cell's SLO figures (judging the requests sent
+// in the window: on all of them where they ended by judgeUntil, the
+// window's end or an open loop's grace, or any time with FinishRequests;
+// else on what had happened by then), TTFT split and decode
+// limit. The engine's TTFT figures are read again once it let go of the
+// window's requests: vLLM observes queue and prefill times when a request
+// finishes, a cancelled one too.
+func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record.Record, w cell.Window, judgeUntil time.Duration, before engines.Timings) {
+	if !r.cfg.SLO.IsZero() {
+		if r.cfg.FinishRequests {
+			judgeUntil = slo.Never // every request ran to its end
+		}
+		t := r.cfg.SLO.WindowUntil(recs, w.Start, w.End, judgeUntil)
+		out.SLO = t.Figures(w.Len().Seconds())
+	}
+	r.splitCell(ctx, out, recs, w, before)
+	if r.bey.limitsOK && out.Status.ShowsFigures() {
+		seq := cell.MeanSeqTokens(recs, w, out.PromptTokens)
+		out.DecodeLimit = r.bey.limits.Figures(out.TotalTokPerSec, out.AvgActive, seq)
+	}
+}
+
+// finishBeyond sums the run's SLO figures and notes what the engine did
+// not say.
+func (r *runner) finishBeyond() {
+	if r.bey == nil {
+		return
+	}
+	slo.Totals(r.res)
+	r.splitNotes()
+	if b := r.res.Bandwidth; b != nil && len(b.Missing) > 0 {
+		r.res.Notes = append(r.res.Notes, "No decode cell is put against the GPU's bandwidth limit: missing "+strings.Join(b.Missing, "; ")+".")
+	}
+}
+
+// beyondSummary is what a cell's progress line adds: its SLO attainment
+// and its share of the bandwidth limit.
+func beyondSummary(c *result.Cell) string {
+	s := ""
+	if c.SLO != nil && c.SLO.Attainment != nil {
+		s += fmt.Sprintf("  SLO met %.0f%%", 100**c.SLO.Attainment)
+	}
+	if c.DecodeLimit != nil {
+		s += fmt.Sprintf("  %.0f%% of bandwidth limit", 100*c.DecodeLimit.ShareOfBandwidthLimit)
+	}
+	return s
+}

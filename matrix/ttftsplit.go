@@ -1,0 +1,83 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/result"
+)
+
+// This file reads the engine's TTFT figures around a window (METHOD.md §7).
+
+// beyondStart reads the engine's TTFT-part figures before a window; nil
+// when it keeps none.
+func (r *runner) beyondStart(ctx context.Context) engines.Timings {
+	if !r.bey.timed || r.sharded() {
+		// A shard's engine figures would count every shard's requests.
+		return nil
+	}
+	t, err := r.info.Timings(ctx)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("matrix: reading the engine's TTFT figures failed; this cell gets no TTFT split")
+		return nil
+	}
+	return t
+}
+
+// splitCell adds a measured cell's TTFT split (cell.Split): the engine's
+// figures are read again once it let go of the window's requests (vLLM
+// observes queue and prefill times when a request finishes, and only for
+// one that finished normally), their growth over the window beside
+// tokentap's TTFT of the same requests.
+func (r *runner) splitCell(ctx context.Context, out *result.Cell, recs []record.Record, w cell.Window, before engines.Timings) {
+	var parts []cell.EnginePart
+	if before != nil {
+		r.drain(ctx)
+		if after, err := r.info.Timings(ctx); err == nil {
+			for name, d := range after.Since(before) {
+				parts = append(parts, cell.EnginePart{Name: name, Total: time.Duration(d.Seconds * float64(time.Second)),
+					Requests: int(d.Count + 0.5), Counter: d.Counter, FinishedOnly: d.FinishedOnly, Source: d.Source})
+			}
+		}
+	}
+	slices.SortFunc(parts, func(a, b cell.EnginePart) int { return strings.Compare(a.Name, b.Name) })
+	if s := cell.Split(recs, w, parts); s != nil {
+		out.TTFTSplit = s
+		r.bey.splits++
+	}
+}
+
+// splitNotes says once what the engine's TTFT figures could not give: a
+// sharded run's engine figures (every shard's requests), llama.cpp's
+// counter at a build where it is no time of each request, or nothing at
+// all.
+func (r *runner) splitNotes() {
+	if r.bey.timed && r.sharded() {
+		r.res.Notes = append(r.res.Notes, "TTFT is not split by the engine's metrics in a sharded run: they count every shard's requests, a shard's TTFT only its own (per-response timings, where the engine gives them, are per request and are kept).")
+	}
+	if n := r.info.TimingsNote(); n != "" && r.info.Gauges {
+		r.res.Notes = append(r.res.Notes, "TTFT's prefill is not read from the engine's counter: "+n+"; each response's timings.prompt_ms is used where requests ended.")
+	}
+	if r.bey.splits > 0 {
+		return
+	}
+	why := "it keeps none tokentap reads"
+	switch {
+	case r.bey.timed && !r.info.Gauges:
+		why = "its /metrics is not on (llama-server: --metrics; SGLang: --enable-metrics)"
+	case r.bey.timed:
+		why = "its /metrics has none of them"
+	case r.info.Kind == engines.KindOllama:
+		why = "Ollama has no metrics and no per-response timings"
+	}
+	if r.info.Kind == engines.KindLlamaCpp && r.bey.timed && !r.info.Gauges {
+		why += ", and no request of a window ended with its timings"
+	}
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf("TTFT is not split into queue, prefill and time outside the engine (—): the engine (%s) says nothing of them: %s.", r.info.Kind, why))
+}
