@@ -83,4 +83,3 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
-

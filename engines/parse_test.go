@@ -42,9 +42,9 @@ func FuzzProbeJSON(f *testing.F) {
 			t.Fatalf("weight bytes %d from %q", size, b)
 		}
 		if m, ok := parseOllamaModel(b); ok {
-			check("layers", m.Layers)
-			check("KV heads", m.KVHeads)
-			if m.WeightBytes < 0 || m.WeightBytes > 1<<50 {
+			check("layers", m.KV.Layers)
+			check("KV heads", m.KV.KVHeads)
+			if m.WeightBytes < 0 || m.WeightBytes > 1<<50 || m.MoE.Bytes > m.WeightBytes || m.KV.FullKeys < 0 || m.KV.WindowKeys < 0 {
 				t.Fatalf("weight bytes %d from %q", m.WeightBytes, b)
 			}
 		}
