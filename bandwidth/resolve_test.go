@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/tokentap/tokentap/result"
 )
 
 // llama3Config is Meta-Llama-3-8B's config.json (the fields that matter).
@@ -42,5 +44,28 @@ func TestResolve(t *testing.T) {
 	doc, _, _ = Resolve(GPUBandwidth{GBPerSec: 360}, Told{Shape: q, ShapeFrom: "cfg", KeyDType: "f16", DTypeFrom: "flag"})
 	if len(doc.Missing) != 1 || !strings.Contains(doc.Missing[0], "quantized (gptq 4-bit)") {
 		t.Errorf("quantized config: missing %q", doc.Missing)
+	}
+}
+
+// TestResolveMoE: the weights' source brings its experts and input table
+// along; a --weight-bytes before it is taken as what every step reads; a
+// class default the config's reader took is said in the note.
+func TestResolveMoE(t *testing.T) {
+	s, _ := configInputs(t, "qwen3-30b-a3b.json", 360e9)
+	conf := Told{Shape: s, WeightFrom: "cfg", ShapeFrom: "cfg", KeyDType: "bf16", DTypeFrom: "flag"}
+	doc, in, ok := Resolve(GPUBandwidth{GBPerSec: 360}, conf)
+	if !ok || doc.MoE == nil || *doc.MoE != (result.MoELimit{Experts: 128, ExpertsPerToken: 8, Layers: 48, ExpertBytes: 57_982_058_496}) ||
+		doc.InputEmbeddingBytes != 622_329_856 || in.StepWeightBytes(1) != 6_083_735_552 {
+		t.Errorf("Qwen3-30B-A3B: %+v, %+v", doc, in)
+	}
+	// --weight-bytes 6GB wins: a step reads 6 GB whatever its batch.
+	doc, in, _ = Resolve(GPUBandwidth{GBPerSec: 360}, Told{Shape: Shape{WeightBytes: 6e9}, WeightFrom: "flag"}, conf)
+	if doc.MoE != nil || doc.InputEmbeddingBytes != 0 || in.StepWeightBytes(64) != 6e9 {
+		t.Errorf("--weight-bytes before a MoE config: %+v", doc)
+	}
+	l2, _ := FromHFConfig([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,"num_attention_heads":32,"vocab_size":32000,"torch_dtype":"float16"}`))
+	doc, _, _ = Resolve(GPUBandwidth{GBPerSec: 360}, Told{Shape: l2, WeightFrom: "cfg", ShapeFrom: "cfg", KeyDType: "f16", DTypeFrom: "flag"})
+	if !strings.Contains(doc.Note, "num_key_value_heads absent") || doc.KVHeads != 32 {
+		t.Errorf("class default not said: %+v", doc)
 	}
 }
