@@ -585,7 +585,10 @@ func (r *reader) params() (p counts, ok bool) {
 		norms = 4 * h
 	case famFalcon: // LayerNorm: weight and bias
 		norms, final = 2*h, 2*h
-		if c.NewDecoder {
+		// Two per layer (ln_attn and ln_mlp, or input and post-attention)
+		// unless one feeds attention and MLP in parallel (parallel_attn,
+		// FalconConfig's default).
+		if c.NewDecoder || (c.ParallelAttn != nil && !*c.ParallelAttn) {
 			norms = 4 * h
 		}
 	}

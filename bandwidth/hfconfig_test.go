@@ -250,6 +250,15 @@ func TestFromHFConfigOddShapes(t *testing.T) {
 	if !strings.Contains(strings.Join(s.Why, " "), "Qwen3NextForCausalLM") {
 		t.Errorf("Qwen3-Next weights: %q, want refused by name", s.Why)
 	}
+	// Falcon-RW-1B: multi_query false (32 KV heads of 64), parallel_attn
+	// false (two LayerNorms per layer), biases: per layer qkv 2048×6144 +
+	// 6,144, dense 2048×2048 + 2,048, MLP 2 × 2048×8192 + 8,192 + 2,048,
+	// norms 4 × 2,048 = 50,358,272 × 24 = 1,208,598,528; embeddings
+	// 50,304×2,048 = 103,022,592 (tied), ln_f 4,096: 1,311,625,216.
+	s = read(`{"architectures":["FalconForCausalLM"],"alibi":true,"bias":true,"hidden_size":2048,"multi_query":false,"new_decoder_architecture":false,"num_attention_heads":32,"num_hidden_layers":24,"parallel_attn":false,"vocab_size":50304,"torch_dtype":"bfloat16"}`)
+	if s.WeightBytes != 2*1_311_625_216 || s.KV.KVHeads != 32 || s.KV.HeadDim != 64 {
+		t.Errorf("Falcon-RW-1B: %+v", s)
+	}
 	refused := []struct{ cfg, says string }{
 		// No num_key_value_heads and a class tokentap does not know: no
 		// silent num_attention_heads.

@@ -269,10 +269,14 @@ func (b *beyondView) limitSection(r *result.Result, contexts []int, cols []resul
 		b.LimitInputs = append(b.LimitInputs, kv{"Routed experts", fmt.Sprintf("%s: %d per layer in %d layers, %d per token (a step reads those its tokens touch)",
 			bandwidth.FormatBytes(float64(m.ExpertBytes)), m.Experts, m.Layers, m.ExpertsPerToken)})
 	}
+	perToken := "KV cache per token"
+	if bw.SlidingWindow > 0 || bw.StateBytesPerSequence > 0 {
+		perToken = "KV cache per token, full-attention layers"
+	}
 	b.LimitInputs = append(b.LimitInputs,
 		kv{"KV cache layout", with(shape, bw.ShapeSource)},
 		kv{"KV cache dtype", with(fmt.Sprintf("%s, %s bytes per element", bw.KVDType, strconv.FormatFloat(bw.KVBytesPerElem, 'g', 4, 64)), bw.KVDTypeSource)},
-		kv{"KV cache per token", fmtInt(int(math.Round(bw.KVBytesPerToken))) + " bytes"})
+		kv{perToken, fmtInt(int(math.Round(bw.KVBytesPerToken))) + " bytes"})
 	if bw.SlidingWindow > 0 {
 		b.LimitInputs = append(b.LimitInputs, kv{"Sliding-window layers", fmt.Sprintf("%s bytes per token, up to %s tokens", fmtInt(int(math.Round(bw.WindowKVBytesPerToken))), fmtInt(bw.SlidingWindow))})
 	}
