@@ -112,20 +112,17 @@ func TestModelFactsParsers(t *testing.T) {
 	if m, ok := parseOllamaModel([]byte(`{"model_info":{"general.architecture":"llama","llama.block_count":2},"tensors":[{"name":"x","type":"Q9_X","shape":[4]}]}`)); !ok || m.WeightBytes != 0 {
 		t.Errorf("unknown tensor type: %+v, want no weight bytes", m)
 	}
-	// A mixture of experts (Qwen3-30B-A3B's keys, two of its 48 layers'
-	// tensors at Q4_K): expert_count and expert_used_count flow through
+	// A mixture of experts (testdata/ollama/show_moe.json: Qwen3-30B-A3B's
+	// keys and tensors at Q4_K, cut to two layers): expert_count and expert_used_count flow through
 	// with the expert tensors' bytes: 3 × 2048 × 768 × 128 × 144/256 =
 	// 339,738,624 per layer; a per-layer head_count_kv array reads as
 	// the heads of each layer (4 and 4 of 128: 1,024 key elements per
 	// token over the 2 layers).
-	moe := `{"model_info":{"general.architecture":"qwen3moe","qwen3moe.block_count":2,"qwen3moe.embedding_length":2048,
-	 "qwen3moe.attention.head_count":32,"qwen3moe.attention.head_count_kv":[4,4],"qwen3moe.attention.key_length":128,
-	 "qwen3moe.attention.value_length":128,"qwen3moe.expert_count":128,"qwen3moe.expert_used_count":8},
-	 "tensors":[{"name":"token_embd.weight","type":"Q4_K","shape":[2048,151936]},{"name":"output.weight","type":"Q6_K","shape":[2048,151936]},
-	 {"name":"blk.0.ffn_gate_exps.weight","type":"Q4_K","shape":[2048,768,128]},{"name":"blk.0.ffn_up_exps.weight","type":"Q4_K","shape":[2048,768,128]},
-	 {"name":"blk.0.ffn_down_exps.weight","type":"Q4_K","shape":[768,2048,128]},{"name":"blk.1.ffn_gate_exps.weight","type":"Q4_K","shape":[2048,768,128]},
-	 {"name":"blk.1.ffn_up_exps.weight","type":"Q4_K","shape":[2048,768,128]},{"name":"blk.1.ffn_down_exps.weight","type":"Q4_K","shape":[768,2048,128]}]}`
-	m, ok = parseOllamaModel([]byte(moe))
+	b, err = os.ReadFile("testdata/ollama/show_moe.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok = parseOllamaModel(b)
 	if !ok || m.MoE.Experts != 128 || m.MoE.Used != 8 || m.MoE.Layers != 2 || m.MoE.Bytes != 2*339_738_624 || m.KV.FullKeys != 1_024 {
 		t.Errorf("ollama show, MoE: %+v, %v", m, ok)
 	}

@@ -13,6 +13,7 @@ func FuzzProbeJSON(f *testing.F) {
 		"llamacpp/props.json", "llamacpp/slots.json", "llamacpp/models.json", "llamacpp/chat_nonstream.json",
 		"vllm/models.json", "vllm/version.json", "sglang/server_info.json", "sglang/models.json",
 		"tgi/info.json", "tgi/tokenize.json", "ollama/ps.json", "ollama/show.json", "ollama/models.json", "ollama/show_tensors.json",
+		"ollama/show_moe.json",
 	} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
