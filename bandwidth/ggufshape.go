@@ -66,7 +66,8 @@ func (g GGUF) Shape() (Shape, bool) {
 //     heads, one figure or one per layer (absent: head_count, as llama.cpp
 //     reads it); attention.key_length/value_length, else embedding_length
 //     ÷ head_count; multi-head latent attention (attention.kv_lora_rank)
-//     caches kv_lora_rank + rope.dimension_count per token and layer;
+//     caches kv_lora_rank + rope.dimension_count per token and layer (as
+//     llama.cpp's V-less cache, PR #19067, and vLLM keep it);
 //     attention.sliding_window with sliding_window_pattern (a number, or
 //     a bool per layer), or llama.cpp's pattern for the architecture.
 //   - weights: the tensors' bytes; token_embd.weight is the input
