@@ -468,6 +468,9 @@ func (in *Info) probeOllamaModel(ctx context.Context) error {
 	if m.HasKV() {
 		in.add(FactKVShape, m.KV.Layout, f.ShapeSource)
 	}
+	if e := m.MoE; e.IsMoE() {
+		in.add(FactExperts, fmt.Sprintf("%d experts, %d per token, in %d layers", e.Experts, e.Used, e.Layers), "POST /api/show model_info expert_count, expert_used_count and tensors *_exps")
+	}
 	return nil
 }
 

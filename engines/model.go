@@ -12,8 +12,9 @@ import (
 const (
 	FactWeightBytes = "weight_bytes"
 	FactModelPath   = "model_path"
-	FactKVShape     = "kv_shape" // "layers × KV heads × head dim"
+	FactKVShape     = "kv_shape" // "layers × KV heads × head dim", or the layers by attention kind
 	FactKVDType     = "kv_cache_dtype"
+	FactExperts     = "moe_experts" // "128 experts, 8 per token, in 48 layers"
 )
 
 // ModelFacts is what an engine says of its model's size and shape, for the
