@@ -37,37 +37,61 @@ const (
 	maxGGUFArray  = 1 << 28
 	maxGGUFDepth  = 4
 	maxGGUFKept   = 4096 // longest string value kept
+	// maxGGUFKeptArray is the longest array of numbers or bools kept:
+	// per-layer figures, not a tokenizer's.
+	maxGGUFKeptArray = 4096
+	maxGGUFTensors   = 1 << 20
+	maxGGUFDims      = 8
 )
 
 // ErrNotGGUF is wrapped by ReadGGUF's errors about a file that is not GGUF.
 var ErrNotGGUF = errors.New("not a GGUF file")
 
-// GGUFMeta is a GGUF file's scalar metadata: numbers (as float64), bools
-// and short strings by key. Arrays (the tokenizer's) are skipped.
+// GGUFMeta is a GGUF file's metadata: numbers (as float64), bools and
+// short strings by key, and arrays of numbers ([]float64) or bools
+// ([]bool) up to maxGGUFKeptArray values (per-layer figures). Longer
+// arrays and arrays of strings (the tokenizer's) are skipped.
 type GGUFMeta map[string]any
 
-// ReadGGUF reads the metadata of a GGUF file (versions 2 and 3) from r,
-// stopping before the tensor descriptions. It reads at most the header;
-// values it does not keep are skipped. A short or malformed header is an
+// Tensor is one tensor a model file declares: its name, its ggml type as
+// ggml names it ("F16", "Q4_K", "MXFP4", …) and its dimensions.
+type Tensor struct {
+	Name string
+	Type string
+	Dims []uint64
+}
+
+// GGUF is what a GGUF file's header says: its metadata and its tensors.
+type GGUF struct {
+	Meta    GGUFMeta
+	Tensors []Tensor
+}
+
+// ReadGGUF reads the header of a GGUF file (versions 2 and 3) from r: the
+// metadata and the tensor descriptions, stopping before the tensors' data.
+// Values it does not keep are skipped. A short or malformed header is an
 // error, never a panic or a huge allocation.
-func ReadGGUF(r io.Reader) (GGUFMeta, error) {
+func ReadGGUF(r io.Reader) (GGUF, error) {
 	br := &ggufReader{r: bufio.NewReaderSize(r, 16<<10)}
 	var magic [4]byte
 	br.read(magic[:])
 	if br.err != nil || string(magic[:]) != "GGUF" {
-		return nil, fmt.Errorf("%w: it does not start with GGUF", ErrNotGGUF)
+		return GGUF{}, fmt.Errorf("%w: it does not start with GGUF", ErrNotGGUF)
 	}
 	version := br.u32()
 	if br.err == nil && (version < 2 || version > 3) {
-		return nil, fmt.Errorf("%w: GGUF version %d (tokentap reads 2 and 3)", ErrNotGGUF, version)
+		return GGUF{}, fmt.Errorf("%w: GGUF version %d (tokentap reads 2 and 3)", ErrNotGGUF, version)
 	}
-	br.u64() // tensor count
+	ntensors := br.u64()
 	nkv := br.u64()
 	if br.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotGGUF, br.err)
+		return GGUF{}, fmt.Errorf("%w: %v", ErrNotGGUF, br.err)
 	}
 	if nkv > maxGGUFKeys {
-		return nil, fmt.Errorf("%w: %d metadata keys", ErrNotGGUF, nkv)
+		return GGUF{}, fmt.Errorf("%w: %d metadata keys", ErrNotGGUF, nkv)
+	}
+	if ntensors > maxGGUFTensors {
+		return GGUF{}, fmt.Errorf("%w: %d tensors", ErrNotGGUF, ntensors)
 	}
 	meta := GGUFMeta{}
 	for i := uint64(0); i < nkv && br.err == nil; i++ {
@@ -81,21 +105,42 @@ func ReadGGUF(r io.Reader) (GGUFMeta, error) {
 		}
 	}
 	if br.err != nil {
-		return nil, fmt.Errorf("%w: reading its metadata: %v", ErrNotGGUF, br.err)
+		return GGUF{}, fmt.Errorf("%w: reading its metadata: %v", ErrNotGGUF, br.err)
 	}
-	return meta, nil
+	var tensors []Tensor
+	for i := uint64(0); i < ntensors && br.err == nil; i++ {
+		name, _ := br.str(maxGGUFKey, true)
+		nd := br.u32()
+		if br.err == nil && nd > maxGGUFDims {
+			br.err = fmt.Errorf("tensor %q has %d dimensions", name, nd)
+			break
+		}
+		dims := make([]uint64, 0, nd)
+		for range nd {
+			dims = append(dims, br.u64())
+		}
+		typ := br.u32()
+		br.u64() // offset
+		if br.err == nil {
+			tensors = append(tensors, Tensor{Name: name, Type: ggmlTypeName(typ), Dims: dims})
+		}
+	}
+	if br.err != nil {
+		return GGUF{}, fmt.Errorf("%w: reading its tensor descriptions: %v", ErrNotGGUF, br.err)
+	}
+	return GGUF{Meta: meta, Tensors: tensors}, nil
 }
 
-// ReadGGUFFile reads the metadata of the GGUF file at path.
-func ReadGGUFFile(path string) (GGUFMeta, error) {
+// ReadGGUFFile reads the header of the GGUF file at path.
+func ReadGGUFFile(path string) (GGUF, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return GGUF{}, err
 	}
 	defer f.Close()
 	m, err := ReadGGUF(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return GGUF{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, nil
 }
@@ -200,8 +245,26 @@ func (g *ggufReader) value(t uint32, depth int) (v any, keep bool) {
 			return nil, false
 		}
 		if sz := scalarSize(et); sz > 0 {
-			g.skip(n * sz)
-			return nil, false
+			if depth > 0 || n > maxGGUFKeptArray {
+				g.skip(n * sz)
+				return nil, false
+			}
+			if et == ggufBool {
+				out := make([]bool, 0, n)
+				for range n {
+					v, _ := g.value(et, depth+1)
+					b, _ := v.(bool)
+					out = append(out, b)
+				}
+				return out, g.err == nil
+			}
+			out := make([]float64, 0, n)
+			for range n {
+				v, _ := g.value(et, depth+1)
+				f, _ := v.(float64)
+				out = append(out, f)
+			}
+			return out, g.err == nil
 		}
 		if et != ggufString && et != ggufArray {
 			g.err = fmt.Errorf("unknown array value type %d", et)
@@ -246,45 +309,4 @@ func (g *ggufReader) value(t uint32, depth int) (v any, keep bool) {
 	default: // ggufF64
 		return math.Float64frombits(binary.LittleEndian.Uint64(b)), true
 	}
-}
-
-// int reads a positive whole number of the metadata.
-func (m GGUFMeta) int(key string) int {
-	f, ok := m[key].(float64)
-	if !ok || f <= 0 || f != math.Trunc(f) || f > 1<<40 {
-		return 0
-	}
-	return int(f)
-}
-
-// Shape is the model's KV layout as its GGUF metadata declares it:
-// {arch}.block_count layers, {arch}.attention.head_count_kv KV heads
-// (head_count where absent: no grouped-query attention), and head
-// dimensions from attention.key_length and value_length, else
-// embedding_length / head_count. Weight bytes are not metadata (the
-// engine says them). ok is false when the architecture or the layer and
-// head counts are missing.
-func (m GGUFMeta) Shape() (s Shape, ok bool) {
-	arch, _ := m["general.architecture"].(string)
-	if arch == "" {
-		return Shape{}, false
-	}
-	heads := m.int(arch + ".attention.head_count")
-	s.Layers = m.int(arch + ".block_count")
-	s.KVHeads = m.int(arch + ".attention.head_count_kv")
-	if s.KVHeads == 0 {
-		s.KVHeads = heads
-	}
-	if e := m.int(arch + ".embedding_length"); e > 0 && heads > 0 {
-		s.HeadDim = e / heads
-	}
-	s.KeyDim = m.int(arch + ".attention.key_length")
-	s.ValueDim = m.int(arch + ".attention.value_length")
-	if s.HeadDim == 0 && s.KeyDim > 0 && s.KeyDim == s.ValueDim {
-		s.HeadDim = s.KeyDim
-	}
-	if m.int(arch+".attention.kv_lora_rank") > 0 {
-		return Shape{Why: []string{"the GGUF's model uses multi-head latent attention (kv_lora_rank): its KV cache is not layers × KV heads × head dim"}}, false
-	}
-	return s, s.HasKV()
 }

@@ -41,7 +41,8 @@ func amdDC(name string) string { return "AMD Instinct " + name + " accelerator d
 // gpus is the table: the common data-centre and consumer cards of NVIDIA
 // and AMD that run inference engines. A card whose memory or form factor
 // changes its bandwidth is listed once per variant, told apart by the
-// words of its name or its memory size; Lookup refuses a name that fits
+// words of its name or its memory size (or its memory type, where cards of
+// different memory report one name); Lookup refuses a name that fits
 // several.
 var gpus = []GPU{
 	// NVIDIA data centre.
@@ -85,7 +86,10 @@ var gpus = []GPU{
 	{Name: "RTX 4070 Ti SUPER", GBPerSec: 672, Source: srcNVGeForce40, tokens: []string{"RTX", "4070", "TI", "SUPER"}},
 	{Name: "RTX 4070 Ti", GBPerSec: 504, Source: srcNVGeForce40, tokens: []string{"RTX", "4070", "TI"}, not: []string{"SUPER"}},
 	{Name: "RTX 4070 SUPER", GBPerSec: 504, Source: srcNVGeForce40, tokens: []string{"RTX", "4070", "SUPER"}, not: []string{"TI"}},
-	{Name: "RTX 4070", GBPerSec: 504, Source: srcNVGeForce40, tokens: []string{"RTX", "4070"}, not: []string{"TI", "SUPER"}},
+	// The RTX 4070 came with GDDR6X (504 GB/s), later also with GDDR6
+	// (480 GB/s); both report the same name.
+	{Name: "RTX 4070 GDDR6X", GBPerSec: 504, Source: srcNVGeForce40, tokens: []string{"RTX", "4070", "GDDR6X"}, not: []string{"TI", "SUPER"}},
+	{Name: "RTX 4070 GDDR6", GBPerSec: 480, Source: srcNVGeForce40, tokens: []string{"RTX", "4070", "GDDR6"}, not: []string{"TI", "SUPER"}},
 	{Name: "RTX 4060 Ti", GBPerSec: 288, Source: srcNVGeForce40, tokens: []string{"RTX", "4060", "TI"}},
 	{Name: "RTX 4060", GBPerSec: 272, Source: srcNVGeForce40, tokens: []string{"RTX", "4060"}, not: []string{"TI"}},
 	{Name: "RTX 3090 Ti", GBPerSec: 1008, Source: srcNVGeForce30, tokens: []string{"RTX", "3090", "TI"}},
@@ -95,7 +99,10 @@ var gpus = []GPU{
 	{Name: "RTX 3080 10 GB", GBPerSec: 760, Source: srcNVGeForce30, tokens: []string{"RTX", "3080"}, not: []string{"TI"}, vramGB: 10},
 	{Name: "RTX 3070 Ti", GBPerSec: 608, Source: srcNVGeForce30, tokens: []string{"RTX", "3070", "TI"}},
 	{Name: "RTX 3070", GBPerSec: 448, Source: srcNVGeForce30, tokens: []string{"RTX", "3070"}, not: []string{"TI"}},
-	{Name: "RTX 3060 Ti", GBPerSec: 448, Source: srcNVGeForce30, tokens: []string{"RTX", "3060", "TI"}},
+	// The RTX 3060 Ti came with GDDR6 (448 GB/s), later also with GDDR6X
+	// (608 GB/s); both report the same name.
+	{Name: "RTX 3060 Ti GDDR6", GBPerSec: 448, Source: srcNVGeForce30, tokens: []string{"RTX", "3060", "TI", "GDDR6"}},
+	{Name: "RTX 3060 Ti GDDR6X", GBPerSec: 608, Source: srcNVGeForce30, tokens: []string{"RTX", "3060", "TI", "GDDR6X"}},
 	{Name: "RTX 3060 12 GB", GBPerSec: 360, Source: srcNVGeForce30, tokens: []string{"RTX", "3060"}, not: []string{"TI"}, vramGB: 12},
 	{Name: "RTX 3060 8 GB", GBPerSec: 240, Source: srcNVGeForce30, tokens: []string{"RTX", "3060"}, not: []string{"TI"}, vramGB: 8},
 	{Name: "RTX 2080 Ti", GBPerSec: 616, Source: srcNVGeForce20, tokens: []string{"RTX", "2080", "TI"}},
@@ -222,6 +229,8 @@ func Lookup(name, vram string) (g GPU, ok bool, reason string) {
 		return found[0], true, ""
 	case len(found) > 1:
 		return GPU{}, false, fmt.Sprintf("%s fits %s: give --gpu-bandwidth", n, list(found))
+	case len(partial) > 0 && slices.ContainsFunc(partial, func(e GPU) bool { return e.vramGB == 0 }):
+		return GPU{}, false, fmt.Sprintf("%s comes as %s, which report the same name: give --gpu with the variant (e.g. %q), or --gpu-bandwidth", n, list(partial), partial[len(partial)-1].Name)
 	case len(partial) > 0:
 		return GPU{}, false, fmt.Sprintf("%s comes as %s: give --vram, or --gpu-bandwidth", n, list(partial))
 	}

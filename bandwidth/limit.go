@@ -1,28 +1,30 @@
 // Package bandwidth puts a decode cell beside the limit its GPU's memory
 // bandwidth sets (METHOD.md §8). Decode is memory-bound: one step of a
-// batch of b sequences reads the model's weights once and every sequence's
-// KV cache, so
+// batch of b sequences reads the weights the step needs once and every
+// sequence's KV cache, so
 //
-//	total tok/s ≤ bandwidth × b / (weight bytes + b × seq × KV bytes per token)
+//	total tok/s ≤ bandwidth × b / (weights read at b + b × KV bytes of a sequence)
 //
-// where seq is a sequence's context (prompt and output so far) and KV bytes
-// per token = layers × KV heads × head dim × (key + value bytes per element).
+// where the weights read at b are the dense part (all but the input token
+// embeddings and the routed experts) plus, for a mixture of experts, the
+// experts the batch's tokens touch: E·(1 − (1 − k/E)^b) per MoE layer in
+// expectation under uniform routing; and a sequence's KV bytes are its
+// context on the full-attention layers, at most the window on the
+// sliding-window layers, and a constant state on linear-attention layers.
 //
 // The inputs come from what tokentap can be told or can read, each with its
 // source: the GPU's bandwidth from a table of common cards (gpus.go) or
-// --gpu-bandwidth; the model's weight bytes, layers, KV heads, head dim and
-// KV dtype from the engine where it tells them (llama.cpp /v1/models and
-// the GGUF its /props names; vLLM's cache dtype), a Hugging Face
-// config.json (--model-config), or flags. An input nobody gave is missing,
-// and then no cell gets a limit: the package never guesses.
+// --gpu-bandwidth; the model's shape from the engine where it tells it
+// (llama.cpp's GGUF, Ollama's /api/show; vLLM's cache dtype), a Hugging
+// Face config.json (--model-config, hfconfig.go), a GGUF header (gguf.go,
+// ggufshape.go), or flags. An input nobody gave is missing, and then no
+// cell gets a limit: the package never guesses.
 package bandwidth
 
 import (
-	"fmt"
 	"math"
-	"strconv"
-	"strings"
-	"unicode"
+
+	"github.com/tokentap/tokentap/result"
 )
 
 // Inputs are the figures the limit is computed from.
@@ -30,21 +32,62 @@ type Inputs struct {
 	// BytesPerSec is the GPU memory bandwidth (all GPUs that read the
 	// model's weights together).
 	BytesPerSec float64
-	// WeightBytes are the bytes of weights one decode step reads.
+	// WeightBytes are the bytes of weights every decode step reads,
+	// whatever its batch: a dense model's weights but its input
+	// embeddings; a mixture of experts' weights but those and its routed
+	// experts.
 	WeightBytes float64
-	// KVBytesPerToken is what one token of context costs in the KV cache.
+	// Experts and ExpertsUsed are a mixture of experts' routed experts per
+	// MoE layer (E) and the experts each token is routed to (k);
+	// ExpertBytes one expert's weights over all the MoE layers. 0: dense.
+	Experts, ExpertsUsed, ExpertBytes float64
+	// KVBytesPerToken is what one token of context costs in the KV cache
+	// of the full-attention layers.
 	KVBytesPerToken float64
+	// Window is the sliding window in tokens, and WindowBytesPerToken
+	// what one token within it costs on the sliding-window layers.
+	Window, WindowBytesPerToken float64
+	// StateBytes is the constant state of a sequence on linear-attention
+	// or state-space layers.
+	StateBytes float64
+}
+
+// DistinctExperts is the expected number of distinct experts a batch of b
+// tokens touches in one MoE layer when each token picks k of E experts and
+// every expert is equally likely: E·(1 − (1 − k/E)^b). One expert is left
+// untouched by one token with probability 1 − k/E, by b independent
+// tokens with probability (1 − k/E)^b. b may be a fractional average.
+func DistinctExperts(e, k, b float64) float64 {
+	if e <= 0 || k <= 0 || k > e || b <= 0 {
+		return 0
+	}
+	return e * (1 - math.Pow(1-k/e, b))
+}
+
+// StepWeightBytes is the weights a decode step of batch b reads: the dense
+// part and the experts the batch touches.
+func (in Inputs) StepWeightBytes(batch float64) float64 {
+	return in.WeightBytes + in.ExpertBytes*DistinctExperts(in.Experts, in.ExpertsUsed, batch)
+}
+
+// SeqKVBytes is what one sequence of seq context tokens makes a step read
+// of the KV cache: seq tokens on full-attention layers, at most the window
+// on sliding-window layers, the constant state on linear-attention layers.
+func (in Inputs) SeqKVBytes(seq float64) float64 {
+	return seq*in.KVBytesPerToken + math.Min(seq, in.Window)*in.WindowBytesPerToken + in.StateBytes
 }
 
 // Limit is the most total tokens per second the bandwidth allows for a
 // batch of batch sequences of seq context tokens each: bandwidth × batch /
-// (weights + batch × seq × KV bytes per token). It is 0 when an input is
-// not positive (batch and seq may be fractional averages; seq may be 0).
+// (weights read at batch + batch × a sequence's KV bytes). It is 0 when an
+// input is not positive (batch and seq may be fractional averages; seq may
+// be 0).
 func (in Inputs) Limit(batch, seq float64) float64 {
-	if in.BytesPerSec <= 0 || in.WeightBytes <= 0 || batch <= 0 || seq < 0 || in.KVBytesPerToken < 0 {
+	if in.BytesPerSec <= 0 || in.WeightBytes <= 0 || batch <= 0 || seq < 0 || in.KVBytesPerToken < 0 ||
+		in.WindowBytesPerToken < 0 || in.StateBytes < 0 || in.ExpertBytes < 0 {
 		return 0
 	}
-	return in.BytesPerSec * batch / (in.WeightBytes + batch*seq*in.KVBytesPerToken)
+	return in.BytesPerSec * batch / (in.StepWeightBytes(batch) + batch*in.SeqKVBytes(seq))
 }
 
 // KVBytesPerToken is layers × kvHeads × headDim × (key + value bytes per
@@ -53,100 +96,33 @@ func KVBytesPerToken(layers, kvHeads, headDim int, keyBytes, valueBytes float64)
 	return float64(layers) * float64(kvHeads) * float64(headDim) * (keyBytes + valueBytes)
 }
 
-// DTypeBytes is the bytes one element of a KV cache or weight dtype takes,
-// as engines name them: f32, f16/fp16/float16/half, bf16/bfloat16, fp8
-// (and its e4m3/e5m2 forms), int8, and llama.cpp's cache types q8_0, q5_1,
-// q5_0, q4_1, q4_0 and iq4_nl (block formats: 32 elements and their
-// scales). ok is false for a name it does not know, and for "auto", which
-// means the model's own dtype.
-func DTypeBytes(name string) (bytes float64, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(name)) {
-	case "f32", "fp32", "float32", "float":
-		return 4, true
-	case "f16", "fp16", "float16", "half", "bf16", "bfloat16":
-		return 2, true
-	case "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "fp8_inc", "f8", "float8_e4m3fn", "float8_e5m2", "int8", "i8", "q8":
-		return 1, true
-	case "q8_0":
-		return 34.0 / 32, true
-	case "q5_1":
-		return 24.0 / 32, true
-	case "q5_0":
-		return 22.0 / 32, true
-	case "q4_1":
-		return 20.0 / 32, true
-	case "q4_0", "iq4_nl":
-		return 18.0 / 32, true
+// Figures is a decode cell against the limit: the limit at the cell's
+// average active requests (batch) and mean sequence length (seq), and the
+// cell's total tok/s as a share of it; nil when the limit is not known or
+// the cell has no batch.
+func (in Inputs) Figures(totalTokPerSec, batch, seq float64) *result.DecodeLimit {
+	lim := in.Limit(batch, seq)
+	if lim <= 0 {
+		return nil
 	}
-	return 0, false
+	return &result.DecodeLimit{BandwidthLimitTokPerSec: lim, ShareOfBandwidthLimit: totalTokPerSec / lim, Batch: batch, SeqTokens: seq}
 }
 
-// ParseBandwidth reads a memory bandwidth with its unit: "360GB/s",
-// "3.35 TB/s", "900GiB/s", "360 GB/s". GB and TB are decimal (as vendors
-// state bandwidth), GiB and TiB binary. A bare number is an error: say
-// the unit.
-func ParseBandwidth(s string) (bytesPerSec float64, err error) {
-	t := strings.TrimSpace(s)
-	low := strings.ToLower(strings.ReplaceAll(t, " ", ""))
-	if !strings.HasSuffix(low, "/s") && !strings.HasSuffix(low, "ps") {
-		return 0, fmt.Errorf("bandwidth %q: want a number with a unit per second, e.g. 360GB/s or 3.35TB/s", s)
+// FromResult is the inputs a result document kept; ok is false when they
+// were incomplete.
+func FromResult(b *result.Bandwidth) (Inputs, bool) {
+	if b == nil || len(b.Missing) > 0 || b.GBPerSec <= 0 || b.WeightBytes <= 0 || (b.KVBytesPerToken <= 0 && b.WindowKVBytesPerToken <= 0 && b.StateBytesPerSequence <= 0) {
+		return Inputs{}, false
 	}
-	low = strings.TrimSuffix(strings.TrimSuffix(low, "/s"), "ps")
-	v, err := ParseBytes(low)
-	if err != nil {
-		return 0, fmt.Errorf("bandwidth %q: want a number with a unit per second, e.g. 360GB/s or 3.35TB/s", s)
+	in := Inputs{BytesPerSec: b.GBPerSec * 1e9, WeightBytes: float64(b.WeightBytes - b.InputEmbeddingBytes),
+		KVBytesPerToken: b.KVBytesPerToken, Window: float64(b.SlidingWindow), WindowBytesPerToken: b.WindowKVBytesPerToken,
+		StateBytes: b.StateBytesPerSequence}
+	if m := b.MoE; m != nil && m.Experts > 0 && m.ExpertsPerToken > 0 && m.ExpertBytes > 0 {
+		in.WeightBytes -= float64(m.ExpertBytes)
+		in.Experts, in.ExpertsUsed, in.ExpertBytes = float64(m.Experts), float64(m.ExpertsPerToken), float64(m.ExpertBytes)/float64(m.Experts)
 	}
-	return float64(v), nil
-}
-
-// ParseBytes reads a size: a plain number of bytes, or one with a unit
-// (KB, MB, GB, TB decimal; KiB, MiB, GiB, TiB binary; B optional: "4.9G"
-// is 4.9 GB), e.g. "4.9GB", "8.03 GiB", "4900000000".
-func ParseBytes(s string) (int64, error) {
-	t := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), " ", ""))
-	i := strings.IndexFunc(t, func(r rune) bool { return !unicode.IsDigit(r) && r != '.' && r != 'e' && r != '+' })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = t[:i], t[i:]
+	if in.WeightBytes <= 0 {
+		return Inputs{}, false
 	}
-	// "e" may also start an exponent; "5e9" parses as a number.
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number of bytes, e.g. 4.9GB", s)
-	}
-	mult := map[string]float64{
-		"": 1, "b": 1,
-		"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
-		"ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20, "gi": 1 << 30, "gib": 1 << 30, "ti": 1 << 40, "tib": 1 << 40,
-	}
-	m, ok := mult[unit]
-	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q (use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB)", s, unit)
-	}
-	b := math.Round(v * m)
-	switch {
-	case b >= 1<<62:
-		return 0, fmt.Errorf("size %q is too large", s)
-	case b < 1:
-		return 0, fmt.Errorf("size %q is less than a byte", s)
-	}
-	return int64(b), nil
-}
-
-// FormatBytes shows a size in decimal units, as vendors and engines state
-// model sizes: "4.9 GB", "16.06 GB", "9.2 MB".
-func FormatBytes(b float64) string {
-	units := []string{"B", "KB", "MB", "GB", "TB"}
-	i := 0
-	for b >= 1000 && i < len(units)-1 {
-		b /= 1000
-		i++
-	}
-	prec := 2
-	if b >= 100 || i == 0 {
-		prec = 0
-	} else if b >= 10 {
-		prec = 1
-	}
-	return strconv.FormatFloat(b, 'f', prec, 64) + " " + units[i]
+	return in, true
 }

@@ -1,10 +1,7 @@
 package bandwidth
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
-	"slices"
 	"strings"
 )
 
@@ -13,191 +10,139 @@ import (
 type Shape struct {
 	// WeightBytes are the bytes of all the model's weights.
 	WeightBytes int64
-	// Layers, KVHeads and HeadDim give the KV cache's size per token.
-	Layers, KVHeads, HeadDim int
-	// KeyDim and ValueDim, where they differ from HeadDim (GGUF
-	// attention.key_length / value_length), replace it.
-	KeyDim, ValueDim int
+	// EmbedBytes are the input token-embedding table's bytes where it is
+	// not also the output head (untied): a decode step reads only the
+	// batch's rows of it, so it is not counted as read (METHOD §8).
+	EmbedBytes int64
+	// MoE are the routed experts, where the model is a mixture of experts.
+	MoE MoE
+	// KV is the KV cache's layout.
+	KV KV
 	// DType is the model's weight dtype (config.json torch_dtype), which
 	// a KV cache dtype of "auto" means.
 	DType string
 	// Why says, for a figure a source could not give although it tried,
 	// what stood in the way (a quantized config has no exact weight
-	// bytes, a mixture of experts reads only some of them per step).
+	// bytes, an attention kind tokentap does not know).
 	Why []string
+	// Notes are what a reader of the inputs should know of how a figure
+	// was read (a config class's default taken for an absent key).
+	Notes []string
 }
 
-// kvDims are the key and value vector sizes of one KV head.
-func (s Shape) kvDims() (k, v int) {
-	k, v = s.KeyDim, s.ValueDim
-	if k == 0 {
-		k = s.HeadDim
+// MoE are a mixture of experts' routed experts: every token of a decode
+// step is routed to Used of the Experts of each of the Layers that have
+// them. Shared experts and dense layers are in the dense part.
+type MoE struct {
+	Experts, Used, Layers int
+	// Bytes are all the routed experts' weights, over every MoE layer.
+	Bytes int64
+}
+
+// IsMoE reports whether the experts are known.
+func (m MoE) IsMoE() bool { return m.Experts > 0 && m.Used > 0 && m.Used <= m.Experts && m.Bytes > 0 }
+
+// KV is the KV cache's layout: what one token of context costs on the
+// layers whose cache grows with the context (full attention), on the
+// layers that keep at most a window of tokens (sliding-window attention),
+// and the constant state of linear-attention or state-space layers.
+// Elements are per token, keys and values apart (their dtypes may differ).
+type KV struct {
+	FullLayers            int
+	FullKeys, FullValues  int64
+	WindowLayers, Window  int
+	WindowKeys, WindowVal int64
+	// StateLayers keep a state of StateBytes (all of them together) per
+	// sequence, whatever its length.
+	StateLayers int
+	StateBytes  int64
+	// Layers, KVHeads and HeadDim describe a uniform layout (every layer
+	// full attention with the same heads); 0 otherwise. KeyDim and
+	// ValueDim, where they differ from HeadDim, replace it.
+	Layers, KVHeads, HeadDim, KeyDim, ValueDim int
+	// Layout says the layout in words, for reports.
+	Layout string
+}
+
+// UniformKV is the layout of layers of full attention, each with kvHeads
+// heads of keyDim and valueDim elements.
+func UniformKV(layers, kvHeads, keyDim, valueDim int) KV {
+	if layers <= 0 || kvHeads <= 0 || keyDim <= 0 || valueDim <= 0 {
+		return KV{}
 	}
-	if v == 0 {
-		v = s.HeadDim
+	kv := KV{FullLayers: layers, FullKeys: int64(layers) * int64(kvHeads) * int64(keyDim),
+		FullValues: int64(layers) * int64(kvHeads) * int64(valueDim), Layers: layers, KVHeads: kvHeads, HeadDim: keyDim}
+	kv.Layout = fmt.Sprintf("%d layers × %d KV heads × %d head dim", layers, kvHeads, keyDim)
+	if keyDim != valueDim {
+		kv.KeyDim, kv.ValueDim = keyDim, valueDim
+		kv.Layout = fmt.Sprintf("%d layers × %d KV heads × (%d key + %d value dims)", layers, kvHeads, keyDim, valueDim)
 	}
-	return k, v
+	return kv
 }
 
 // HasKV reports whether the KV layout is known.
-func (s Shape) HasKV() bool {
-	k, v := s.kvDims()
-	return s.Layers > 0 && s.KVHeads > 0 && k > 0 && v > 0
+func (s Shape) HasKV() bool { return s.KV.Known() }
+
+// Known reports whether the layout says anything.
+func (k KV) Known() bool {
+	return k.FullKeys+k.FullValues > 0 || (k.Window > 0 && k.WindowKeys+k.WindowVal > 0) || k.StateBytes > 0
 }
 
-// KVBytesPerToken is the KV cache's bytes per token of context at the
-// given key and value bytes per element; 0 when the layout is unknown.
+// KVBytesPerToken is what one token of context costs on the full-attention
+// layers at the given key and value bytes per element; 0 when the layout
+// is unknown.
 func (s Shape) KVBytesPerToken(keyBytes, valueBytes float64) float64 {
-	if !s.HasKV() {
-		return 0
-	}
-	k, v := s.kvDims()
-	return float64(s.Layers) * float64(s.KVHeads) * (float64(k)*keyBytes + float64(v)*valueBytes)
+	return float64(s.KV.FullKeys)*keyBytes + float64(s.KV.FullValues)*valueBytes
 }
 
-// hfConfig is the part of a Hugging Face config.json the limit reads.
-type hfConfig struct {
-	Architectures     []string        `json:"architectures"`
-	ModelType         string          `json:"model_type"`
-	HiddenSize        int             `json:"hidden_size"`
-	IntermediateSize  int             `json:"intermediate_size"`
-	Layers            int             `json:"num_hidden_layers"`
-	Heads             int             `json:"num_attention_heads"`
-	KVHeads           *int            `json:"num_key_value_heads"`
-	HeadDim           int             `json:"head_dim"`
-	Vocab             int             `json:"vocab_size"`
-	TieEmbeddings     *bool           `json:"tie_word_embeddings"`
-	TorchDType        string          `json:"torch_dtype"`
-	DType             string          `json:"dtype"` // newer transformers
-	Quantization      json.RawMessage `json:"quantization_config"`
-	KVLoraRank        int             `json:"kv_lora_rank"` // MLA (DeepSeek): no per-head KV
-	Experts           int             `json:"num_local_experts"`
-	Experts2          int             `json:"num_experts"`
-	RoutedExperts     int             `json:"n_routed_experts"`
-	AttentionBias     bool            `json:"attention_bias"`
-	TextConfig        json.RawMessage `json:"text_config"`
-	NumKVSharedLayers int             `json:"num_kv_shared_layers"`
+// WindowBytesPerToken is what one token within the window costs on the
+// sliding-window layers.
+func (s Shape) WindowBytesPerToken(keyBytes, valueBytes float64) float64 {
+	return float64(s.KV.WindowKeys)*keyBytes + float64(s.KV.WindowVal)*valueBytes
 }
 
-// gatedDense are the architectures whose weights FromHFConfig can count
-// from the config: decoder-only transformers with grouped-query attention
-// and a gated MLP (gate, up, down), as Llama's.
-var gatedDense = []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-	"GraniteForCausalLM", "InternLM2ForCausalLM", "Olmo2ForCausalLM", "Phi3ForCausalLM", "YiForCausalLM"}
+// layerKind is one layer's attention, as a source declares it.
+type layerKind int
 
-// FromHFConfig reads a Hugging Face config.json: layers, KV heads
-// (num_key_value_heads, else num_attention_heads), head dim (head_dim, else
-// hidden_size / num_attention_heads) and the weight dtype (torch_dtype).
-// Weight bytes are counted from the config for the dense gated-MLP
-// architectures of gatedDense (embeddings, attention, MLP and norms, at
-// the dtype's size), not for a quantized config, a mixture of experts or
-// an architecture it does not know: Why says so. A multimodal config's
-// text_config is read where the top level lacks the language model.
-func FromHFConfig(data []byte) (Shape, error) {
-	var c hfConfig
-	if err := json.Unmarshal(data, &c); err != nil {
-		return Shape{}, fmt.Errorf("not a Hugging Face config.json: %w", err)
-	}
-	if c.Layers == 0 && len(c.TextConfig) > 0 {
-		var t hfConfig
-		if err := json.Unmarshal(c.TextConfig, &t); err == nil && t.Layers > 0 {
-			if t.TorchDType == "" && t.DType == "" {
-				t.TorchDType, t.DType = c.TorchDType, c.DType
-			}
-			if len(t.Quantization) == 0 {
-				t.Quantization = c.Quantization
-			}
-			t.Architectures = c.Architectures
-			c = t
-		}
-	}
-	if c.Layers <= 0 || c.Heads <= 0 {
-		return Shape{}, fmt.Errorf("config.json has no num_hidden_layers and num_attention_heads: not a transformer language model's config")
-	}
-	kvh := 0
-	if c.KVHeads != nil {
-		kvh = *c.KVHeads
-	}
-	for _, v := range []struct {
-		name string
-		n    int
-		most int
-	}{{"num_hidden_layers", c.Layers, 1 << 12}, {"num_attention_heads", c.Heads, 1 << 12}, {"num_key_value_heads", kvh, 1 << 12},
-		{"head_dim", c.HeadDim, 1 << 14}, {"hidden_size", c.HiddenSize, 1 << 20}, {"intermediate_size", c.IntermediateSize, 1 << 22},
-		{"vocab_size", c.Vocab, 1 << 24}} {
-		if v.n < 0 || v.n > v.most {
-			return Shape{}, fmt.Errorf("config.json %s %d is not a model's", v.name, v.n)
-		}
-	}
-	s := Shape{Layers: c.Layers, DType: c.TorchDType}
-	if s.DType == "" {
-		s.DType = c.DType
-	}
-	kv := c.Heads
-	if c.KVHeads != nil && *c.KVHeads > 0 {
-		kv = *c.KVHeads
-	}
-	hd := c.HeadDim
-	if hd == 0 && c.HiddenSize > 0 {
-		hd = c.HiddenSize / c.Heads
-	}
-	switch {
-	case c.KVLoraRank > 0:
-		s.Why = append(s.Why, "the config uses multi-head latent attention (kv_lora_rank): its KV cache is not layers × KV heads × head dim (give --kv-heads and --head-dim for the latent's size)")
-	case c.NumKVSharedLayers > 0:
-		s.Why = append(s.Why, "the config shares KV cache between layers (num_kv_shared_layers): give --layers for the layers that keep their own")
-	default:
-		s.KVHeads, s.HeadDim = kv, hd
-	}
-	experts := max(c.Experts, c.Experts2, c.RoutedExperts)
-	dsize, dok := DTypeBytes(s.DType)
-	switch {
-	case len(c.Quantization) > 0 && string(c.Quantization) != "null":
-		var q struct {
-			Method string `json:"quant_method"`
-			Bits   int    `json:"bits"`
-		}
-		_ = json.Unmarshal(c.Quantization, &q)
-		what := q.Method
-		if q.Bits > 0 {
-			what = fmt.Sprintf("%s %d-bit", q.Method, q.Bits)
-		}
-		s.Why = append(s.Why, fmt.Sprintf("the config is quantized (%s): its weights' bytes are not the parameter count times a dtype (give --weight-bytes, the size of its weight files)", strings.TrimSpace(what)))
-	case experts > 1:
-		s.Why = append(s.Why, fmt.Sprintf("the config is a mixture of %d experts: a decode step reads only the experts its tokens are routed to (give --weight-bytes for what a step reads)", experts))
-	case !dok:
-		s.Why = append(s.Why, fmt.Sprintf("the config's torch_dtype %q is not a dtype tokentap knows the size of (give --weight-bytes)", s.DType))
-	case !slices.ContainsFunc(c.Architectures, func(a string) bool { return slices.Contains(gatedDense, a) }):
-		s.Why = append(s.Why, fmt.Sprintf("tokentap counts weights from the config only for %s, not %s (give --weight-bytes)",
-			strings.Join(gatedDense, ", "), strings.Join(c.Architectures, ", ")))
-	case c.HiddenSize <= 0 || c.IntermediateSize <= 0 || c.Vocab <= 0:
-		s.Why = append(s.Why, "the config lacks hidden_size, intermediate_size or vocab_size to count the weights from (give --weight-bytes)")
-	default:
-		params := denseParams(c, kv, hd)
-		s.WeightBytes = int64(math.Round(float64(params) * dsize))
-	}
-	return s, nil
-}
+const (
+	fullLayer layerKind = iota
+	windowLayer
+	stateLayer
+)
 
-// denseParams counts a gated-MLP decoder's weights: the token embeddings,
-// per layer the q, k, v and o projections (with q/k/v biases where the
-// architecture has them), gate, up and down, two norms (and Qwen3's q and k
-// norms), the final norm, and the output head unless tied to the
-// embeddings (absent, tie_word_embeddings is false: the default of every
-// gatedDense architecture's config class).
-func denseParams(c hfConfig, kv, hd int) int64 {
-	h, f, v := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.Vocab)
-	q, k := int64(c.Heads)*int64(hd), int64(kv)*int64(hd)
-	layer := h*q + 2*h*k + q*h + 3*h*f + 2*h
-	if slices.Contains(c.Architectures, "Qwen2ForCausalLM") || c.AttentionBias {
-		layer += q + 2*k
+// layeredKV builds a layout from each layer's kind and its key and value
+// elements per token (for state layers: none; stateBytes is their state
+// per layer).
+func layeredKV(kinds []layerKind, keys, values []int64, window int, stateBytes int64) KV {
+	var kv KV
+	for i, k := range kinds {
+		switch k {
+		case fullLayer:
+			kv.FullLayers++
+			kv.FullKeys += keys[i]
+			kv.FullValues += values[i]
+		case windowLayer:
+			kv.WindowLayers++
+			kv.WindowKeys += keys[i]
+			kv.WindowVal += values[i]
+		case stateLayer:
+			kv.StateLayers++
+			kv.StateBytes += stateBytes
+		}
 	}
-	if slices.Contains(c.Architectures, "Qwen3ForCausalLM") {
-		layer += 2 * int64(hd)
+	if kv.WindowLayers > 0 {
+		kv.Window = window
 	}
-	n := v*h + int64(c.Layers)*layer + h
-	if c.TieEmbeddings == nil || !*c.TieEmbeddings {
-		n += v * h
+	var parts []string
+	if kv.FullLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d full-attention layers, %d key + %d value elements per token", kv.FullLayers, kv.FullKeys, kv.FullValues))
 	}
-	return n
+	if kv.WindowLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d sliding-window layers (%d tokens), %d + %d per token", kv.WindowLayers, kv.Window, kv.WindowKeys, kv.WindowVal))
+	}
+	if kv.StateLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d linear-attention layers, a state of %s per sequence", kv.StateLayers, FormatBytes(float64(kv.StateBytes))))
+	}
+	kv.Layout = strings.Join(parts, "; ")
+	return kv
 }

@@ -464,10 +464,12 @@ func (in *Info) probeOllamaModel(ctx context.Context) error {
 		f.WeightBytes, f.WeightSource = m.WeightBytes, "POST /api/show tensors (types × shapes)"
 		in.add(FactWeightBytes, fmt.Sprint(m.WeightBytes), f.WeightSource)
 	}
-	if m.Layers > 0 && m.KVHeads > 0 && (m.HeadDim > 0 || m.KeyDim > 0) {
-		f.Layers, f.KVHeads, f.HeadDim, f.KeyDim, f.ValueDim = m.Layers, m.KVHeads, m.HeadDim, m.KeyDim, m.ValueDim
-		f.ShapeSource = "POST /api/show model_info (the GGUF's metadata)"
-		in.add(FactKVShape, describeShape(m.Layers, m.KVHeads, m.HeadDim, m.KeyDim, m.ValueDim), f.ShapeSource)
+	f.Shape, f.ShapeSource = m, "POST /api/show model_info (the GGUF's metadata)"
+	if m.HasKV() {
+		in.add(FactKVShape, m.KV.Layout, f.ShapeSource)
+	}
+	if e := m.MoE; e.IsMoE() {
+		in.add(FactExperts, fmt.Sprintf("%d experts, %d per token, in %d layers", e.Experts, e.Used, e.Layers), "POST /api/show model_info expert_count, expert_used_count and tensors *_exps")
 	}
 	return nil
 }

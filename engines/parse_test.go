@@ -13,6 +13,7 @@ func FuzzProbeJSON(f *testing.F) {
 		"llamacpp/props.json", "llamacpp/slots.json", "llamacpp/models.json", "llamacpp/chat_nonstream.json",
 		"vllm/models.json", "vllm/version.json", "sglang/server_info.json", "sglang/models.json",
 		"tgi/info.json", "tgi/tokenize.json", "ollama/ps.json", "ollama/show.json", "ollama/models.json", "ollama/show_tensors.json",
+		"ollama/show_moe.json",
 	} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
@@ -42,9 +43,9 @@ func FuzzProbeJSON(f *testing.F) {
 			t.Fatalf("weight bytes %d from %q", size, b)
 		}
 		if m, ok := parseOllamaModel(b); ok {
-			check("layers", m.Layers)
-			check("KV heads", m.KVHeads)
-			if m.WeightBytes < 0 || m.WeightBytes > 1<<50 {
+			check("layers", m.KV.Layers)
+			check("KV heads", m.KV.KVHeads)
+			if m.WeightBytes < 0 || m.WeightBytes > 1<<50 || m.MoE.Bytes > m.WeightBytes || m.KV.FullKeys < 0 || m.KV.WindowKeys < 0 {
 				t.Fatalf("weight bytes %d from %q", m.WeightBytes, b)
 			}
 		}

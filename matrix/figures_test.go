@@ -323,7 +323,9 @@ func TestDecodeLimit(t *testing.T) {
 		if d.Batch != c.AvgActive || math.Abs(d.SeqTokens-seq) > 1e-9 || d.SeqTokens < float64(c.Context) {
 			t.Errorf("cell %d × %d: batch %v (active %v), seq %v (records say %v)", c.Context, c.Concurrency, d.Batch, c.AvgActive, d.SeqTokens, seq)
 		}
-		want := 360e9 * c.AvgActive / (16_060_522_496 + c.AvgActive*seq*131072)
+		// A step reads the weights less the untied input table
+		// (128,256 × 4,096 × 2 = 1,050,673,152 bytes): 15,009,849,344.
+		want := 360e9 * c.AvgActive / (15_009_849_344 + c.AvgActive*seq*131072)
 		if math.Abs(d.BandwidthLimitTokPerSec-want) > 1e-9*want || math.Abs(d.BandwidthLimitTokPerSec-in.Limit(c.AvgActive, seq)) > 1e-9 ||
 			math.Abs(d.ShareOfBandwidthLimit-c.TotalTokPerSec/want) > 1e-9 {
 			t.Errorf("cell %d × %d: limit %+v, want %.3f tok/s", c.Context, c.Concurrency, d, want)

@@ -42,23 +42,30 @@ func hardwareSource(h result.Hardware) string {
 func (r *runner) engineTold() bandwidth.Told {
 	f := r.info.ModelFacts
 	t := bandwidth.Told{WeightFrom: f.WeightSource, KeyDType: f.KVDType, DTypeFrom: f.KVDTypeSource}
+	t.Shape, t.ShapeFrom = f.Shape, f.ShapeSource
 	t.WeightBytes = f.WeightBytes
-	if f.Layers > 0 {
-		t.Layers, t.KVHeads, t.HeadDim, t.KeyDim, t.ValueDim = f.Layers, f.KVHeads, f.HeadDim, f.KeyDim, f.ValueDim
-		t.ShapeFrom = f.ShapeSource
-	}
-	if !t.HasKV() && f.Path != "" {
+	if f.Path != "" && !t.HasKV() {
 		switch {
 		case !r.cfg.Limits.ReadModelFile:
-			t.Why = append(t.Why, fmt.Sprintf("the engine serves %s (%s), a file on its machine: the KV layout is read from it only where the engine runs on this one (give --model-config, or --layers, --kv-heads and --head-dim)", f.Path, f.PathSource))
+			t.WeightBytes = 0
+			t.Why = append(t.Why, fmt.Sprintf("the engine serves %s (%s), a file on its machine: the KV layout and what a step reads of the weights (a mixture of experts, the input embeddings) are read from it only where the engine runs on this one (give --model-config, or --weight-bytes, --layers, --kv-heads and --head-dim)", f.Path, f.PathSource))
 		default:
-			if m, err := bandwidth.ReadGGUFFile(f.Path); err != nil {
-				t.Why = append(t.Why, fmt.Sprintf("the KV layout could not be read from the engine's model file: %v (give --model-config, or --layers, --kv-heads and --head-dim)", err))
-			} else if s, ok := m.Shape(); ok {
-				t.Layers, t.KVHeads, t.HeadDim, t.KeyDim, t.ValueDim = s.Layers, s.KVHeads, s.HeadDim, s.KeyDim, s.ValueDim
-				t.ShapeFrom = fmt.Sprintf("GGUF metadata of %s (%s)", f.Path, f.PathSource)
+			if g, err := bandwidth.ReadGGUFFile(f.Path); err != nil {
+				t.WeightBytes = 0
+				t.Why = append(t.Why, fmt.Sprintf("the KV layout and weights could not be read from the engine's model file: %v (give --model-config, or --weight-bytes, --layers, --kv-heads and --head-dim)", err))
 			} else {
-				t.Why = append(t.Why, s.Why...)
+				s, _ := g.Shape()
+				from := fmt.Sprintf("GGUF metadata of %s (%s)", f.Path, f.PathSource)
+				t.KV, t.ShapeFrom, t.Notes, t.Why, t.DType = s.KV, from, s.Notes, s.Why, s.DType
+				switch {
+				case s.WeightBytes == 0:
+					t.WeightBytes = 0
+				case t.WeightBytes > 0: // the engine's figure, split by the file's tensors
+					t.EmbedBytes, t.MoE = s.EmbedBytes, s.MoE
+					t.WeightFrom += ", less what a step does not read by the tensors of " + from
+				default:
+					t.WeightBytes, t.EmbedBytes, t.MoE, t.WeightFrom = s.WeightBytes, s.EmbedBytes, s.MoE, "the tensors of "+from
+				}
 			}
 		}
 	}

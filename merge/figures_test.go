@@ -98,3 +98,44 @@ func TestMergeBeyondFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeMoELimit: a merged run's limit is computed again from the
+// inputs the document keeps, a mixture of experts' and sliding windows'
+// among them (gpt-oss-20b: 13,761,264,768 bytes of weights, of which the
+// input table 1,158,266,880 and the routed experts 10,165,616,640 are not
+// read whole; 32 experts, 4 per token; 24,576 KV bytes per token on the
+// full layers and as many within 128 tokens on the sliding ones).
+func TestMergeMoELimit(t *testing.T) {
+	bw := &result.Bandwidth{GBPerSec: 360, GBPerSecSource: "--gpu-bandwidth", WeightBytes: 13_761_264_768, WeightSource: "--model-config",
+		InputEmbeddingBytes: 1_158_266_880, MoE: &result.MoELimit{Experts: 32, ExpertsPerToken: 4, Layers: 24, ExpertBytes: 10_165_616_640},
+		KVLayout: "12 full-attention layers; 12 sliding-window layers (128 tokens)", ShapeSource: "--model-config", KVDType: "bfloat16",
+		KVBytesPerElem: 2, KVDTypeSource: "auto", KVBytesPerToken: 24_576, SlidingWindow: 128, WindowKVBytesPerToken: 24_576}
+	var docs []*result.Result
+	for i, seq := range []float64{1000, 3000} {
+		d := full(i, 2, 4)
+		d.Bandwidth = bw
+		c := &d.Decode[0]
+		c.DecodeLimit = &result.DecodeLimit{BandwidthLimitTokPerSec: 1, ShareOfBandwidthLimit: 1, Batch: c.AvgActive, SeqTokens: seq}
+		docs = append(docs, d)
+	}
+	m, _, err := Runs(inputs(docs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Decode[0]
+	d := c.DecodeLimit
+	if d == nil {
+		t.Fatal("no merged limit")
+	}
+	// Dense 13,761,264,768 − 1,158,266,880 − 10,165,616,640 =
+	// 2,437,381,248; one expert over the layers 10,165,616,640 / 32 =
+	// 317,675,520; 32 × (1 − (28/32)^b) experts touched.
+	b, seq := d.Batch, d.SeqTokens
+	want := 360e9 * b / (2_437_381_248 + 317_675_520*32*(1-math.Pow(28.0/32, b)) + b*(seq*24_576+math.Min(seq, 128)*24_576))
+	if math.Abs(d.BandwidthLimitTokPerSec-want) > 1e-9*want || seq <= 1000 || seq >= 3000 {
+		t.Errorf("merged limit %+v, want %.3f tok/s", d, want)
+	}
+	if err := schematest.Result(m); err != nil {
+		t.Error(err)
+	}
+}

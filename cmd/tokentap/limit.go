@@ -30,8 +30,8 @@ type LimitFlags struct {
 func (l *LimitFlags) register(fs *cli) {
 	fs.StringVar(&l.SLO, "slo", l.SLO, sloHelp)
 	fs.StringVar(&l.GPUBandwidth, "gpu-bandwidth", l.GPUBandwidth, "GPU memory bandwidth for the decode limit, e.g. 360GB/s (default: tokentap's table, by the GPU detected or given with --gpu) [TOKENTAP_GPU_BANDWIDTH]")
-	fs.StringVar(&l.ModelConfig, "model-config", l.ModelConfig, "the model's Hugging Face config.json: layers, KV heads, head dim, dtype and, for dense unquantized models, weight bytes [TOKENTAP_MODEL_CONFIG]")
-	fs.StringVar(&l.WeightBytes, "weight-bytes", l.WeightBytes, "bytes of the model's weights, e.g. 4.9GB (default: what the engine or --model-config says) [TOKENTAP_WEIGHT_BYTES]")
+	fs.StringVar(&l.ModelConfig, "model-config", l.ModelConfig, "the model's Hugging Face config.json: its KV cache layout (sliding-window and linear-attention layers too), dtype and, for unquantized models of known architectures, the weights a step reads (a mixture of experts' active experts) [TOKENTAP_MODEL_CONFIG]")
+	fs.StringVar(&l.WeightBytes, "weight-bytes", l.WeightBytes, "bytes of the weights every decode step reads, e.g. 4.9GB (default: what the engine or --model-config says) [TOKENTAP_WEIGHT_BYTES]")
 	fs.IntVar(&l.Layers, "layers", l.Layers, "the model's layers, for its KV cache size per token [TOKENTAP_LAYERS]")
 	fs.IntVar(&l.KVHeads, "kv-heads", l.KVHeads, "the model's key/value heads [TOKENTAP_KV_HEADS]")
 	fs.IntVar(&l.HeadDim, "head-dim", l.HeadDim, "the model's attention head dimension [TOKENTAP_HEAD_DIM]")
@@ -76,7 +76,7 @@ func (l LimitFlags) apply(cfg *matrix.Config) error {
 		return fmt.Errorf("%s: give --layers, --kv-heads and --head-dim together (the KV cache's size per token needs all three)", strings.Join(named, ", "))
 	}
 	if len(named) == 3 {
-		flags.Layers, flags.KVHeads, flags.HeadDim = l.Layers, l.KVHeads, l.HeadDim
+		flags.KV = bandwidth.UniformKV(l.Layers, l.KVHeads, l.HeadDim, l.HeadDim)
 		flags.ShapeFrom = "flags " + strings.Join(named, ", ")
 	}
 	if l.KVDType != "" {

@@ -33,7 +33,7 @@ const (
 )
 
 // kv is one metadata pair; val is a uint32, int32, float32, bool, string,
-// []string or []int32.
+// []string, []int32, []uint32 or []bool.
 type kv struct {
 	key string
 	val any
@@ -136,6 +136,24 @@ func (g *ggufWriter) value(v any) {
 		g.u64(uint64(len(v)))
 		for _, x := range v {
 			g.u32(uint32(x))
+		}
+	case []uint32:
+		g.u32(ggufArray)
+		g.u32(ggufUint32)
+		g.u64(uint64(len(v)))
+		for _, x := range v {
+			g.u32(x)
+		}
+	case []bool:
+		g.u32(ggufArray)
+		g.u32(ggufBool)
+		g.u64(uint64(len(v)))
+		for _, x := range v {
+			if x {
+				g.raw([]byte{1})
+			} else {
+				g.raw([]byte{0})
+			}
 		}
 	default:
 		panic(fmt.Sprintf("tinygguf: no GGUF type for %T", v))

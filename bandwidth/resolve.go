@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tokentap/tokentap/result"
@@ -12,8 +13,8 @@ import (
 // figure it gives.
 type Told struct {
 	Shape
-	// ShapeFrom names where WeightBytes came from (WeightFrom) and where
-	// the KV layout did (ShapeFrom).
+	// WeightFrom names where WeightBytes (with EmbedBytes and MoE) came
+	// from, ShapeFrom where the KV layout did.
 	WeightFrom, ShapeFrom string
 	// KeyDType and ValueDType are the KV cache's dtypes ("auto": the
 	// model's DType); DTypeFrom says who said so.
@@ -48,9 +49,17 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 	for _, t := range told {
 		why = append(why, t.Why...)
 	}
+	var notes []string
 	for _, t := range told {
 		if t.WeightBytes > 0 {
 			doc.WeightBytes, doc.WeightSource = t.WeightBytes, t.WeightFrom
+			if t.EmbedBytes > 0 && t.EmbedBytes < t.WeightBytes {
+				doc.InputEmbeddingBytes = t.EmbedBytes
+			}
+			if m := t.MoE; m.IsMoE() && m.Bytes+doc.InputEmbeddingBytes < t.WeightBytes {
+				doc.MoE = &result.MoELimit{Experts: m.Experts, ExpertsPerToken: m.Used, Layers: m.Layers, ExpertBytes: m.Bytes}
+			}
+			notes = append(notes, t.Notes...)
 			break
 		}
 	}
@@ -62,11 +71,14 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 	for _, t := range told {
 		if t.HasKV() {
 			shape, doc.ShapeSource = t.Shape, t.ShapeFrom
-			doc.Layers, doc.KVHeads = t.Layers, t.KVHeads
-			k, v := t.kvDims()
-			doc.HeadDim = k
-			if k != v {
-				doc.Note = fmt.Sprintf("Keys have %d dimensions per head, values %d.", k, v)
+			kv := t.KV
+			doc.Layers, doc.KVHeads, doc.HeadDim, doc.KVLayout = kv.Layers, kv.KVHeads, kv.HeadDim, kv.Layout
+			if kv.KeyDim > 0 && kv.KeyDim != kv.ValueDim {
+				doc.HeadDim = kv.KeyDim
+				notes = append(notes, fmt.Sprintf("Keys have %d dimensions per head, values %d.", kv.KeyDim, kv.ValueDim))
+			}
+			if t.WeightBytes == 0 || doc.WeightSource != t.WeightFrom {
+				notes = append(notes, t.Notes...)
 			}
 			break
 		}
@@ -74,6 +86,7 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 	if !shape.HasKV() {
 		doc.Missing = append(doc.Missing, "KV cache layout (layers, KV heads, head dim): "+or(pick(why, "KV"), "the engine does not say it (give --model-config, or --layers, --kv-heads and --head-dim)"))
 	}
+	doc.Note = strings.Join(dedupe(notes), " ")
 
 	kt, vt, from, model, modelFrom := "", "", "", "", ""
 	for _, t := range told {
@@ -121,10 +134,26 @@ func Resolve(bw GPUBandwidth, told ...Told) (doc result.Bandwidth, in Inputs, ok
 	}
 	if shape.HasKV() && doc.KVBytesPerElem > 0 {
 		doc.KVBytesPerToken = shape.KVBytesPerToken(kb, vb)
+		if shape.KV.Window > 0 {
+			doc.SlidingWindow, doc.WindowKVBytesPerToken = shape.KV.Window, shape.WindowBytesPerToken(kb, vb)
+		}
+		doc.StateBytesPerSequence = float64(shape.KV.StateBytes)
 	}
-	in = Inputs{BytesPerSec: doc.GBPerSec * 1e9, WeightBytes: float64(doc.WeightBytes), KVBytesPerToken: doc.KVBytesPerToken}
-	ok = len(doc.Missing) == 0
+	if len(doc.Missing) > 0 {
+		return doc, Inputs{}, false
+	}
+	in, ok = FromResult(&doc)
 	return doc, in, ok
+}
+
+func dedupe(s []string) []string {
+	var out []string
+	for _, x := range s {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // pick returns the reasons that mention word, joined.
@@ -143,25 +172,4 @@ func or(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// Figures is a decode cell against the limit: the limit at the cell's
-// average active requests (batch) and mean sequence length (seq), and the
-// cell's total tok/s as a share of it; nil when the limit is not known or
-// the cell has no batch.
-func (in Inputs) Figures(totalTokPerSec, batch, seq float64) *result.DecodeLimit {
-	lim := in.Limit(batch, seq)
-	if lim <= 0 {
-		return nil
-	}
-	return &result.DecodeLimit{BandwidthLimitTokPerSec: lim, ShareOfBandwidthLimit: totalTokPerSec / lim, Batch: batch, SeqTokens: seq}
-}
-
-// FromResult is the inputs a result document kept; ok is false when they
-// were incomplete.
-func FromResult(b *result.Bandwidth) (Inputs, bool) {
-	if b == nil || len(b.Missing) > 0 || b.GBPerSec <= 0 || b.WeightBytes <= 0 || b.KVBytesPerToken <= 0 {
-		return Inputs{}, false
-	}
-	return Inputs{BytesPerSec: b.GBPerSec * 1e9, WeightBytes: float64(b.WeightBytes), KVBytesPerToken: b.KVBytesPerToken}, true
 }
