@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/tokentap/tokentap/histo"
+	"github.com/tokentap/tokentap/internal/outfile"
 )
 
 // SchemaVersion of the document. Readers refuse newer ones.
@@ -337,30 +337,16 @@ func (r *Result) Write(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteFile writes r to path atomically (a temp file of its own beside it,
-// then rename), so a run stopped half-way never leaves a truncated result
-// behind, and two runs writing at once never share a temp file.
+// WriteFile writes r to path as package outfile does: a regular file
+// atomically (a temporary file beside it, renamed over it), through a
+// symbolic link to its target, a FIFO or device in place. It replaces an
+// existing file: callers that must not check first (outfile.Resolve).
 func (r *Result) WriteFile(path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	t, err := outfile.Resolve(path, outfile.Options{Overwrite: true})
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := r.Write(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	return t.Write(os.Stdout, r.Write)
 }
 
 // Read decodes a result document, refusing a newer schema.

@@ -252,16 +252,20 @@ var envInUsage = regexp.MustCompile(`\[(TOKENTAP_[A-Z0-9_]+)`)
 // "--window" when given on the command line (or not at all), else the
 // TOKENTAP_* variable that set it.
 func (c *cli) source(name string) string {
+	dash := "--"
+	if len(name) == 1 {
+		dash = "-" // -o
+	}
 	f := c.Lookup(name)
 	if f == nil || c.given(name) {
-		return "--" + name
+		return dash + name
 	}
 	if m := envInUsage.FindStringSubmatch(f.Usage); m != nil {
 		if _, ok := os.LookupEnv(m[1]); ok {
 			return m[1]
 		}
 	}
-	return "--" + name
+	return dash + name
 }
 
 func (l *LogFlags) register(fs *cli) {

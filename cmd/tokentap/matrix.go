@@ -17,6 +17,7 @@ import (
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/hardware"
 	"github.com/tokentap/tokentap/internal/english"
+	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/matrix"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -172,8 +173,15 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
 	}
+	// The outputs: never one of the inputs, never each other, an existing
+	// file kept unless --overwrite.
+	inputs := []string{f.Scenario, f.LimitFlags.ModelConfig}
+	if err := distinct(f.Out, fs.source("out"), f.Records, fs.source("records")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	var out outfile.Target
 	if f.Out != "" {
-		if err := checkResultPath(f.Out, fs.source("out"), f.Overwrite); err != nil {
+		if out, err = output(f.Out, fs.source("out"), f.Overwrite, inputs...); err != nil {
 			return fail(exitUsage, "%v", err)
 		}
 	}
@@ -221,9 +229,11 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	cfg.Scenario = sc
 	cfg.Percentiles = percentiles
 	var recw *record.Writer
+	var recOut outfile.Target
+	ran := false // matrix.Run sent load (there is a result)
 	if f.Records != "" {
-		if err := checkWritable(f.Records); err != nil {
-			return fail(exitUsage, "%s %s: %v", fs.source("records"), f.Records, err)
+		if recOut, err = output(f.Records, fs.source("records"), f.Overwrite, inputs...); err != nil {
+			return fail(exitUsage, "%v", err)
 		}
 	}
 	// A real run takes long: keep its result even when --out was not given
@@ -235,6 +245,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 			return fail(exitUsage, "%v (give --out)", err)
 		}
 		reserved = true
+		if out, err = output(f.Out, "the result file", true); err != nil {
+			os.Remove(f.Out)
+			return fail(exitUsage, "%v (give --out)", err)
+		}
 	}
 	unreserve := func() {
 		if reserved {
@@ -242,14 +256,28 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if f.Records != "" {
-		rf, err := os.Create(f.Records)
+		rf, err := recOut.Create(stdout)
 		if err != nil {
 			unreserve()
-			return fail(exitUsage, "%s: %v", fs.source("records"), err)
+			return fail(exitUsage, "%s %s: %v", fs.source("records"), f.Records, err)
 		}
-		defer rf.Close()
 		recw = record.NewWriter(rf)
-		defer recw.Flush()
+		defer func() {
+			// Kept however a run that sent load ended: its records say
+			// what happened. A run refused before any load keeps none.
+			if !ran {
+				rf.Abort()
+				return
+			}
+			if err := recw.Flush(); err != nil {
+				rf.Abort()
+				fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, err)
+				return
+			}
+			if err := rf.Commit(); err != nil {
+				fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, err)
+			}
+		}()
 		cfg.OnRecords = func(recs []record.Record) {
 			for i := range recs {
 				if err := recw.Write(&recs[i]); err != nil {
@@ -308,6 +336,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	}
 
 	res, err := matrix.Run(ctx, cfg)
+	ran = res != nil
 	if res == nil {
 		unreserve()
 		switch {
@@ -328,10 +357,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
 	}
 	if f.Out != "" {
-		if werr := res.WriteFile(f.Out); werr != nil {
+		if werr := out.Write(stdout, res.Write); werr != nil {
 			fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Out, werr)
 			code = exitError
-		} else if !f.Quiet {
+		} else if !f.Quiet && out.Kind != outfile.Stdout {
 			fmt.Fprintf(stderr, "tokentap matrix: result written to %s (render it again with: tokentap report %s)\n", f.Out, f.Out)
 		}
 	}

@@ -193,6 +193,14 @@ func TestMistakesCaughtBeforeLoad(t *testing.T) {
 	if err := os.WriteFile(existing, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	scenario := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(scenario, []byte("window: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink("old.json", link); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -204,6 +212,10 @@ func TestMistakesCaughtBeforeLoad(t *testing.T) {
 		{"unknown format", []string{"--format", "pdf"}, `--format: unknown report format "pdf"`},
 		{"bad percentiles", []string{"--percentiles", "50,100"}, "--percentiles"},
 		{"records in no directory", []string{"--records", "/nonexistent-dir-tokentap/r.jsonl"}, "--records"},
+		{"existing records", []string{"--records", existing}, "--records " + existing + ": the file exists; give --overwrite"},
+		{"link to an existing result", []string{"--out", link}, "the file exists; give --overwrite"},
+		{"out is the scenario", []string{"--scenario", scenario, "--out", scenario, "--overwrite"}, "is the input " + scenario},
+		{"out and records one file", []string{"--out", filepath.Join(dir, "x.json"), "--records", filepath.Join(dir, "x.json")}, "give each its own file"},
 		{"both concurrency and rate", []string{"--rate", "1"}, "--concurrency and --rate are both given"},
 		{"not a URL", []string{"--target", "ftp://host"}, `--target: "ftp://host" is not an http(s) URL`},
 		{"bad port", []string{"--target", "127.0.0.1:99999"}, "port 99999"},
@@ -282,14 +294,34 @@ func TestExitCodes(t *testing.T) {
 			}
 		})
 	}
-	// The failed run's result was kept; --overwrite replaces it.
+	// The failed run's result was kept; --overwrite replaces it, through
+	// a link to it, which stays a link.
 	out := filepath.Join(dir, "failed cells.json")
 	if _, err := result.ReadFile(out); err != nil {
 		t.Fatalf("the failed run's result: %v", err)
 	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(filepath.Base(out), link); err != nil {
+		t.Fatal(err)
+	}
 	var so, se bytes.Buffer
-	if code := run(append([]string{"matrix", "--target", failing, "--out", out, "--overwrite", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK {
+	if code := run(append([]string{"matrix", "--target", failing, "--out", link, "--overwrite", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK {
 		t.Errorf("--overwrite: exit %d: %s", code, se.String())
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Error("--out LINK --overwrite replaced the link with a file")
+	}
+	if r, err := result.ReadFile(out); err != nil || !r.Started.After(time.Now().Add(-time.Minute)) {
+		t.Errorf("the link's target was not written: %v", err)
+	}
+	// --out - is stdout, never a file named -.
+	so.Reset()
+	t.Chdir(dir)
+	if code := run(append([]string{"matrix", "--target", failing, "--out", "-", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK || !strings.Contains(so.String(), `"schema"`) {
+		t.Errorf("--out -: exit %d, stdout %.80q: %s", code, so.String(), se.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
+		t.Error("--out - wrote a file named -")
 	}
 }
 
