@@ -197,7 +197,13 @@ func (r *runner) finishBeyond() {
 		r.res.SLO.Overall = *all.Figures(secs)
 		r.res.SLO.Capacity = slo.Capacity(r.res, r.res.SLO.Spec.Target)
 	}
-	if r.bey.splits == 0 {
+	measured := false
+	for _, c := range r.res.Decode {
+		measured = measured || c.Status.ShowsFigures()
+	}
+	// Only a measured cell could have been split: with none, the engine
+	// was never asked, and saying it keeps nothing would be untrue.
+	if r.bey.splits == 0 && measured {
 		why := "it keeps none tokentap reads"
 		switch {
 		case r.bey.timed && !r.info.Gauges:

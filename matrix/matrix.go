@@ -29,6 +29,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,12 @@ import (
 // ErrInterrupted is returned with a partial result when the run's context
 // was cancelled before every cell ran.
 var ErrInterrupted = errors.New("matrix run interrupted; the result holds the cells finished so far")
+
+// ErrNothingToMeasure is returned, with a nil result and before any load,
+// when the plan leaves no decode cell to run: every context dropped for
+// the engine's max model length, or every cell over its KV capacity. The
+// settings asked for are wrong for this engine; the error says why.
+var ErrNothingToMeasure = errors.New("nothing to measure")
 
 // Config is one matrix run. Zero values mean defaults.
 type Config struct {
@@ -272,6 +279,10 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 			fmtInt(info.KVMin), fmtInt(info.KVMax), fmtInt(info.KVMax)))
 	case kv == 0:
 		r.plan.notes = append(r.plan.notes, "The engine's KV cache capacity is unknown (give --kv-capacity): every cell was tried; where the engine answered that a request did not fit, the cell is Over capacity and larger cells were not run.")
+	}
+	if r.plan.runnableCells() == 0 {
+		return nil, fmt.Errorf("%w: no decode cell of the run fits this engine. %s Give smaller --contexts or --max-output, or an engine with more room",
+			ErrNothingToMeasure, strings.Join(r.plan.whyNothing(maxLen, kv, kvMax), " "))
 	}
 	decodeTest := "Fixed duration"
 	if len(r.plan.rates) > 0 {

@@ -381,3 +381,39 @@ func TestDroppedAndOverrides(t *testing.T) {
 		t.Error("OnRecords saw no records")
 	}
 }
+
+// TestNothingToMeasure: a run whose plan keeps no decode cell (every
+// context too long for the engine, or every cell over its KV capacity) is
+// an error before any load, saying why, with no result; it used to run
+// "0 of 0 decode cells", write an empty result and exit 0.
+func TestNothingToMeasure(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	maxLen := quickModel().MaxModelLen
+	for _, tt := range []struct {
+		name string
+		edit func(sc *scenarios.Scenario)
+		kv   int
+		says string
+	}{
+		{"every context too long", func(sc *scenarios.Scenario) { sc.Contexts = []int{maxLen * 2} }, 0, "exceeds the engine's max model length"},
+		{"max output too long", func(sc *scenarios.Scenario) { sc.Contexts = []int{0}; sc.MaxOutput = maxLen + 1 }, 0, "Context 0 dropped"},
+		{"every cell over capacity", func(sc *scenarios.Scenario) { sc.Contexts = []int{1024} }, 500, "needs more KV cache than the engine's 500 tokens"},
+		{"every rate over capacity", func(sc *scenarios.Scenario) { sc.Contexts = []int{1024}; sc.Concurrency = nil; sc.Rates = []float64{1} }, 500, "500 tokens"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := accuracyScenario()
+			tt.edit(&sc)
+			var recs int
+			res, err := Run(context.Background(), Config{
+				Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, KVCapacity: tt.kv,
+				OnRecords: func(r []record.Record) { recs += len(r) },
+			})
+			if res != nil || !errors.Is(err, ErrNothingToMeasure) || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("result %v, err %v; want no result and ErrNothingToMeasure saying %q", res != nil, err, tt.says)
+			}
+			if recs != 0 {
+				t.Errorf("%d requests were sent", recs)
+			}
+		})
+	}
+}

@@ -342,8 +342,12 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case ctx.Err() != nil:
 			return fail(exitInterrupted, "interrupted before any load was sent")
+		case errors.Is(err, matrix.ErrNothingToMeasure) || errors.Is(err, engines.ErrModel):
+			// The settings do not fit this engine (a context it cannot
+			// hold, a model it does not serve): a usage error.
+			return fail(exitUsage, "%v", err)
 		case errors.Is(err, engines.ErrUnreachable) || errors.Is(err, engines.ErrUnauthorized) ||
-			errors.Is(err, engines.ErrNotOpenAI) || errors.Is(err, engines.ErrModel):
+			errors.Is(err, engines.ErrNotOpenAI):
 			return fail(exitEngine, "%v", err)
 		}
 		return fail(exitError, "%v", err)

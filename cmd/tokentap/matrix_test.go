@@ -284,6 +284,9 @@ func TestExitCodes(t *testing.T) {
 		{"failed cells", failing, nil, exitFailed, "1 decode cell (0 × 1) failed (the report says why); exit 3. Give --allow-failed"},
 		{"failed cells allowed", failing, []string{"--allow-failed"}, exitOK, "exit 0 (--allow-failed)"},
 		{"unreachable", "http://" + freeAddr(t), nil, exitEngine, "connection refused"},
+		{"nothing to measure", failing, []string{"--contexts", "100000k"}, exitUsage, "nothing to measure: no decode cell of the run fits this engine. Context 100000K dropped"},
+		{"max output beyond the engine", failing, []string{"--max-output", "70000000"}, exitUsage, "nothing to measure"},
+		{"wrong model", failing, []string{"--model", "nope"}, exitUsage, `does not serve model "nope"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(dir, tt.name+".json")

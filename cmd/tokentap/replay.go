@@ -157,6 +157,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			return fail(exitInterrupted, "interrupted before any request was sent")
 		}
+		if errors.Is(err, engines.ErrModel) {
+			return fail(exitUsage, "%v", err) // --model names a model the engine does not serve
+		}
 		return fail(exitEngine, "%v", err)
 	}
 	// The captured model may not exist on this engine: each request keeps
