@@ -40,6 +40,7 @@ type beyondView struct {
 	SplitNotes   []string
 
 	// Decode limit: the inputs, a row per measured cell, notes.
+	LimitHead   []string
 	LimitInputs []kv
 	LimitRows   [][]string
 	LimitNotes  []string
@@ -60,6 +61,10 @@ var (
 func newBeyondView(r *result.Result) *beyondView {
 	b := &beyondView{}
 	contexts, cols := axes(r)
+	// A run's columns are concurrency levels or request rates: the
+	// tables' second column says which.
+	b.SplitHead, b.LimitHead = slices.Clone(splitHead), slices.Clone(limitHead)
+	b.SplitHead[1], b.LimitHead[1] = columnHead(r.RateRun()), columnHead(r.RateRun())
 	if r.SLO != nil {
 		b.sloSection(r, contexts, cols)
 	}
@@ -225,7 +230,7 @@ func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []resul
 	if !any {
 		return
 	}
-	b.SplitHead, b.SplitRows, b.SplitSources = splitHead, rows, sources
+	b.SplitRows, b.SplitSources = rows, sources
 	b.SplitNotes = append(b.SplitNotes, "Means over the window's requests: TTFT as tokentap measured it; queue, prefill and TTFT as the engine measured them (from its own figures at the window's start and end). "+
 		"Outside the engine is the difference: network, HTTP, the client's side and any proxy between. — : the engine said nothing.")
 	if unaccounted {

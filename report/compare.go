@@ -278,6 +278,20 @@ func columnsName(a, b *result.Result) string {
 	return "Columns (concurrency levels or request rates)"
 }
 
+// detailHead heads the Measured or changed cells table: its column column
+// is a request rate where both runs' columns are, concurrency where both
+// are, and either where they differ.
+func detailHead(a, b *result.Result) []string {
+	h := slices.Clone(detailColumns)
+	switch ra, rb := a.RateRun(), b.RateRun(); {
+	case ra && rb:
+		h[1] = columnHead(true)
+	case ra != rb:
+		h[1] = "Requests at once or rate"
+	}
+	return h
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return dash
@@ -695,7 +709,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		}
 		e.printf("\n%s\n\n%s\n", cmp.legend(false), cmp.summary())
 		e.print("\n## Measured or changed cells\n\n")
-		mdRow(e, detailColumns)
+		mdRow(e, detailHead(cmp.A, cmp.B))
 		mdAlign(e, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
 		for _, row := range cmp.Cells {
 			for _, p := range row {
@@ -952,7 +966,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		e.print("</table></div>\n")
 		e.printf("<p class=\"notes\">%s</p>\n<p class=\"notes\">%s</p>\n", h(cmp.legend(false)), h(cmp.summary()))
 		e.print("<h2>Measured or changed cells</h2>\n<div class=\"wide\"><table class=\"all\"><tr>")
-		for _, c := range detailColumns {
+		for _, c := range detailHead(cmp.A, cmp.B) {
 			e.printf("<th>%s</th>", h(c))
 		}
 		e.print("</tr>\n")

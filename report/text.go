@@ -217,7 +217,7 @@ func writeText(w io.Writer, v *view) error {
 	}
 	writeTextBeyond(e, v)
 	if len(v.All) > 0 {
-		e.print("\nAll measurements · " + allNote + "\n")
+		e.print("\nAll measurements · " + allNote(v.Rate) + "\n")
 		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}
 		right := []bool{false, true, true, false, true, true, true, true, true, true, true, true}
 		// The SLO and bandwidth-limit columns have their own sections

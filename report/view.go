@@ -294,7 +294,7 @@ func newViewWith(r *result.Result, o Options) *view {
 	}
 	for _, st := range footnoteOrder {
 		if present[st] {
-			v.Footnotes = append(v.Footnotes, statusNote(st))
+			v.Footnotes = append(v.Footnotes, statusNote(st, v.Rate))
 		}
 	}
 	v.percentiles(r, o)
