@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/schematest"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -415,5 +416,57 @@ func TestNothingToMeasure(t *testing.T) {
 				t.Errorf("%d requests were sent", recs)
 			}
 		})
+	}
+}
+
+// TestRequestSettingsRecorded: the scenario settings that shape requests
+// (shared prefix, sampling, extra fields) are in the result, so runs that
+// differ in them do not compare as identical; and a context no longer
+// than the shared prefix keeps its length (context 0 sent 257-token
+// prompts under a 256-token prefix and was still labelled 0).
+func TestRequestSettingsRecorded(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	sc := accuracyScenario()
+	sc.Contexts = []int{0, 1024}
+	sc.Concurrency = []int{2}
+	sc.Prefill = nil
+	sc.Window = 500 * time.Millisecond
+	sc.MaxOutput = 16
+	sc.SharedPrefix = 256
+	temp, seed := 0.7, int64(42)
+	sc.Sampling = scenarios.Sampling{Temperature: &temp, Seed: &seed}
+	sc.Extra = map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}}
+	var mu sync.Mutex
+	longest := map[string]int{}
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
+		OnRecords: func(recs []record.Record) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range recs {
+				for _, row := range []string{"C=0 ", "C=1024 "} {
+					if strings.Contains(r.ID, row) {
+						longest[row] = max(longest[row], r.PromptTokens)
+					}
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Settings
+	if s.SharedPrefix != 256 || s.Sampling["temperature"] != 0.7 || s.Sampling["seed"] != int64(42) || s.RequestFields["chat_template_kwargs"] == nil {
+		t.Errorf("settings %+v: want the shared prefix, sampling and extra fields recorded", s)
+	}
+	if err := schematest.Result(res); err != nil {
+		t.Errorf("schema: %v", err)
+	}
+	if n := longest["C=0 "]; n == 0 || n > 64 {
+		t.Errorf("context 0's prompts were %d tokens; want a minimal prompt, not the shared prefix", n)
+	}
+	if n := longest["C=1024 "]; n < 1000 || n > 1100 {
+		t.Errorf("context 1K's prompts were %d tokens", n)
+	}
+	if !strings.Contains(strings.Join(res.Notes, " "), "Shared prefix of 256 tokens: the prompts of 0 share nothing") {
+		t.Errorf("notes %q", res.Notes)
 	}
 }

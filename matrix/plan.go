@@ -147,6 +147,17 @@ func (p *plan) runnableCells() int {
 	return n
 }
 
+// upTo labels the decode contexts kept that are at most n tokens.
+func (p *plan) upTo(n int) []string {
+	var l []string
+	for _, c := range p.contexts {
+		if c <= n {
+			l = append(l, TokenLabel(c))
+		}
+	}
+	return l
+}
+
 // whyNothing says why a plan has no cell to run: its notes on dropped
 // contexts, and the Over capacity reasons of the cells it kept.
 func (p *plan) whyNothing(maxLen, kv, kvMax int) []string {

@@ -263,3 +263,39 @@ func TestCompareNoise(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareRequestSettings: two runs that sent different requests
+// (sampling, extra body fields, a shared prefix) are not the same run:
+// the comparison names each difference, and a single report shows them.
+func TestCompareRequestSettings(t *testing.T) {
+	a := loadSeed(t, "002")
+	for _, tc := range []struct {
+		name string
+		edit func(s *result.Settings)
+		diff string
+	}{
+		{"sampling", func(s *result.Settings) { s.Sampling = map[string]any{"temperature": 0.7, "seed": 42} }, "Sampling"},
+		{"extra fields", func(s *result.Settings) {
+			s.RequestFields = map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}}
+		}, "Request fields"},
+		{"shared prefix", func(s *result.Settings) { s.SharedPrefix = 256 }, "Shared prefix"},
+	} {
+		b := loadSeed(t, "002")
+		tc.edit(&b.Settings)
+		var buf bytes.Buffer
+		if err := Compare(&buf, a, b, "text"); err != nil {
+			t.Fatal(err)
+		}
+		_, differs, _ := strings.Cut(buf.String(), "What differs")
+		if strings.Contains(buf.String(), "nothing: same model") || !strings.Contains(differs, tc.diff) {
+			t.Errorf("%s: the comparison does not name it:\n%.1500s", tc.name, buf.String())
+		}
+		buf.Reset()
+		if err := Render(&buf, b, "text"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), tc.diff) {
+			t.Errorf("%s: the report does not show it", tc.name)
+		}
+	}
+}

@@ -161,6 +161,16 @@ type Settings struct {
 	Scenario      string   `json:"scenario,omitempty"`
 	By            string   `json:"by,omitempty"` // who ran it
 	Extra         []string `json:"extra,omitempty"`
+	// SharedPrefix, Sampling and RequestFields are the scenario settings
+	// that shape every request beyond its prompt length and max_tokens
+	// (METHOD §5): two runs that differ in them measured different
+	// requests. SharedPrefix is the tokens every slot's prompt of a row
+	// shares after the salt (rows of contexts up to it share nothing);
+	// Sampling the sampling fields sent (temperature, top_p, seed, …);
+	// RequestFields the extra JSON fields of every request body.
+	SharedPrefix  int            `json:"shared_prefix,omitempty"`
+	Sampling      map[string]any `json:"sampling,omitempty"`
+	RequestFields map[string]any `json:"request_fields,omitempty"`
 	// Percentiles are the percentiles (in percent) each cell's Percentiles
 	// hold; reports show these unless asked for others.
 	Percentiles []float64 `json:"percentiles,omitempty"`
