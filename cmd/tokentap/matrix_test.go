@@ -118,6 +118,16 @@ func TestReplayUsage(t *testing.T) {
 	}
 }
 
+// TestReplayWrongFile: a result document given as the capture is named
+// as such (it said "unexpected end of JSON input").
+func TestReplayWrongFile(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"replay", "--target", "http://127.0.0.1:1", seedDoc}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "is a result document (tokentap matrix --out), not a capture") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
 // TestPrefillNone: --prefill none, and --prefill given empty, leave no
 // prefill rows; a list replaces the scenario's.
 func TestPrefillNone(t *testing.T) {

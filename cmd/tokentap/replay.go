@@ -141,7 +141,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	capture, err := record.ReadAll(cf)
 	cf.Close()
+	if errors.Is(err, record.ErrTornLine) && len(capture) > 0 {
+		fmt.Fprintf(stderr, "tokentap replay: %s: skipped 1 torn last line (the proxy stopped mid-write); replaying the %d whole records\n", files[0], len(capture))
+		err = nil
+	}
 	if err != nil {
+		if _, rerr := result.ReadFile(files[0]); rerr == nil {
+			return fail(exitUsage, "%s is a result document (tokentap matrix --out), not a capture: replay takes the JSONL file tokentap proxy --capture writes; render a result with tokentap report %s", files[0], files[0])
+		}
 		return fail(exitUsage, "reading %s: %v (a capture is the JSONL file tokentap proxy --capture writes)", files[0], err)
 	}
 	if len(capture) == 0 {

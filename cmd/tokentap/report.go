@@ -176,6 +176,10 @@ func reportCapture(path, format string, o report.Options, output outfile.Target,
 	}
 	recs, err := record.ReadAll(f)
 	f.Close()
+	if errors.Is(err, record.ErrTornLine) && len(recs) > 0 {
+		fmt.Fprintf(stderr, "tokentap report: %s: skipped 1 torn last line (the proxy stopped mid-write); the summary covers the %d whole records\n", path, len(recs))
+		err = nil
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %s: %v (after %d good records)\n", path, err, len(recs))
 		return exitUsage

@@ -107,6 +107,20 @@ func TestReportCapture(t *testing.T) {
 			t.Errorf("report %v: exit %d, stderr %q; stdout lacks %q:\n%.600s", tt.args, code, se.String(), tt.want, so.String())
 		}
 	}
+	// A capture whose writer was killed mid-line: the torn line is skipped
+	// and said so (the whole capture was refused).
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(dir, "torn.jsonl")
+	if err := os.WriteFile(torn, append(whole, `{"v":1,"id":"3","mod`...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var so, se bytes.Buffer
+	if code := run([]string{"report", torn, "--format", "json"}, &so, &se); code != 0 || !strings.Contains(so.String(), `"output_tokens": 24`) || !strings.Contains(se.String(), "skipped 1 torn last line") {
+		t.Errorf("torn capture: exit %d, stderr %q", code, se.String())
+	}
 	// Whichever of the two is the capture is the one named.
 	for _, args := range [][]string{{path, seedDoc}, {seedDoc, path}} {
 		var so, se bytes.Buffer
