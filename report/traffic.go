@@ -232,7 +232,7 @@ func trafficCSV(w io.Writer, s traffic.Summary) error {
 			r = append(r, strconv.FormatInt(d.N, 10))
 			for _, p := range s.Percentiles {
 				val, _ := d.Value(p)
-				r = append(r, strconv.FormatFloat(val, 'f', -1, 64))
+				r = append(r, csvFloat(val))
 				if d.Low(p) {
 					low = append(low, names[i]+"_"+result.Label(p))
 				}

@@ -163,7 +163,7 @@ func TestVersionFromBuildInfo(t *testing.T) {
 			"tokentap dev (commit 0123456789ab+dirty, built unknown)"},
 		{"go install at a version", "dev", "", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.1"}},
 			"tokentap v0.3.1 (commit unknown, built unknown)"},
-		{"nothing known", "dev", "", "", nil, "tokentap dev (commit unknown, built unknown)"},
+		{"nothing known says why", "dev", "", "", nil, "tokentap dev (commit unknown, built unknown); not stamped: go run, GOFLAGS=-buildvcs=false or a git worktree leave Go nothing to embed, make build stamps all three"},
 	} {
 		if got := versionLine(tt.version, tt.commit, tt.date, tt.info); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
