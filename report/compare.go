@@ -42,6 +42,14 @@ func (p pairCell) onlyIn() string {
 	return ""
 }
 
+// neither reports whether no run has the cell: a concurrency run and a
+// rate run share no column, and a context only one has leaves the other's
+// columns empty in its row. It is no status of either run ("Not run").
+func (p pairCell) neither() bool { return p.A == nil && p.B == nil }
+
+// neitherNote is the legend's word for such cells.
+const neitherNote = dash + " in neither run"
+
 func shown(c *result.Cell) bool {
 	return c != nil && c.Status.ShowsFigures()
 }
@@ -461,10 +469,11 @@ func (cmp *comparison) summary() string {
 func (cmp *comparison) legend(letters bool) string {
 	parts := []string{"Ratios are B/A: above 1 means B is higher (faster for tok/s, slower for latencies)"}
 	used := map[result.Status]bool{}
-	changed, onlyA, onlyB := false, false, false
+	changed, onlyA, onlyB, neither := false, false, false, false
 	example := ""
 	for _, row := range cmp.Cells {
 		for _, p := range row {
+			neither = neither || p.neither()
 			switch {
 			case p.changed():
 				changed = true
@@ -496,6 +505,9 @@ func (cmp *comparison) legend(letters bool) string {
 		parts = append(parts, "A only: the cell is in run A only")
 	case onlyB:
 		parts = append(parts, "B only: the cell is in run B only")
+	}
+	if neither {
+		parts = append(parts, neitherNote)
 	}
 	if letters && len(used) > 0 {
 		var l []string
@@ -558,6 +570,9 @@ func (cmp *comparison) intro() []string {
 // mark), or the status change ("⚠V→OC"), or the status when both runs
 // agree it has no figures.
 func gridText(p pairCell) string {
+	if p.neither() {
+		return dash
+	}
 	if p.changed() {
 		return "⚠" + shortLetter[p.SA] + "→" + shortLetter[p.SB]
 	}
@@ -738,6 +753,9 @@ func valueOf(c *result.Cell) float64 {
 }
 
 func pairCellMD(p pairCell) string {
+	if p.neither() {
+		return dash
+	}
 	if p.changed() {
 		out := "**⚠ " + p.SA.Label() + " → " + p.SB.Label() + "**<br>" + cellTok(p.A) + " → " + cellTok(p.B)
 		if r := ratio(valueOf(p.A), valueOf(p.B)); !math.IsNaN(r) {
@@ -797,6 +815,9 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 	}
 	for _, row := range cmp.Cells {
 		for _, p := range row {
+			if p.neither() {
+				continue
+			}
 			var ta, tb, la, lb, ga, gb float64
 			if shown(p.A) {
 				ta, la, ga = p.A.TotalTokPerSec, p.A.TTFTms, p.A.TBTms
@@ -859,6 +880,9 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 	var cells []jsonPair
 	for _, row := range cmp.Cells {
 		for _, p := range row {
+			if p.neither() {
+				continue
+			}
 			jp := jsonPair{Context: p.Context, Concurrency: p.Col.N, Rate: p.Col.Rate, StatusA: p.SA, StatusB: p.SB, StatusChanged: p.changed()}
 			switch p.onlyIn() {
 			case "A only":
@@ -993,6 +1017,9 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 }
 
 func pairCellHTML(p pairCell) string {
+	if p.neither() {
+		return "<td title=\"in neither run\">" + dash + "</td>"
+	}
 	title := fmt.Sprintf("%s context, %s: A %s, B %s", ctxLabel(p.Context), atOnce(p.Col), cellStatus(p.A), cellStatus(p.B))
 	if p.changed() {
 		return fmt.Sprintf("<td class=\"changed\" style=\"background:#fff4e5\" title=\"%s\"><span class=\"q\">⚠ status changed</span><span class=\"t\">%s → %s</span><span class=\"t\">%s → %s</span></td>",

@@ -299,3 +299,36 @@ func TestCompareRequestSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareCellsInNeither: a concurrency run against a rate run shares
+// no column; a grid cell neither run has is "—", never "Not run" (a status
+// of neither), and the CSV and JSON list only cells a run has.
+func TestCompareCellsInNeither(t *testing.T) {
+	a, b := loadSeed(t, "002"), rateRun(100)
+	for _, format := range []string{"text", "md", "html"} {
+		var buf bytes.Buffer
+		if err := Compare(&buf, a, b, format); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if _, body, ok := strings.Cut(out, "</style>"); ok {
+			out = body // the page's style names every status's class
+		}
+		for _, wrong := range []string{"Not run", "NR", "not_run"} {
+			if strings.Contains(out, wrong) {
+				t.Errorf("%s comparison shows %q for cells in neither run", format, wrong)
+			}
+		}
+		if !strings.Contains(buf.String(), "in neither run") {
+			t.Errorf("%s comparison's legend does not say what — is", format)
+		}
+	}
+	var buf bytes.Buffer
+	if err := Compare(&buf, a, b, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	decode := strings.Count(buf.String(), "\ndecode,")
+	if want := len(a.Decode) + len(b.Decode); decode != want {
+		t.Errorf("csv has %d decode rows, want %d (the cells of A and of B)", decode, want)
+	}
+}

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokentap/tokentap/histo"
@@ -36,6 +38,27 @@ const (
 	Valid      Status = "valid"
 	NotRun     Status = "not_run" // the run was stopped (Ctrl-C, error) before this cell
 )
+
+// statuses are every status a document may hold (schema.json's enum).
+var statuses = []Status{OverCapacity, Failed, RequestsQueued, CacheMissed, LateWindow, Valid, NotRun}
+
+// UnmarshalJSON refuses a status no tokentap writes (the schema rejects
+// it; a report would render it as it stands).
+func (s *Status) UnmarshalJSON(b []byte) error {
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("status %s: want a string", b)
+	}
+	if !slices.Contains(statuses, Status(v)) {
+		names := make([]string, len(statuses))
+		for i, st := range statuses {
+			names[i] = string(st)
+		}
+		return fmt.Errorf("status %q is none of %s", v, strings.Join(names, ", "))
+	}
+	*s = Status(v)
+	return nil
+}
 
 // Label is the status as the seed pages print it.
 func (s Status) Label() string {

@@ -288,6 +288,15 @@ func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
+// checkIdleTimeout refuses a negative --idle-timeout (it was taken as
+// "never", which 0 already says).
+func checkIdleTimeout(d time.Duration, source string) error {
+	if d < 0 {
+		return fmt.Errorf("%s %v: give a positive duration such as 10m, or 0 to wait for ever", source, d)
+	}
+	return nil
+}
+
 // idleTimeout turns the --idle-timeout flag (0: never) into
 // replay.Target.IdleTimeout (0: the default, negative: never).
 func idleTimeout(d time.Duration) time.Duration {

@@ -173,6 +173,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
 	}
+	if err := checkIdleTimeout(f.IdleTimeout, fs.source("idle-timeout")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
 	// The outputs: never one of the inputs, never each other, an existing
 	// file kept unless --overwrite.
 	inputs := []string{f.Scenario, f.LimitFlags.ModelConfig}

@@ -227,6 +227,7 @@ func TestMistakesCaughtBeforeLoad(t *testing.T) {
 		{"out is the scenario", []string{"--scenario", scenario, "--out", scenario, "--overwrite"}, "is the input " + scenario},
 		{"out and records one file", []string{"--out", filepath.Join(dir, "x.json"), "--records", filepath.Join(dir, "x.json")}, "give each its own file"},
 		{"both concurrency and rate", []string{"--rate", "1"}, "--concurrency and --rate are both given"},
+		{"negative idle timeout", []string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: give a positive duration"},
 		{"not a URL", []string{"--target", "ftp://host"}, `--target: "ftp://host" is not an http(s) URL`},
 		{"bad port", []string{"--target", "127.0.0.1:99999"}, "port 99999"},
 	} {

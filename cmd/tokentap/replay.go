@@ -103,6 +103,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
 	}
+	if err := checkIdleTimeout(f.IdleTimeout, fs.source("idle-timeout")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
 	var api record.API
 	switch f.API {
 	case "":
