@@ -229,6 +229,10 @@ func fmtLatencyMs(ms float64) string {
 	return fmtFixed(ms, 0) + " ms"
 }
 
+// prefillNote ends the Prefill table: its rate is over the cold TTFT, so
+// it includes the engine's fixed time before a first token (METHOD §3).
+const prefillNote = "Prompt tok/s = prompt tokens ÷ cold TTFT, which includes the engine's time before the first token besides prefill (scheduling, the first decode step): short prompts read low."
+
 // allNote heads the All measurements table.
 func allNote(rate bool) string {
 	if rate {

@@ -175,6 +175,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 				h(p.Context), h(p.TokS), h(p.TTFT), width)
 		}
 		e.print("</table>\n")
+		e.printf("<p class=\"notes\">%s</p>\n", h(prefillNote))
 	}
 	if len(v.Grid) > 0 {
 		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "</p>\n")

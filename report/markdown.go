@@ -106,6 +106,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 			}
 			mdRow(e, []string{p.Context, p.TokS, p.TTFT})
 		}
+		e.print("\n" + prefillNote + "\n")
 	}
 	if len(v.Grid) > 0 {
 		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "\n\n")

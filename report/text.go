@@ -211,6 +211,9 @@ func writeText(w io.Writer, v *view) error {
 			rows = append(rows, []string{p.Context + " context", p.TokS, p.TTFT + " TTFT"})
 		}
 		table(e, "  ", []string{"", "tok/s", ""}, rows, []bool{false, true, true})
+		for _, l := range wrapParts(prefillNote, textWidth) {
+			e.print("  " + l + "\n")
+		}
 	}
 	if len(v.Grid) > 0 {
 		writeTextGrid(e, v)
