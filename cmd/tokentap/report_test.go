@@ -99,6 +99,8 @@ func TestReportCapture(t *testing.T) {
 	}{
 		{[]string{path}, "TTFT"},
 		{[]string{path, "--format", "md"}, "## Requests by model and outcome"},
+		// Which requests its end to end covers, beside the proxy's /stats.
+		{[]string{path, "--format", "md"}, "of the requests that completed OK only (the proxy's /stats and /metrics time every request that ended"},
 		{[]string{path, "--format", "csv", "--percentiles", "50,99.9"}, "ttft_p99.9_ms"},
 		{[]string{"--format", "json", path}, `"output_tokens": 24`},
 	} {
