@@ -95,14 +95,16 @@ func TestResolveAndWrite(t *testing.T) {
 					t.Errorf("stdout got %q", stdout)
 				}
 			}},
-		{name: "/dev/null is written in place without overwrite", setup: func(t *testing.T, dir string) (string, Options) { return "/dev/null", Options{} }, kind: InPlace,
+		// Devices through a link in the test's directory: a broken Write that
+		// renamed over its output would replace the link, never the device.
+		{name: "/dev/null is written in place without overwrite", setup: func(t *testing.T, dir string) (string, Options) { return devLink(t, dir, "/dev/null"), Options{} }, kind: InPlace,
 			check: func(t *testing.T, dir, name, _ string) {
 				if st, err := os.Stat("/dev/null"); err != nil || st.Mode()&os.ModeCharDevice == 0 {
 					t.Fatalf("/dev/null is no longer a device: %v", err)
 				}
 			}},
 		{name: "/dev/full is written in place and its error returned", setup: func(t *testing.T, dir string) (string, Options) {
-			return "/dev/full", Options{Overwrite: true}
+			return devLink(t, dir, "/dev/full"), Options{Overwrite: true}
 		}, kind: InPlace, writeErr: true, check: func(t *testing.T, dir, name, _ string) {
 			if st, err := os.Stat("/dev/full"); err != nil || st.Mode()&os.ModeCharDevice == 0 {
 				t.Fatalf("/dev/full is no longer a device: %v", err)
@@ -207,6 +209,16 @@ func TestFailedWriteKeepsTheOldFile(t *testing.T) {
 		t.Fatal("no error")
 	}
 	wantContent(t, p, "OLD")
+}
+
+// devLink links dir/dev to device and returns the link.
+func devLink(t *testing.T, dir, device string) string {
+	t.Helper()
+	l := filepath.Join(dir, "dev")
+	if err := os.Symlink(device, l); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func wantContent(t *testing.T, p, want string) {
