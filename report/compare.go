@@ -286,6 +286,24 @@ func columnsName(a, b *result.Result) string {
 	return "Columns (concurrency levels or request rates)"
 }
 
+// columnsAre says what the compared grid's columns are: one run's
+// concurrency levels and the other's rates where they differ.
+func (cmp *comparison) columnsAre() string {
+	if ra, rb := cmp.A.RateRun(), cmp.B.RateRun(); ra != rb {
+		return "simultaneous requests (" + cmp.concurrencyRun() + ") or request rates, requests per second"
+	}
+	return columnsAre(cmp.A.RateRun())
+}
+
+// concurrencyRun names the run of a mixed comparison whose columns are
+// concurrency levels.
+func (cmp *comparison) concurrencyRun() string {
+	if cmp.A.RateRun() {
+		return "B"
+	}
+	return "A"
+}
+
 // detailHead heads the Measured or changed cells table: its column column
 // is a request rate where both runs' columns are, concurrency where both
 // are, and either where they differ.
@@ -622,7 +640,7 @@ func compareText(w io.Writer, cmp *comparison) error {
 			[]bool{false, true, true, true, true, true, true})
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "\n")
+		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + cmp.columnsAre() + "\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range cmp.Cols {
@@ -706,7 +724,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		}
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + cmp.columnsAre() + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range cmp.Cols {
@@ -974,7 +992,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		e.print("</table>\n")
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + cmp.columnsAre() + "</p>\n")
 		e.print("<div class=\"wide\"><table class=\"heat cmp\">\n<tr><th>Context</th>")
 		for _, c := range cmp.Cols {
 			e.printf("<th>%s</th>", h(colHead(c)))

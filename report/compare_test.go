@@ -319,6 +319,9 @@ func TestCompareCellsInNeither(t *testing.T) {
 				t.Errorf("%s comparison shows %q for cells in neither run", format, wrong)
 			}
 		}
+		if !strings.Contains(out, "or request rates") {
+			t.Errorf("%s comparison does not say its columns are levels or rates", format)
+		}
 		if !strings.Contains(buf.String(), "in neither run") {
 			t.Errorf("%s comparison's legend does not say what — is", format)
 		}
