@@ -52,6 +52,10 @@ type Target struct {
 // fail on a socket).
 var stdoutNames = map[string]bool{"-": true, "/dev/stdout": true, "/dev/fd/1": true, "/proc/self/fd/1": true}
 
+// stderrNames are the process's standard error's: written through its
+// open descriptor, for the same reasons.
+var stderrNames = map[string]bool{"/dev/stderr": true, "/dev/fd/2": true, "/proc/self/fd/2": true}
+
 // Options are the rules of one output.
 type Options struct {
 	// Flag names the flag or variable the name came from, for messages.
@@ -231,6 +235,9 @@ func (t Target) Create(stdout io.Writer) (*File, error) {
 	case Stdout:
 		return &File{t: t, w: stdout}, nil
 	case InPlace:
+		if stderrNames[t.Given] {
+			return &File{t: t, w: os.Stderr}, nil
+		}
 		// O_TRUNC is ignored by FIFOs and devices; a regular file reached
 		// through /proc is rewritten, as a shell's > would.
 		f, err := os.OpenFile(t.Path, os.O_WRONLY|os.O_TRUNC, 0)
