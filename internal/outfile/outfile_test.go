@@ -228,3 +228,29 @@ func wantContent(t *testing.T, p, want string) {
 		t.Fatalf("%s holds %q (%v), want %q", p, b, err, want)
 	}
 }
+
+// TestStderrThroughItsDescriptor: /dev/stderr is written through the
+// process's open stderr (reopening /proc/self/fd/2 truncated a file it
+// was appended to).
+func TestStderrThroughItsDescriptor(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(p, []byte("pre "), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stderr
+	os.Stderr = f
+	defer func() { os.Stderr = saved }()
+	tgt, err := Resolve("/dev/stderr", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tgt.Write(io.Discard, func(w io.Writer) error { _, err := io.WriteString(w, "DOC"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	wantContent(t, p, "pre DOC")
+}
