@@ -27,8 +27,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,12 @@ import (
 // ErrInterrupted is returned with a partial result when the run's context
 // was cancelled before every cell ran.
 var ErrInterrupted = errors.New("matrix run interrupted; the result holds the cells finished so far")
+
+// ErrNothingToMeasure is returned, with a nil result and before any load,
+// when the plan leaves no decode cell to run: every context dropped for
+// the engine's max model length, or every cell over its KV capacity. The
+// settings asked for are wrong for this engine; the error says why.
+var ErrNothingToMeasure = errors.New("nothing to measure")
 
 // Config is one matrix run. Zero values mean defaults.
 type Config struct {
@@ -152,6 +160,7 @@ type runner struct {
 	ids   atomic.Int64
 	prog  *progress
 	build *prompts.Builder
+	plain *prompts.Builder // with a shared prefix: the builder of rows too short for it (builder)
 	res   *result.Result
 	plan  plan
 	sched shard.Schedule // a sharded run's schedule
@@ -279,6 +288,10 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	case kv == 0:
 		r.plan.notes = append(r.plan.notes, "The engine's KV cache capacity is unknown (give --kv-capacity): every cell was tried; where the engine answered that a request did not fit, the cell is Over capacity and larger cells were not run.")
 	}
+	if r.plan.runnableCells() == 0 {
+		return nil, fmt.Errorf("%w: no decode cell of the run fits this engine. %s Give smaller --contexts or --max-output, or an engine with more room",
+			ErrNothingToMeasure, strings.Join(r.plan.whyNothing(maxLen, kv, kvMax), " "))
+	}
 	decodeTest := "Fixed duration"
 	if len(r.plan.rates) > 0 {
 		decodeTest = "Fixed duration, Poisson arrivals (open loop)"
@@ -298,8 +311,19 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		MaxModelLen:   maxLen,
 		Scenario:      sc.Name,
 		By:            cfg.By,
+		SharedPrefix:  sc.SharedPrefix,
 
 		FinishRequests: cfg.FinishRequests,
+	}
+	if f := sc.SamplingFields(); len(f) > 0 {
+		res.Settings.Sampling = f
+	}
+	if len(sc.Extra) > 0 {
+		res.Settings.RequestFields = maps.Clone(sc.Extra)
+	}
+	if short := r.plan.upTo(sc.SharedPrefix); sc.SharedPrefix > 0 && len(short) > 0 {
+		r.plan.notes = append(r.plan.notes, fmt.Sprintf("Shared prefix of %s tokens: the prompts of %s share nothing, as a context no longer than the prefix cannot hold it and stay that long.",
+			fmtInt(sc.SharedPrefix), english.List(short)))
 	}
 	if kv == 0 {
 		res.Settings.KVCapacityMin, res.Settings.KVCapacityMax = info.KVMin, info.KVMax
@@ -313,10 +337,19 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.build = prompts.NewBuilder(salt, countWithin{info, r.tgt.Idle(), info.CutStreamsStick()})
 	r.build.API = string(r.tgt.API)
 	r.build.SharedPrefix = sc.SharedPrefix
+	if sc.SharedPrefix > 0 {
+		// Rows too short to hold the shared prefix get prompts of their
+		// own length, sharing nothing (builder).
+		r.plain = prompts.NewBuilder(salt, countWithin{info, r.tgt.Idle(), info.CutStreamsStick()})
+		r.plain.API = r.build.API
+	}
 	// Where every count is a real prefill (no /tokenize), count one prompt
 	// per row and give the other slots as many words; their warm-up usage
 	// says their real length.
 	r.build.Estimate = !info.Tokenize
+	if r.plain != nil {
+		r.plain.Estimate = r.build.Estimate
+	}
 	r.prog = newProgress(cfg.Progress, cfg.Terminal, r.plan.steps(sc.Window, r.warmSlots))
 	for _, n := range r.plan.notes {
 		r.prog.note(n)
@@ -398,7 +431,7 @@ func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []repla
 		return nil, nil, err
 	}
 	// A shard builds only its own slots' prompts (all of them otherwise).
-	ps, err := r.build.Slots(ctx, c, r.cfg.Shard.Slots(n))
+	ps, err := r.builder(c).Slots(ctx, c, r.cfg.Shard.Slots(n))
 	if err != nil {
 		return nil, nil, fmt.Errorf("build the %s-token prompts of %d slots: %w", TokenLabel(c), n, err)
 	}
@@ -412,6 +445,18 @@ func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []repla
 		warm = append(warm, w)
 	}
 	return decode, warm, nil
+}
+
+// builder is the prompt builder of context c's prompts: the run's, which
+// starts every prompt with the shared prefix when there is one, or, for a
+// context no longer than that prefix (which could not hold it and stay
+// its length: context 0 would send 257-token prompts under a 256-token
+// prefix), one without it.
+func (r *runner) builder(c int) *prompts.Builder {
+	if r.plain != nil && c <= r.sc.SharedPrefix {
+		return r.plain
+	}
+	return r.build
 }
 
 // Slots no decode row uses: the cold prefill prompt, and the throwaway
@@ -431,7 +476,7 @@ func (r *runner) primeEstimate(ctx context.Context, c int) error {
 	if !r.build.Estimate {
 		return nil
 	}
-	if _, err := r.build.Prompt(ctx, c, primeSlot); err != nil {
+	if _, err := r.builder(c).Prompt(ctx, c, primeSlot); err != nil {
 		return fmt.Errorf("count a %s-token prompt: %w", TokenLabel(c), err)
 	}
 	return nil
@@ -484,7 +529,7 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	// A slot number no decode row uses keeps this prompt distinct from all.
 	var p prompts.Prompt
 	if err == nil {
-		p, err = r.build.Prompt(ctx, pc, coldSlot)
+		p, err = r.builder(pc).Prompt(ctx, pc, coldSlot)
 	}
 	if errors.As(err, &capped) {
 		r.failPrefill(pc, capped.Max, r.cutShort(pc, capped.Target, capped.Max))

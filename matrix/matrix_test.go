@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/schematest"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -379,5 +380,93 @@ func TestDroppedAndOverrides(t *testing.T) {
 	}
 	if recs == 0 {
 		t.Error("OnRecords saw no records")
+	}
+}
+
+// TestNothingToMeasure: a run whose plan keeps no decode cell (every
+// context too long for the engine, or every cell over its KV capacity) is
+// an error before any load, saying why, with no result; it used to run
+// "0 of 0 decode cells", write an empty result and exit 0.
+func TestNothingToMeasure(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	maxLen := quickModel().MaxModelLen
+	for _, tt := range []struct {
+		name string
+		edit func(sc *scenarios.Scenario)
+		kv   int
+		says string
+	}{
+		{"every context too long", func(sc *scenarios.Scenario) { sc.Contexts = []int{maxLen * 2} }, 0, "exceeds the engine's max model length"},
+		{"max output too long", func(sc *scenarios.Scenario) { sc.Contexts = []int{0}; sc.MaxOutput = maxLen + 1 }, 0, "Context 0 dropped"},
+		{"every cell over capacity", func(sc *scenarios.Scenario) { sc.Contexts = []int{1024} }, 500, "needs more KV cache than the engine's 500 tokens"},
+		{"every rate over capacity", func(sc *scenarios.Scenario) { sc.Contexts = []int{1024}; sc.Concurrency = nil; sc.Rates = []float64{1} }, 500, "500 tokens"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := accuracyScenario()
+			tt.edit(&sc)
+			var recs int
+			res, err := Run(context.Background(), Config{
+				Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, KVCapacity: tt.kv,
+				OnRecords: func(r []record.Record) { recs += len(r) },
+			})
+			if res != nil || !errors.Is(err, ErrNothingToMeasure) || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("result %v, err %v; want no result and ErrNothingToMeasure saying %q", res != nil, err, tt.says)
+			}
+			if recs != 0 {
+				t.Errorf("%d requests were sent", recs)
+			}
+		})
+	}
+}
+
+// TestRequestSettingsRecorded: the scenario settings that shape requests
+// (shared prefix, sampling, extra fields) are in the result, so runs that
+// differ in them do not compare as identical; and a context no longer
+// than the shared prefix keeps its length (context 0 sent 257-token
+// prompts under a 256-token prefix and was still labelled 0).
+func TestRequestSettingsRecorded(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	sc := accuracyScenario()
+	sc.Contexts = []int{0, 1024}
+	sc.Concurrency = []int{2}
+	sc.Prefill = nil
+	sc.Window = 500 * time.Millisecond
+	sc.MaxOutput = 16
+	sc.SharedPrefix = 256
+	temp, seed := 0.7, int64(42)
+	sc.Sampling = scenarios.Sampling{Temperature: &temp, Seed: &seed}
+	sc.Extra = map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}}
+	var mu sync.Mutex
+	longest := map[string]int{}
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
+		OnRecords: func(recs []record.Record) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range recs {
+				for _, row := range []string{"C=0 ", "C=1024 "} {
+					if strings.Contains(r.ID, row) {
+						longest[row] = max(longest[row], r.PromptTokens)
+					}
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Settings
+	if s.SharedPrefix != 256 || s.Sampling["temperature"] != 0.7 || s.Sampling["seed"] != int64(42) || s.RequestFields["chat_template_kwargs"] == nil {
+		t.Errorf("settings %+v: want the shared prefix, sampling and extra fields recorded", s)
+	}
+	if err := schematest.Result(res); err != nil {
+		t.Errorf("schema: %v", err)
+	}
+	if n := longest["C=0 "]; n == 0 || n > 64 {
+		t.Errorf("context 0's prompts were %d tokens; want a minimal prompt, not the shared prefix", n)
+	}
+	if n := longest["C=1024 "]; n < 1000 || n > 1100 {
+		t.Errorf("context 1K's prompts were %d tokens", n)
+	}
+	if !strings.Contains(strings.Join(res.Notes, " "), "Shared prefix of 256 tokens: the prompts of 0 share nothing") {
+		t.Errorf("notes %q", res.Notes)
 	}
 }

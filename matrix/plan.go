@@ -51,9 +51,13 @@ func makePlan(contexts, concurrency []int, rates []float64, prefillAt []int, max
 		p.contexts = append(p.contexts, c)
 	}
 	if len(p.dropped) > 0 {
+		what := "Contexts"
+		if len(p.dropped) == 1 {
+			what = "Context"
+		}
 		p.notes = append(p.notes, fmt.Sprintf(
-			"Contexts %s dropped: context + max output (%s) exceeds the engine's max model length (%s tokens).",
-			joinTokens(p.dropped), strconv.Itoa(maxOutput), strconv.Itoa(maxLen)))
+			"%s %s dropped: context + max output (%s) exceeds the engine's max model length (%s tokens).",
+			what, joinTokens(p.dropped), strconv.Itoa(maxOutput), strconv.Itoa(maxLen)))
 	}
 	for _, c := range p.contexts {
 		for _, rate := range p.rates {
@@ -141,6 +145,37 @@ func (p *plan) runnableCells() int {
 		}
 	}
 	return n
+}
+
+// upTo labels the decode contexts kept that are at most n tokens.
+func (p *plan) upTo(n int) []string {
+	var l []string
+	for _, c := range p.contexts {
+		if c <= n {
+			l = append(l, TokenLabel(c))
+		}
+	}
+	return l
+}
+
+// whyNothing says why a plan has no cell to run: its notes on dropped
+// contexts, and the Over capacity reasons of the cells it kept.
+func (p *plan) whyNothing(maxLen, kv, kvMax int) []string {
+	var why []string
+	for _, n := range p.notes {
+		if strings.HasPrefix(n, "Context") {
+			why = append(why, n)
+		}
+	}
+	if len(p.cells) > 0 {
+		limit := kv
+		if limit == 0 {
+			limit = kvMax
+		}
+		why = append(why, fmt.Sprintf("Every cell of %s needs more KV cache than the engine's %s tokens (the smallest: %s).",
+			joinTokens(p.contexts), strconv.Itoa(limit), p.cells[0].Reason))
+	}
+	return why
 }
 
 // prefillMode is the run setting the seed pages print.

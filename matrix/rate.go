@@ -75,7 +75,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	if err := r.primeEstimate(ctx, c); err != nil {
 		return err
 	}
-	ps, err := r.build.PromptsFrom(ctx, c, rateSlot(k), len(at))
+	ps, err := r.builder(c).PromptsFrom(ctx, c, rateSlot(k), len(at))
 	var capped *prompts.CappedError
 	if errors.As(err, &capped) {
 		r.skip(c, col, result.Failed, r.cutShort(c, capped.Target, capped.Max))

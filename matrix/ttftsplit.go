@@ -64,7 +64,13 @@ func (r *runner) splitNotes() {
 	if n := r.info.TimingsNote(); n != "" && r.info.Gauges {
 		r.res.Notes = append(r.res.Notes, "TTFT's prefill is not read from the engine's counter: "+n+"; each response's timings.prompt_ms is used where requests ended.")
 	}
-	if r.bey.splits > 0 {
+	measured := false
+	for _, c := range r.res.Decode {
+		measured = measured || c.Status.ShowsFigures()
+	}
+	// Only a measured cell could have been split: with none, the engine
+	// was never asked, and saying it keeps nothing would be untrue.
+	if r.bey.splits > 0 || !measured {
 		return
 	}
 	why := "it keeps none tokentap reads"

@@ -216,11 +216,20 @@ func (rd *Reader) Read(rec *Record) error {
 			continue
 		}
 		if uerr := rec.UnmarshalJSON(b); uerr != nil {
+			if err != nil { // the input ended inside this line
+				return fmt.Errorf("line %d: %w", rd.line, ErrTornLine)
+			}
 			return fmt.Errorf("line %d: %w", rd.line, uerr)
 		}
 		return nil
 	}
 }
+
+// ErrTornLine is Read's error for a last line that ends without a newline
+// and is not a whole record: its writer stopped mid-write (a proxy killed
+// while writing its capture). The records before it are whole; callers
+// may keep them and say that the torn line was skipped.
+var ErrTornLine = errors.New("the last line was cut off mid-write (no newline, not a whole record)")
 
 func (rd *Reader) readLine() ([]byte, error) {
 	var line []byte
@@ -252,7 +261,8 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// ReadAll reads every record from r.
+// ReadAll reads every record from r. On a torn last line (ErrTornLine) it
+// returns every record before it with the error.
 func ReadAll(r io.Reader) ([]Record, error) {
 	rd := NewReader(r)
 	var out []Record

@@ -195,3 +195,28 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestReadAllTornLastLine: a capture whose writer was killed mid-line
+// keeps its whole records; only a cut last line is ErrTornLine, a bad
+// line elsewhere is still an error naming it.
+func TestReadAllTornLastLine(t *testing.T) {
+	whole := `{"v":1,"id":"a","sent_ns":0,"end_ns":1,"outcome":"ok"}` + "\n"
+	for _, tt := range []struct {
+		name  string
+		in    string
+		recs  int
+		torn  bool
+		fails bool
+	}{
+		{"whole", whole + whole, 2, false, false},
+		{"torn last line", whole + whole + `{"v":1,"id":"c","sent_`, 2, true, true},
+		{"bad middle line", whole + "{\"v\":1,\n" + whole, 1, false, true},
+		{"bad last line with its newline", whole + "{\"v\":1,\n", 1, false, true},
+		{"last line whole without a newline", whole + strings.TrimSuffix(whole, "\n"), 2, false, false},
+	} {
+		recs, err := ReadAll(strings.NewReader(tt.in))
+		if len(recs) != tt.recs || errors.Is(err, ErrTornLine) != tt.torn || (err != nil) != tt.fails {
+			t.Errorf("%s: %d records, err %v; want %d, torn %v, error %v", tt.name, len(recs), err, tt.recs, tt.torn, tt.fails)
+		}
+	}
+}

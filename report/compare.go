@@ -42,6 +42,14 @@ func (p pairCell) onlyIn() string {
 	return ""
 }
 
+// neither reports whether no run has the cell: a concurrency run and a
+// rate run share no column, and a context only one has leaves the other's
+// columns empty in its row. It is no status of either run ("Not run").
+func (p pairCell) neither() bool { return p.A == nil && p.B == nil }
+
+// neitherNote is the legend's word for such cells.
+const neitherNote = dash + " in neither run"
+
 func shown(c *result.Cell) bool {
 	return c != nil && c.Status.ShowsFigures()
 }
@@ -278,6 +286,38 @@ func columnsName(a, b *result.Result) string {
 	return "Columns (concurrency levels or request rates)"
 }
 
+// columnsAre says what the compared grid's columns are: one run's
+// concurrency levels and the other's rates where they differ.
+func (cmp *comparison) columnsAre() string {
+	if ra, rb := cmp.A.RateRun(), cmp.B.RateRun(); ra != rb {
+		return "simultaneous requests (" + cmp.concurrencyRun() + ") or request rates, requests per second"
+	}
+	return columnsAre(cmp.A.RateRun())
+}
+
+// concurrencyRun names the run of a mixed comparison whose columns are
+// concurrency levels.
+func (cmp *comparison) concurrencyRun() string {
+	if cmp.A.RateRun() {
+		return "B"
+	}
+	return "A"
+}
+
+// detailHead heads the Measured or changed cells table: its column column
+// is a request rate where both runs' columns are, concurrency where both
+// are, and either where they differ.
+func detailHead(a, b *result.Result) []string {
+	h := slices.Clone(detailColumns)
+	switch ra, rb := a.RateRun(), b.RateRun(); {
+	case ra && rb:
+		h[1] = columnHead(true)
+	case ra != rb:
+		h[1] = "Requests at once or rate"
+	}
+	return h
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return dash
@@ -447,10 +487,11 @@ func (cmp *comparison) summary() string {
 func (cmp *comparison) legend(letters bool) string {
 	parts := []string{"Ratios are B/A: above 1 means B is higher (faster for tok/s, slower for latencies)"}
 	used := map[result.Status]bool{}
-	changed, onlyA, onlyB := false, false, false
+	changed, onlyA, onlyB, neither := false, false, false, false
 	example := ""
 	for _, row := range cmp.Cells {
 		for _, p := range row {
+			neither = neither || p.neither()
 			switch {
 			case p.changed():
 				changed = true
@@ -482,6 +523,9 @@ func (cmp *comparison) legend(letters bool) string {
 		parts = append(parts, "A only: the cell is in run A only")
 	case onlyB:
 		parts = append(parts, "B only: the cell is in run B only")
+	}
+	if neither {
+		parts = append(parts, neitherNote)
 	}
 	if letters && len(used) > 0 {
 		var l []string
@@ -544,6 +588,9 @@ func (cmp *comparison) intro() []string {
 // mark), or the status change ("⚠V→OC"), or the status when both runs
 // agree it has no figures.
 func gridText(p pairCell) string {
+	if p.neither() {
+		return dash
+	}
 	if p.changed() {
 		return "⚠" + shortLetter[p.SA] + "→" + shortLetter[p.SB]
 	}
@@ -593,7 +640,7 @@ func compareText(w io.Writer, cmp *comparison) error {
 			[]bool{false, true, true, true, true, true, true})
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "\n")
+		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + cmp.columnsAre() + "\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range cmp.Cols {
@@ -677,7 +724,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		}
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + cmp.columnsAre() + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range cmp.Cols {
@@ -695,7 +742,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		}
 		e.printf("\n%s\n\n%s\n", cmp.legend(false), cmp.summary())
 		e.print("\n## Measured or changed cells\n\n")
-		mdRow(e, detailColumns)
+		mdRow(e, detailHead(cmp.A, cmp.B))
 		mdAlign(e, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
 		for _, row := range cmp.Cells {
 			for _, p := range row {
@@ -724,6 +771,9 @@ func valueOf(c *result.Cell) float64 {
 }
 
 func pairCellMD(p pairCell) string {
+	if p.neither() {
+		return dash
+	}
 	if p.changed() {
 		out := "**⚠ " + p.SA.Label() + " → " + p.SB.Label() + "**<br>" + cellTok(p.A) + " → " + cellTok(p.B)
 		if r := ratio(valueOf(p.A), valueOf(p.B)); !math.IsNaN(r) {
@@ -783,6 +833,9 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 	}
 	for _, row := range cmp.Cells {
 		for _, p := range row {
+			if p.neither() {
+				continue
+			}
 			var ta, tb, la, lb, ga, gb float64
 			if shown(p.A) {
 				ta, la, ga = p.A.TotalTokPerSec, p.A.TTFTms, p.A.TBTms
@@ -845,6 +898,9 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 	var cells []jsonPair
 	for _, row := range cmp.Cells {
 		for _, p := range row {
+			if p.neither() {
+				continue
+			}
 			jp := jsonPair{Context: p.Context, Concurrency: p.Col.N, Rate: p.Col.Rate, StatusA: p.SA, StatusB: p.SB, StatusChanged: p.changed()}
 			switch p.onlyIn() {
 			case "A only":
@@ -936,7 +992,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		e.print("</table>\n")
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + columnsAre(cmp.A.RateRun() && cmp.B.RateRun()) + "</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + cmp.columnsAre() + "</p>\n")
 		e.print("<div class=\"wide\"><table class=\"heat cmp\">\n<tr><th>Context</th>")
 		for _, c := range cmp.Cols {
 			e.printf("<th>%s</th>", h(colHead(c)))
@@ -952,7 +1008,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		e.print("</table></div>\n")
 		e.printf("<p class=\"notes\">%s</p>\n<p class=\"notes\">%s</p>\n", h(cmp.legend(false)), h(cmp.summary()))
 		e.print("<h2>Measured or changed cells</h2>\n<div class=\"wide\"><table class=\"all\"><tr>")
-		for _, c := range detailColumns {
+		for _, c := range detailHead(cmp.A, cmp.B) {
 			e.printf("<th>%s</th>", h(c))
 		}
 		e.print("</tr>\n")
@@ -979,6 +1035,9 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 }
 
 func pairCellHTML(p pairCell) string {
+	if p.neither() {
+		return "<td title=\"in neither run\">" + dash + "</td>"
+	}
 	title := fmt.Sprintf("%s context, %s: A %s, B %s", ctxLabel(p.Context), atOnce(p.Col), cellStatus(p.A), cellStatus(p.B))
 	if p.changed() {
 		return fmt.Sprintf("<td class=\"changed\" style=\"background:#fff4e5\" title=\"%s\"><span class=\"q\">⚠ status changed</span><span class=\"t\">%s → %s</span><span class=\"t\">%s → %s</span></td>",

@@ -263,3 +263,75 @@ func TestCompareNoise(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareRequestSettings: two runs that sent different requests
+// (sampling, extra body fields, a shared prefix) are not the same run:
+// the comparison names each difference, and a single report shows them.
+func TestCompareRequestSettings(t *testing.T) {
+	a := loadSeed(t, "002")
+	for _, tc := range []struct {
+		name string
+		edit func(s *result.Settings)
+		diff string
+	}{
+		{"sampling", func(s *result.Settings) { s.Sampling = map[string]any{"temperature": 0.7, "seed": 42} }, "Sampling"},
+		{"extra fields", func(s *result.Settings) {
+			s.RequestFields = map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}}
+		}, "Request fields"},
+		{"shared prefix", func(s *result.Settings) { s.SharedPrefix = 256 }, "Shared prefix"},
+	} {
+		b := loadSeed(t, "002")
+		tc.edit(&b.Settings)
+		var buf bytes.Buffer
+		if err := Compare(&buf, a, b, "text"); err != nil {
+			t.Fatal(err)
+		}
+		_, differs, _ := strings.Cut(buf.String(), "What differs")
+		if strings.Contains(buf.String(), "nothing: same model") || !strings.Contains(differs, tc.diff) {
+			t.Errorf("%s: the comparison does not name it:\n%.1500s", tc.name, buf.String())
+		}
+		buf.Reset()
+		if err := Render(&buf, b, "text"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), tc.diff) {
+			t.Errorf("%s: the report does not show it", tc.name)
+		}
+	}
+}
+
+// TestCompareCellsInNeither: a concurrency run against a rate run shares
+// no column; a grid cell neither run has is "—", never "Not run" (a status
+// of neither), and the CSV and JSON list only cells a run has.
+func TestCompareCellsInNeither(t *testing.T) {
+	a, b := loadSeed(t, "002"), rateRun(100)
+	for _, format := range []string{"text", "md", "html"} {
+		var buf bytes.Buffer
+		if err := Compare(&buf, a, b, format); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if _, body, ok := strings.Cut(out, "</style>"); ok {
+			out = body // the page's style names every status's class
+		}
+		for _, wrong := range []string{"Not run", "NR", "not_run"} {
+			if strings.Contains(out, wrong) {
+				t.Errorf("%s comparison shows %q for cells in neither run", format, wrong)
+			}
+		}
+		if !strings.Contains(out, "or request rates") {
+			t.Errorf("%s comparison does not say its columns are levels or rates", format)
+		}
+		if !strings.Contains(buf.String(), "in neither run") {
+			t.Errorf("%s comparison's legend does not say what — is", format)
+		}
+	}
+	var buf bytes.Buffer
+	if err := Compare(&buf, a, b, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	decode := strings.Count(buf.String(), "\ndecode,")
+	if want := len(a.Decode) + len(b.Decode); decode != want {
+		t.Errorf("csv has %d decode rows, want %d (the cells of A and of B)", decode, want)
+	}
+}

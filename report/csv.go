@@ -42,6 +42,20 @@ func num(v float64) string {
 	return strconv.FormatFloat(math.Round(v*1000)/1000, 'f', -1, 64)
 }
 
+// csvFloat is a figure to 12 significant digits, as the shortest decimal:
+// arithmetic noise such as 0.049424800000000005 (a percentile in ms read
+// from microsecond histograms) prints as 0.0494248.
+func csvFloat(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return ""
+	}
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 12, 64), 64)
+	if err != nil {
+		r = v
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}
+
 func numInt(n int) string {
 	if n == 0 {
 		return ""
@@ -70,7 +84,7 @@ func csvPercentiles(c *result.Cell, ps []float64) []string {
 		out = append(out, strconv.FormatInt(d.N, 10))
 		for _, q := range ps {
 			v, _ := d.Value(q)
-			out = append(out, strconv.FormatFloat(v, 'f', -1, 64))
+			out = append(out, csvFloat(v))
 			if d.Low(q) {
 				low = append(low, m+"_"+result.Label(q))
 			}
@@ -169,7 +183,7 @@ func (m csvMore) head() []string {
 // cell is a decode cell's values of the extra columns, empty where absent.
 func (m csvMore) cell(c *result.Cell) []string {
 	var out []string
-	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	f := csvFloat
 	if m.slo {
 		if s := c.SLO; s != nil {
 			att := ""

@@ -2,6 +2,7 @@ package report
 
 import (
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/tokentap/tokentap/result"
@@ -38,6 +39,7 @@ type beyondView struct {
 	SplitNotes      []string
 
 	// Decode limit: the inputs, a row per measured cell, notes.
+	LimitHead   []string
 	LimitInputs []kv
 	LimitRows   [][]string
 	LimitNotes  []string
@@ -58,6 +60,10 @@ var (
 func newBeyondView(r *result.Result) *beyondView {
 	b := &beyondView{}
 	contexts, cols := axes(r)
+	// A run's columns are concurrency levels or request rates: the
+	// tables' second column says which.
+	b.LimitHead = slices.Clone(limitHead)
+	b.LimitHead[1] = columnHead(r.RateRun())
 	if r.SLO != nil {
 		b.sloSection(r, contexts, cols)
 	}

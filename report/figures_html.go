@@ -49,7 +49,11 @@ func sloChart(r *result.Result, contexts []int, cols []result.Column) string {
 	}
 	y := func(a float64) float64 { return top + ph*(1-a) }
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="SLO attainment by concurrency">`, w, hgt, w, hgt)
+	by := "concurrency"
+	if r.RateRun() {
+		by = "request rate"
+	}
+	fmt.Fprintf(&b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="SLO attainment by %s">`, w, hgt, w, hgt, by)
 	for _, g := range []float64{0, 0.25, 0.5, 0.75, 1} {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e3e7ec"/><text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`,
 			left, y(g), w-right, y(g), left-6, y(g)+4, g*100)
@@ -57,7 +61,7 @@ func sloChart(r *result.Result, contexts []int, cols []result.Column) string {
 	for i, k := range cols {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, x(i), hgt-bottom+16, h(k.Label()))
 	}
-	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">requests at once</text>`, left+pw/2, hgt-3)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, left+pw/2, hgt-3, columnAxis(r.RateRun()))
 	if t := r.SLO.Spec.Target; t > 0 {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="1.5" stroke-dasharray="5 4"/><text x="%d" y="%.1f" text-anchor="end" style="fill:%s">target %s</text>`,
 			left, y(t), w-right, y(t), colTarget, w-right, y(t)-4, colTarget, fmtShare(t))
@@ -255,7 +259,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 		}
 		e.print("</dl>\n")
 		if len(b.LimitRows) > 0 {
-			table("", limitHead, b.LimitRows)
+			table("", b.LimitHead, b.LimitRows)
 		}
 		for _, n := range b.LimitNotes {
 			e.printf("<p class=\"notes\">%s</p>\n", h(n))

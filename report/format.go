@@ -116,8 +116,15 @@ func ctxLabel(tokens int) string {
 	return fmtInt(tokens)
 }
 
-// statusNote is the footnote the seed pages print for a status.
-func statusNote(s result.Status) string {
+// statusNote is the footnote the seed pages print for a status; a rate
+// run's (open loop, METHOD §3) say what the status means there.
+func statusNote(s result.Status, rate bool) string {
+	switch {
+	case rate && s == result.RequestsQueued:
+		return "Requests queued: the server reported requests waiting during this measurement, so arrivals waited and their latencies include the wait."
+	case rate && s == result.OverCapacity:
+		return "Over capacity: not run because one request at this context would exceed the server's KV cache, or the server refused a request at this rate or a lower one as not fitting."
+	}
 	switch s {
 	case result.Failed:
 		return "Failed: requests to the server failed during this measurement."
@@ -164,6 +171,22 @@ func columnsAre(rate bool) string {
 	return "simultaneous requests"
 }
 
+// columnHead heads a table's column of the grid's column values.
+func columnHead(rate bool) string {
+	if rate {
+		return "Request rate"
+	}
+	return "Requests at once"
+}
+
+// columnAxis labels a chart's axis of the grid's columns.
+func columnAxis(rate bool) string {
+	if rate {
+		return "requests per second"
+	}
+	return "requests at once"
+}
+
 // colName names a column of the grid in a table head.
 func colName(rate bool) string {
 	if rate {
@@ -206,5 +229,14 @@ func fmtLatencyMs(ms float64) string {
 	return fmtFixed(ms, 0) + " ms"
 }
 
+// prefillNote ends the Prefill table: its rate is over the cold TTFT, so
+// it includes the engine's fixed time before a first token (METHOD §3).
+const prefillNote = "Prompt tok/s = prompt tokens ÷ cold TTFT, which includes the engine's time before the first token besides prefill (scheduling, the first decode step): short prompts read low."
+
 // allNote heads the All measurements table.
-const allNote = "Latencies are medians. Total tok/s is output across all simultaneous requests."
+func allNote(rate bool) string {
+	if rate {
+		return "Latencies are medians. Total tok/s is output across all requests in flight."
+	}
+	return "Latencies are medians. Total tok/s is output across all simultaneous requests."
+}

@@ -306,3 +306,23 @@ func TestGridAndTableAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestCSVFloat: CSV figures carry no arithmetic noise (a percentile read
+// from microsecond histograms printed as 0.049424800000000005).
+func TestCSVFloat(t *testing.T) {
+	for _, tt := range []struct {
+		in   float64
+		want string
+	}{
+		{0.049424800000000005, "0.0494248"},
+		{0.1 + 0.2, "0.3"},
+		{69.65357371002449, "69.65357371"},
+		{10002.431, "10002.431"},
+		{123456789.5, "123456789.5"},
+		{0, "0"},
+	} {
+		if got := csvFloat(tt.in); got != tt.want {
+			t.Errorf("csvFloat(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

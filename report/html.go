@@ -175,9 +175,10 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 				h(p.Context), h(p.TokS), h(p.TTFT), width)
 		}
 		e.print("</table>\n")
+		e.printf("<p class=\"notes\">%s</p>\n", h(prefillNote))
 	}
 	if len(v.Grid) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are simultaneous requests</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "</p>\n")
 		e.heatGrid(v)
 		if len(v.Footnotes) > 0 {
 			e.printf("<p class=\"notes\">%s</p>\n", h(strings.Join(v.Footnotes, " ")))
@@ -194,7 +195,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 		e.percentileCards(v)
 	}
 	if len(v.All) > 0 {
-		e.printf("<h2>All measurements</h2>\n<p class=\"sub\">%s</p>\n<div class=\"wide\"><table class=\"all\">\n<tr>", h(allNote))
+		e.printf("<h2>All measurements</h2>\n<p class=\"sub\">%s</p>\n<div class=\"wide\"><table class=\"all\">\n<tr>", h(allNote(v.Rate)))
 		for _, c := range v.Columns {
 			e.printf("<th>%s</th>", h(c))
 		}

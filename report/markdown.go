@@ -106,6 +106,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 			}
 			mdRow(e, []string{p.Context, p.TokS, p.TTFT})
 		}
+		e.print("\n" + prefillNote + "\n")
 	}
 	if len(v.Grid) > 0 {
 		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "\n\n")
@@ -141,7 +142,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 	}
 	writeMarkdownBeyond(e, v)
 	if len(v.All) > 0 {
-		e.printf("\n## All measurements\n\n%s\n\n", allNote)
+		e.printf("\n## All measurements\n\n%s\n\n", allNote(v.Rate))
 		mdTable(e, v.Columns, v.All, rightCols(v.Columns, 0, 3)) // Phase and Status read left to right
 		if len(v.Footnotes) > 0 {
 			e.printf("\n%s\n", strings.Join(v.Footnotes, " "))
@@ -219,7 +220,7 @@ func writeMarkdownBeyond(e *errWriter, v *view) {
 		}
 		if len(b.LimitRows) > 0 {
 			e.print("\n")
-			table(limitHead, b.LimitRows)
+			table(b.LimitHead, b.LimitRows)
 		}
 		for _, n := range b.LimitNotes {
 			e.printf("\n%s\n", n)

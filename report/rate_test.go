@@ -52,3 +52,47 @@ func TestRateRunRendered(t *testing.T) {
 		t.Errorf("rate comparison:\n%s", out)
 	}
 }
+
+// TestRateRunLabels: no part of a rate run's report calls its columns
+// concurrency. The HTML page said "columns are simultaneous requests",
+// its SLO chart's axis "requests at once" and its TTFT split table's
+// "Requests at once" held "2/s"; the text report was right.
+func TestRateRunLabels(t *testing.T) {
+	r := syntheticBeyond() // SLOs, a TTFT split and the bandwidth limit: every table
+	r.Settings.Rates = []float64{}
+	seen := map[int]bool{}
+	for i := range r.Decode {
+		c := &r.Decode[i]
+		c.Rate, c.Concurrency = float64(c.Concurrency), 0
+		if !seen[int(c.Rate)] {
+			seen[int(c.Rate)] = true
+			r.Settings.Rates = append(r.Settings.Rates, c.Rate)
+		}
+	}
+	r.Settings.Concurrency = nil
+	for i := range r.SLO.Capacity {
+		r.SLO.Capacity[i].Rate, r.SLO.Capacity[i].Concurrency = float64(r.SLO.Capacity[i].Concurrency), 0
+	}
+	for _, format := range []string{"text", "md", "html"} {
+		var buf bytes.Buffer
+		if err := Render(&buf, r, format); err != nil {
+			t.Fatal(err)
+		}
+		low := strings.ToLower(buf.String())
+		for _, wrong := range []string{"simultaneous requests", "requests at once", "by concurrency"} {
+			if strings.Contains(low, wrong) {
+				i := strings.Index(low, wrong)
+				t.Errorf("%s report of a rate run says %q: …%s…", format, wrong, buf.String()[max(0, i-80):min(len(low), i+40)])
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "html"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"columns are request rates", ">requests per second</text>", "<th>Request rate</th>"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("html lacks %q", want)
+		}
+	}
+}

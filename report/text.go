@@ -211,13 +211,16 @@ func writeText(w io.Writer, v *view) error {
 			rows = append(rows, []string{p.Context + " context", p.TokS, p.TTFT + " TTFT"})
 		}
 		table(e, "  ", []string{"", "tok/s", ""}, rows, []bool{false, true, true})
+		for _, l := range wrapParts(prefillNote, textWidth) {
+			e.print("  " + l + "\n")
+		}
 	}
 	if len(v.Grid) > 0 {
 		writeTextGrid(e, v)
 	}
 	writeTextBeyond(e, v)
 	if len(v.All) > 0 {
-		e.print("\nAll measurements · " + allNote + "\n")
+		e.print("\nAll measurements · " + allNote(v.Rate) + "\n")
 		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}
 		right := []bool{false, true, true, false, true, true, true, true, true, true, true, true}
 		// The SLO and bandwidth-limit columns have their own sections

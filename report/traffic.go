@@ -55,7 +55,7 @@ type trafficView struct {
 	Percentiles []float64
 }
 
-const trafficTTFT = "TTFT is timed from the request reaching the proxy to the engine's first token event; end to end to the last byte of a completed request."
+const trafficTTFT = "TTFT is timed from the request reaching the proxy to the engine's first token event; end to end to the last byte, of the requests that completed OK only (the proxy's /stats and /metrics time every request that ended, failed and cancelled ones too, so their end to end differs where any did)."
 
 func newTrafficView(s traffic.Summary, title string) *trafficView {
 	v := &trafficView{Title: "Traffic · " + title, Percentiles: s.Percentiles, TTFTNote: trafficTTFT}
@@ -232,7 +232,7 @@ func trafficCSV(w io.Writer, s traffic.Summary) error {
 			r = append(r, strconv.FormatInt(d.N, 10))
 			for _, p := range s.Percentiles {
 				val, _ := d.Value(p)
-				r = append(r, strconv.FormatFloat(val, 'f', -1, 64))
+				r = append(r, csvFloat(val))
 				if d.Low(p) {
 					low = append(low, names[i]+"_"+result.Label(p))
 				}

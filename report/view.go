@@ -1,7 +1,9 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -204,6 +206,17 @@ func newViewWith(r *result.Result, o Options) *view {
 	if len(s.Extra) > 0 {
 		run = append(run, kv{"Extra", strings.Join(s.Extra, ", ")})
 	}
+	// What shaped every request beyond its length: a comparison names a
+	// difference in any of them.
+	if s.SharedPrefix > 0 {
+		run = append(run, kv{"Shared prefix", fmtInt(s.SharedPrefix) + " tokens of every prompt of a row (rows of contexts up to it share nothing)"})
+	}
+	if len(s.Sampling) > 0 {
+		run = append(run, kv{"Sampling", fieldList(s.Sampling, " ")})
+	}
+	if len(s.RequestFields) > 0 {
+		run = append(run, kv{"Request fields", fieldList(s.RequestFields, ": ")})
+	}
 	v.Sections = append(v.Sections, section{"Run", nonEmpty(run...)})
 
 	v.Notes = append(v.Notes, r.Notes...)
@@ -294,7 +307,7 @@ func newViewWith(r *result.Result, o Options) *view {
 	}
 	for _, st := range footnoteOrder {
 		if present[st] {
-			v.Footnotes = append(v.Footnotes, statusNote(st))
+			v.Footnotes = append(v.Footnotes, statusNote(st, v.Rate))
 		}
 	}
 	v.percentiles(r, o)
@@ -615,4 +628,20 @@ func byLine(r *result.Result) string {
 type cellKey struct {
 	Context int
 	Col     result.Column
+}
+
+// fieldList writes request fields in name order: "seed 42, temperature
+// 0.7", or with sep ": " and JSON values, `chat_template_kwargs:
+// {"enable_thinking":false}`.
+func fieldList(m map[string]any, sep string) string {
+	var l []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b, err := json.Marshal(m[k])
+		v := string(b)
+		if err != nil {
+			v = fmt.Sprint(m[k])
+		}
+		l = append(l, k+sep+v)
+	}
+	return strings.Join(l, ", ")
 }

@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokentap/tokentap/histo"
+	"github.com/tokentap/tokentap/internal/outfile"
 )
 
 // SchemaVersion of the document. Readers refuse newer ones.
@@ -36,6 +38,27 @@ const (
 	Valid      Status = "valid"
 	NotRun     Status = "not_run" // the run was stopped (Ctrl-C, error) before this cell
 )
+
+// statuses are every status a document may hold (schema.json's enum).
+var statuses = []Status{OverCapacity, Failed, RequestsQueued, CacheMissed, LateWindow, Valid, NotRun}
+
+// UnmarshalJSON refuses a status no tokentap writes (the schema rejects
+// it; a report would render it as it stands).
+func (s *Status) UnmarshalJSON(b []byte) error {
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("status %s: want a string", b)
+	}
+	if !slices.Contains(statuses, Status(v)) {
+		names := make([]string, len(statuses))
+		for i, st := range statuses {
+			names[i] = string(st)
+		}
+		return fmt.Errorf("status %q is none of %s", v, strings.Join(names, ", "))
+	}
+	*s = Status(v)
+	return nil
+}
 
 // Label is the status as the seed pages print it.
 func (s Status) Label() string {
@@ -161,6 +184,16 @@ type Settings struct {
 	Scenario      string   `json:"scenario,omitempty"`
 	By            string   `json:"by,omitempty"` // who ran it
 	Extra         []string `json:"extra,omitempty"`
+	// SharedPrefix, Sampling and RequestFields are the scenario settings
+	// that shape every request beyond its prompt length and max_tokens
+	// (METHOD §5): two runs that differ in them measured different
+	// requests. SharedPrefix is the tokens every slot's prompt of a row
+	// shares after the salt (rows of contexts up to it share nothing);
+	// Sampling the sampling fields sent (temperature, top_p, seed, …);
+	// RequestFields the extra JSON fields of every request body.
+	SharedPrefix  int            `json:"shared_prefix,omitempty"`
+	Sampling      map[string]any `json:"sampling,omitempty"`
+	RequestFields map[string]any `json:"request_fields,omitempty"`
 	// Percentiles are the percentiles (in percent) each cell's Percentiles
 	// hold; reports show these unless asked for others.
 	Percentiles []float64 `json:"percentiles,omitempty"`
@@ -342,30 +375,16 @@ func (r *Result) Write(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteFile writes r to path atomically (a temp file of its own beside it,
-// then rename), so a run stopped half-way never leaves a truncated result
-// behind, and two runs writing at once never share a temp file.
+// WriteFile writes r to path as package outfile does: a regular file
+// atomically (a temporary file beside it, renamed over it), through a
+// symbolic link to its target, a FIFO or device in place. It replaces an
+// existing file: callers that must not check first (outfile.Resolve).
 func (r *Result) WriteFile(path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	t, err := outfile.Resolve(path, outfile.Options{Overwrite: true})
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := r.Write(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	return t.Write(os.Stdout, r.Write)
 }
 
 // Read decodes a result document, refusing a newer schema.

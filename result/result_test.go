@@ -98,3 +98,16 @@ func TestStatusLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownStatusRefused: a status the schema does not know is refused
+// on reading, naming it (report rendered it as it stood).
+func TestUnknownStatusRefused(t *testing.T) {
+	doc := `{"schema":1,"settings":{},"decode":[{"context":0,"concurrency":1,"status":"splendid"}]}`
+	_, err := Read(strings.NewReader(doc))
+	if err == nil || !strings.Contains(err.Error(), `status "splendid" is none of over_capacity`) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := Read(strings.NewReader(strings.Replace(doc, "splendid", "valid", 1))); err != nil {
+		t.Fatalf("a valid status: %v", err)
+	}
+}

@@ -110,7 +110,7 @@ func envKeys(t reflect.Type, prefix string) map[string]string {
 const (
 	exitOK          = 0   // the command did what it was asked
 	exitError       = 1   // it failed while running (a file could not be written, the engine broke off the run)
-	exitUsage       = 2   // a flag, variable, argument or input file is wrong; nothing was sent
+	exitUsage       = 2   // a flag, variable, argument or input file is wrong, or the settings fit nothing the engine runs; nothing was sent
 	exitFailed      = 3   // the run finished, but cells (or replayed requests) failed; --allow-failed exits 0
 	exitEngine      = 4   // the engine could not be reached, refused access, or is not an OpenAI-compatible API; nothing was sent
 	exitInterrupted = 130 // Ctrl-C or SIGTERM; what was finished is kept
@@ -120,7 +120,8 @@ const (
 const exitCodesHelp = `Exit codes:
   0    done: the run measured what it was asked to
   1    an error while running (a file could not be written, the engine broke off the run)
-  2    usage: a flag, variable, argument or input file is wrong; nothing was sent
+  2    usage: a flag, variable, argument or input file is wrong, or the settings ask for
+       nothing the engine can run (a model it does not serve, no cell that fits); nothing was sent
   3    cells failed (matrix), or more replayed requests failed than in the capture (replay);
        --allow-failed exits 0 instead
   4    the engine could not be reached, refused access, or is not an OpenAI-compatible API;
@@ -252,16 +253,20 @@ var envInUsage = regexp.MustCompile(`\[(TOKENTAP_[A-Z0-9_]+)`)
 // "--window" when given on the command line (or not at all), else the
 // TOKENTAP_* variable that set it.
 func (c *cli) source(name string) string {
+	dash := "--"
+	if len(name) == 1 {
+		dash = "-" // -o
+	}
 	f := c.Lookup(name)
 	if f == nil || c.given(name) {
-		return "--" + name
+		return dash + name
 	}
 	if m := envInUsage.FindStringSubmatch(f.Usage); m != nil {
 		if _, ok := os.LookupEnv(m[1]); ok {
 			return m[1]
 		}
 	}
-	return "--" + name
+	return dash + name
 }
 
 func (l *LogFlags) register(fs *cli) {
@@ -281,6 +286,15 @@ func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// checkIdleTimeout refuses a negative --idle-timeout (it was taken as
+// "never", which 0 already says).
+func checkIdleTimeout(d time.Duration, source string) error {
+	if d < 0 {
+		return fmt.Errorf("%s %v: give a positive duration such as 10m, or 0 to wait for ever", source, d)
+	}
+	return nil
 }
 
 // idleTimeout turns the --idle-timeout flag (0: never) into

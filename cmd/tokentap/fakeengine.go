@@ -75,6 +75,57 @@ func (c *fakeEngineConfig) model() (fixtures.Model, error) {
 	}, nil
 }
 
+// Flavour defaults, as the real engines start without their flags:
+// llama-server's --parallel is 4 slots sharing one unified KV cache (-kvu,
+// the default when --parallel is not given), OLLAMA_NUM_PARALLEL is 1.
+const (
+	llamaDefaultSlots  = 4
+	ollamaDefaultSlots = 1
+)
+
+// flavorDefaults gives a llama.cpp or Ollama fake what the real engine has
+// when it is started without flags, for every setting not given (given
+// reports a flag or its variable), so --flavor alone starts. For
+// llama.cpp, --max-model-len is the context of one slot (/props n_ctx):
+// the KV cache is that, or that per slot without --kv-unified, unless
+// --kv-capacity says otherwise; the two must then agree.
+func (c *fakeEngineConfig) flavorDefaults(given func(flag, env string) bool) error {
+	fl, err := fixtures.ParseFlavor(c.Flavor)
+	if err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	switch fl {
+	case fixtures.FlavorOllama:
+		if !given("slots", "TOKENTAP_FAKE_SLOTS") {
+			c.Slots = ollamaDefaultSlots
+		}
+	case fixtures.FlavorLlamaCpp:
+		if !given("slots", "TOKENTAP_FAKE_SLOTS") {
+			c.Slots = llamaDefaultSlots
+			if !given("kv-unified", "TOKENTAP_FAKE_KV_UNIFIED") {
+				c.UnifiedKV = true
+			}
+		}
+		if c.Slots <= 0 {
+			return nil // Validate names --slots
+		}
+		perSlot := c.Slots
+		if c.UnifiedKV {
+			perSlot = 1
+		}
+		switch kvGiven := given("kv-capacity", "TOKENTAP_FAKE_KV_CAPACITY"); {
+		case !kvGiven:
+			c.KVCapacity = c.MaxModelLen * perSlot
+		case given("max-model-len", "TOKENTAP_FAKE_MAX_MODEL_LEN") && c.KVCapacity/perSlot != c.MaxModelLen:
+			return fmt.Errorf("--max-model-len %d and --kv-capacity %d disagree: a llama.cpp slot's context is the KV cache%s (%d); give one of them",
+				c.MaxModelLen, c.KVCapacity, map[bool]string{true: " (unified, --kv-unified)", false: " ÷ --slots"}[c.UnifiedKV], c.KVCapacity/perSlot)
+		default:
+			c.MaxModelLen = c.KVCapacity / perSlot
+		}
+	}
+	return nil
+}
+
 // stringList is a repeatable string flag.
 type stringList []string
 
@@ -109,15 +160,15 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 	fs := newCLI("fake-engine", fakeEngineSummary, stdout, stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
 	fs.StringVar(&cfg.Flavor, "flavor", cfg.Flavor, "which engine to look and schedule like: vllm, llama.cpp, ollama or tgi [TOKENTAP_FAKE_FLAVOR]")
-	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "llama.cpp/ollama: requests run at once (--parallel, OLLAMA_NUM_PARALLEL); each slot caches its last prompt [TOKENTAP_FAKE_SLOTS]")
-	fs.BoolVar(&cfg.UnifiedKV, "kv-unified", cfg.UnifiedKV, "llama.cpp: the slots share one KV cache of --kv-capacity tokens (-kvu) instead of an equal share each [TOKENTAP_FAKE_KV_UNIFIED]")
+	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "llama.cpp/ollama: requests run at once (--parallel, OLLAMA_NUM_PARALLEL); each slot caches its last prompt (default: llama.cpp 4, sharing a unified KV cache; ollama 1) [TOKENTAP_FAKE_SLOTS]")
+	fs.BoolVar(&cfg.UnifiedKV, "kv-unified", cfg.UnifiedKV, "llama.cpp: the slots share one KV cache of --kv-capacity tokens (-kvu) instead of an equal share each (default: on when --slots is not given, as llama-server's -kvu without --parallel) [TOKENTAP_FAKE_KV_UNIFIED]")
 	fs.IntVar(&cfg.TrainedLen, "trained-len", cfg.TrainedLen, "ollama: the trained context /api/show reports; --max-model-len is the one it runs at [TOKENTAP_FAKE_TRAINED_LEN]")
 	fs.BoolVar(&cfg.NumCtxListed, "num-ctx-listed", cfg.NumCtxListed, "ollama: /api/show lists num_ctx (the model was created with it) [TOKENTAP_FAKE_NUM_CTX_LISTED]")
 	fs.IntVar(&cfg.HoldBack, "hold-back", cfg.HoldBack, "ollama: every Nth output token starts with '<' and is sent with the next one, unannounced; 0: never [TOKENTAP_FAKE_HOLD_BACK]")
 	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name, as /v1/models lists it; requests naming another model are served as this one, as llama-server, SGLang and TGI do (see --strict-model) [TOKENTAP_FAKE_MODEL]")
-	fs.BoolVar(&cfg.StrictModel, "strict-model", cfg.StrictModel, "answer requests naming another model than --model with vLLM's 404 \"The model `x` does not exist.\" [TOKENTAP_FAKE_STRICT_MODEL]")
+	fs.BoolVar(&cfg.StrictModel, "strict-model", cfg.StrictModel, "answer requests naming another model than --model with vLLM's 404 (\"The model ... does not exist.\") [TOKENTAP_FAKE_STRICT_MODEL]")
 	fs.StringVar(&cfg.Version, "engine-version", cfg.Version, "version GET /version reports [TOKENTAP_FAKE_VERSION]")
-	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens of one request; longer gets HTTP 400 [TOKENTAP_FAKE_MAX_MODEL_LEN]")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens of one request; longer gets HTTP 400 (llama.cpp: one slot's context, /props n_ctx; the KV cache follows unless --kv-capacity is given) [TOKENTAP_FAKE_MAX_MODEL_LEN]")
 	fs.Float64Var(&cfg.PrefillTokPerSec, "prefill-tok-per-sec", cfg.PrefillTokPerSec, "prefill speed P for short prompts, tokens/s [TOKENTAP_FAKE_PREFILL_TOK_PER_SEC]")
 	fs.Float64Var(&cfg.PrefillSlowdown, "prefill-slowdown", cfg.PrefillSlowdown, "prefill rate for u tokens is P/(1 + this x u/1024); 0 keeps it constant [TOKENTAP_FAKE_PREFILL_SLOWDOWN]")
 	fs.DurationVar(&cfg.FirstEventDelay, "first-event-delay", cfg.FirstEventDelay, "delay between end of prefill and the first token [TOKENTAP_FAKE_FIRST_EVENT_DELAY]")
@@ -151,7 +202,15 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 		}
 		fl = append(fl, f)
 	}
-	m, err := cfg.model()
+	given := func(name, env string) bool {
+		_, set := os.LookupEnv(env)
+		return set || fs.given(name)
+	}
+	err := cfg.flavorDefaults(given)
+	var m fixtures.Model
+	if err == nil {
+		m, err = cfg.model()
+	}
 	if err == nil {
 		err = m.Validate()
 	}

@@ -45,7 +45,38 @@ func TestParseFakeEngine(t *testing.T) {
 			}
 		}},
 		{name: "bad fault", args: []string{"--fault", "explode=1"}, code: 2, msg: "--fault"},
-		{name: "invalid model", args: []string{"--kv-capacity", "1000"}, code: 2, msg: "KVCapacity 1000"},
+		{name: "invalid model names the flag", args: []string{"--kv-capacity", "1000"}, code: 2, msg: "--kv-capacity 1000: must be > 0 and a multiple of --block-size 16"},
+		// The flavours start with the real engines' defaults (they failed:
+		// "the number of slots (Slots) 0 must be > 0").
+		{name: "llama.cpp starts with llama-server's defaults", args: []string{"--flavor", "llama.cpp"}, check: func(t *testing.T, s fakeEngineSetup) {
+			m := s.model
+			if m.Slots != 4 || !m.UnifiedKV || m.SlotContext() != 65536 || m.Validate() != nil {
+				t.Fatalf("model %+v (slot context %d)", m, m.SlotContext())
+			}
+		}},
+		{name: "llama.cpp honours --max-model-len", args: []string{"--flavor", "llama.cpp", "--max-model-len", "16384"}, check: func(t *testing.T, s fakeEngineSetup) {
+			if m := s.model; m.SlotContext() != 16384 || m.KVCapacity != 16384 {
+				t.Fatalf("slot context %d, KV %d; want 16384 (/props n_ctx said 40960)", m.SlotContext(), m.KVCapacity)
+			}
+		}},
+		{name: "llama.cpp slots of their own", args: []string{"--flavor", "llama.cpp", "--slots", "2", "--max-model-len", "8192"}, check: func(t *testing.T, s fakeEngineSetup) {
+			if m := s.model; m.UnifiedKV || m.SlotContext() != 8192 || m.KVCapacity != 16384 {
+				t.Fatalf("model %+v", m)
+			}
+		}},
+		{name: "llama.cpp --kv-capacity alone sets the slot context", args: []string{"--flavor", "llama.cpp", "--slots", "2", "--kv-capacity", "8192"}, check: func(t *testing.T, s fakeEngineSetup) {
+			if m := s.model; m.SlotContext() != 4096 {
+				t.Fatalf("slot context %d", m.SlotContext())
+			}
+		}},
+		{name: "llama.cpp lengths that disagree", args: []string{"--flavor", "llama.cpp", "--max-model-len", "8192", "--kv-capacity", "81920"}, code: 2, msg: "--max-model-len 8192 and --kv-capacity 81920 disagree"},
+		{name: "ollama starts with one slot", args: []string{"--flavor", "ollama"}, check: func(t *testing.T, s fakeEngineSetup) {
+			if m := s.model; m.Slots != 1 || m.Validate() != nil {
+				t.Fatalf("model %+v", m)
+			}
+		}},
+		{name: "slots named by flag", args: []string{"--flavor", "ollama", "--slots", "0"}, code: 2, msg: "--slots 0: ollama needs at least one slot"},
+		{name: "unknown flavour named by flag", args: []string{"--flavor", "sglang"}, code: 2, msg: `--flavor "sglang": use vllm, llama.cpp, ollama or tgi`},
 		{name: "bad env", env: map[string]string{"TOKENTAP_FAKE_TBT_BASE": "soon"}, code: 2, msg: "TOKENTAP_FAKE_TBT_BASE"},
 		{name: "stray argument", args: []string{"extra"}, code: 2, msg: "unexpected arguments"},
 		{name: "help", args: []string{"--help"}, code: 0, msg: "--tbt-per-ktokens"},
@@ -64,7 +95,10 @@ func TestParseFakeEngine(t *testing.T) {
 				tt.check(t, s)
 				return
 			}
-			msg := strings.ReplaceAll(tt.msg, "--", "-")
+			msg := tt.msg
+			if code == 0 {
+				msg = strings.ReplaceAll(msg, "--", "-") // help lists flags with one dash
+			}
 			if !done || code != tt.code || !strings.Contains(errb.String(), msg) {
 				t.Fatalf("done %v code %d stderr %q; want code %d mentioning %q", done, code, errb.String(), tt.code, msg)
 			}

@@ -133,11 +133,18 @@ func versionLine(version, commit, date string, info *debug.BuildInfo) string {
 			date = settings["vcs.time"] + " (commit time)"
 		}
 	}
+	unstamped := version == "dev" && commit == ""
 	if commit == "" {
 		commit = "unknown"
 	}
 	if date == "" {
 		date = "unknown"
 	}
-	return fmt.Sprintf("tokentap %s (commit %s, built %s)", version, commit, date)
+	line := fmt.Sprintf("tokentap %s (commit %s, built %s)", version, commit, date)
+	if unstamped {
+		// Go embeds the commit only in go build of a git clone (not go
+		// run, not a git worktree, not with -buildvcs=false in GOFLAGS).
+		line += "; not stamped: go run, GOFLAGS=-buildvcs=false or a git worktree leave Go nothing to embed, make build stamps all three"
+	}
+	return line
 }

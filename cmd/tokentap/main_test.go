@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -162,7 +163,7 @@ func TestVersionFromBuildInfo(t *testing.T) {
 			"tokentap dev (commit 0123456789ab+dirty, built unknown)"},
 		{"go install at a version", "dev", "", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.1"}},
 			"tokentap v0.3.1 (commit unknown, built unknown)"},
-		{"nothing known", "dev", "", "", nil, "tokentap dev (commit unknown, built unknown)"},
+		{"nothing known says why", "dev", "", "", nil, "tokentap dev (commit unknown, built unknown); not stamped: go run, GOFLAGS=-buildvcs=false or a git worktree leave Go nothing to embed, make build stamps all three"},
 	} {
 		if got := versionLine(tt.version, tt.commit, tt.date, tt.info); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
@@ -255,6 +256,26 @@ func TestParseArgsInterspersed(t *testing.T) {
 		files, _, done := fs.parseArgs(tt.args)
 		if done != tt.done || strings.Join(files, ",") != strings.Join(tt.files, ",") || *format != tt.fmt {
 			t.Errorf("%q: files %q format %q done %v; want %q %q %v", tt.args, files, *format, done, tt.files, tt.fmt, tt.done)
+		}
+	}
+}
+
+// TestHelpValueNames: a flag's help line names its value by its kind
+// (string, int, duration …). Backticks in a usage text make the flag
+// package take the quoted word as the value's name, so a switch read as a
+// flag taking a value ("-strict-model x").
+func TestHelpValueNames(t *testing.T) {
+	kinds := map[string]bool{"string": true, "int": true, "int64": true, "uint": true, "uint64": true, "float": true, "duration": true, "value": true}
+	for _, c := range commands() {
+		var out bytes.Buffer
+		if code := run([]string{c.name, "--help"}, &out, io.Discard); code != 0 {
+			t.Fatalf("%s --help: exit %d", c.name, code)
+		}
+		for _, line := range strings.Split(out.String(), "\n") {
+			f := strings.Fields(line)
+			if strings.HasPrefix(line, "  -") && len(f) > 1 && !kinds[f[1]] {
+				t.Errorf("%s --help: %q names its value %q (a backtick in its usage?)", c.name, strings.TrimSpace(line), f[1])
+			}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/hardware"
 	"github.com/tokentap/tokentap/internal/english"
+	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/matrix"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -110,9 +111,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.KVCapacity, "kv-capacity", f.KVCapacity, "engine KV cache capacity in tokens, overriding the probe, e.g. 81920 or 80k [TOKENTAP_KV_CAPACITY]")
 	fs.StringVar(&f.MaxModelLen, "max-model-len", f.MaxModelLen, "engine max model length in tokens, overriding the probe [TOKENTAP_MAX_MODEL_LEN]")
 	fs.StringVar(&f.Scenario, "scenario", f.Scenario, "YAML scenario file with the run settings; flags override it [TOKENTAP_SCENARIO]")
-	fs.StringVar(&f.Out, "out", f.Out, "write the result document (JSON) here; an existing file is kept unless --overwrite (default with --target: a new tokentap-run-DATE-TIME.json; the demo writes none) [TOKENTAP_OUT]")
-	fs.BoolVar(&f.Overwrite, "overwrite", f.Overwrite, "let --out replace an existing file [TOKENTAP_OVERWRITE]")
-	fs.StringVar(&f.Records, "records", f.Records, "also write every request's record here (JSONL) [TOKENTAP_RECORDS]")
+	fs.StringVar(&f.Out, "out", f.Out, "write the result document (JSON) here (- is stdout); an existing file is kept unless --overwrite (default with --target: a new tokentap-run-DATE-TIME.json; the demo writes none) [TOKENTAP_OUT]")
+	fs.BoolVar(&f.Overwrite, "overwrite", f.Overwrite, "let --out and --records replace existing files (never an input such as --scenario) [TOKENTAP_OVERWRITE]")
+	fs.StringVar(&f.Records, "records", f.Records, "also write every request's record here (JSONL); an existing file is kept unless --overwrite [TOKENTAP_RECORDS]")
 	fs.StringVar(&f.Format, "format", f.Format, "report format on stdout: text, md, csv, json, html, or none [TOKENTAP_FORMAT]")
 	fs.StringVar(&f.Percentiles, "percentiles", f.Percentiles, "latency percentiles the report shows and the result holds as numbers, e.g. 50,90,99,99.9 [TOKENTAP_PERCENTILES]")
 	fs.BoolVar(&f.Finish, "finish-requests", f.Finish, "let the requests still running when a window closes run to their end, not cut, so every one is judged against --slo and counted by the engine's TTFT figures (their tokens after the window count nowhere) [TOKENTAP_FINISH_REQUESTS]")
@@ -174,8 +175,18 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
 	}
+	if err := checkIdleTimeout(f.IdleTimeout, fs.source("idle-timeout")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	// The outputs: never one of the inputs, never each other, an existing
+	// file kept unless --overwrite.
+	inputs := []string{f.Scenario, f.LimitFlags.ModelConfig}
+	if err := distinct(f.Out, fs.source("out"), f.Records, fs.source("records")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	var out outfile.Target
 	if f.Out != "" {
-		if err := checkResultPath(f.Out, fs.source("out"), f.Overwrite); err != nil {
+		if out, err = output(f.Out, fs.source("out"), f.Overwrite, inputs...); err != nil {
 			return fail(exitUsage, "%v", err)
 		}
 	}
@@ -225,9 +236,11 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	cfg.Scenario = sc
 	cfg.Percentiles = percentiles
 	var recw *record.Writer
+	var recOut outfile.Target
+	ran := false // matrix.Run sent load (there is a result)
 	if f.Records != "" {
-		if err := checkWritable(f.Records); err != nil {
-			return fail(exitUsage, "%s %s: %v", fs.source("records"), f.Records, err)
+		if recOut, err = output(f.Records, fs.source("records"), f.Overwrite, inputs...); err != nil {
+			return fail(exitUsage, "%v", err)
 		}
 	}
 	// A real run takes long: keep its result even when --out was not given
@@ -239,6 +252,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 			return fail(exitUsage, "%v (give --out)", err)
 		}
 		reserved = true
+		if out, err = output(f.Out, "the result file", true); err != nil {
+			os.Remove(f.Out)
+			return fail(exitUsage, "%v (give --out)", err)
+		}
 	}
 	unreserve := func() {
 		if reserved {
@@ -246,14 +263,28 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if f.Records != "" {
-		rf, err := os.Create(f.Records)
+		rf, err := recOut.Create(stdout)
 		if err != nil {
 			unreserve()
-			return fail(exitUsage, "%s: %v", fs.source("records"), err)
+			return fail(exitUsage, "%s %s: %v", fs.source("records"), f.Records, err)
 		}
-		defer rf.Close()
 		recw = record.NewWriter(rf)
-		defer recw.Flush()
+		defer func() {
+			// Kept however a run that sent load ended: its records say
+			// what happened. A run refused before any load keeps none.
+			if !ran {
+				rf.Abort()
+				return
+			}
+			if err := recw.Flush(); err != nil {
+				rf.Abort()
+				fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, err)
+				return
+			}
+			if err := rf.Commit(); err != nil {
+				fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, err)
+			}
+		}()
 		cfg.OnRecords = func(recs []record.Record) {
 			for i := range recs {
 				if err := recw.Write(&recs[i]); err != nil {
@@ -312,13 +343,18 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	}
 
 	res, err := matrix.Run(ctx, cfg)
+	ran = res != nil
 	if res == nil {
 		unreserve()
 		switch {
 		case ctx.Err() != nil:
 			return fail(exitInterrupted, "interrupted before any load was sent")
+		case errors.Is(err, matrix.ErrNothingToMeasure) || errors.Is(err, engines.ErrModel):
+			// The settings do not fit this engine (a context it cannot
+			// hold, a model it does not serve): a usage error.
+			return fail(exitUsage, "%v", err)
 		case errors.Is(err, engines.ErrUnreachable) || errors.Is(err, engines.ErrUnauthorized) ||
-			errors.Is(err, engines.ErrNotOpenAI) || errors.Is(err, engines.ErrModel):
+			errors.Is(err, engines.ErrNotOpenAI):
 			return fail(exitEngine, "%v", err)
 		}
 		return fail(exitError, "%v", err)
@@ -332,10 +368,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
 	}
 	if f.Out != "" {
-		if werr := res.WriteFile(f.Out); werr != nil {
+		if werr := out.Write(stdout, res.Write); werr != nil {
 			fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Out, werr)
 			code = exitError
-		} else if !f.Quiet {
+		} else if !f.Quiet && out.Kind != outfile.Stdout {
 			fmt.Fprintf(stderr, "tokentap matrix: result written to %s (render it again with: tokentap report %s)\n", f.Out, f.Out)
 		}
 	}

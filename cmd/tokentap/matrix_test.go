@@ -118,6 +118,16 @@ func TestReplayUsage(t *testing.T) {
 	}
 }
 
+// TestReplayWrongFile: a result document given as the capture is named
+// as such (it said "unexpected end of JSON input").
+func TestReplayWrongFile(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"replay", "--target", "http://127.0.0.1:1", seedDoc}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "is a result document (tokentap matrix --out), not a capture") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
 // TestPrefillNone: --prefill none, and --prefill given empty, leave no
 // prefill rows; a list replaces the scenario's.
 func TestPrefillNone(t *testing.T) {
@@ -193,6 +203,14 @@ func TestMistakesCaughtBeforeLoad(t *testing.T) {
 	if err := os.WriteFile(existing, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	scenario := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(scenario, []byte("window: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink("old.json", link); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -204,7 +222,12 @@ func TestMistakesCaughtBeforeLoad(t *testing.T) {
 		{"unknown format", []string{"--format", "pdf"}, `--format: unknown report format "pdf"`},
 		{"bad percentiles", []string{"--percentiles", "50,100"}, "--percentiles"},
 		{"records in no directory", []string{"--records", "/nonexistent-dir-tokentap/r.jsonl"}, "--records"},
+		{"existing records", []string{"--records", existing}, "--records " + existing + ": the file exists; give --overwrite"},
+		{"link to an existing result", []string{"--out", link}, "the file exists; give --overwrite"},
+		{"out is the scenario", []string{"--scenario", scenario, "--out", scenario, "--overwrite"}, "is the input " + scenario},
+		{"out and records one file", []string{"--out", filepath.Join(dir, "x.json"), "--records", filepath.Join(dir, "x.json")}, "give each its own file"},
 		{"both concurrency and rate", []string{"--rate", "1"}, "--concurrency and --rate are both given"},
+		{"negative idle timeout", []string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: give a positive duration"},
 		{"not a URL", []string{"--target", "ftp://host"}, `--target: "ftp://host" is not an http(s) URL`},
 		{"bad port", []string{"--target", "127.0.0.1:99999"}, "port 99999"},
 	} {
@@ -272,6 +295,9 @@ func TestExitCodes(t *testing.T) {
 		{"failed cells", failing, nil, exitFailed, "1 decode cell (0 × 1) failed (the report says why); exit 3. Give --allow-failed"},
 		{"failed cells allowed", failing, []string{"--allow-failed"}, exitOK, "exit 0 (--allow-failed)"},
 		{"unreachable", "http://" + freeAddr(t), nil, exitEngine, "connection refused"},
+		{"nothing to measure", failing, []string{"--contexts", "100000k"}, exitUsage, "nothing to measure: no decode cell of the run fits this engine. Context 100000K dropped"},
+		{"max output beyond the engine", failing, []string{"--max-output", "70000000"}, exitUsage, "nothing to measure"},
+		{"wrong model", failing, []string{"--model", "nope"}, exitUsage, `does not serve model "nope"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(dir, tt.name+".json")
@@ -282,14 +308,34 @@ func TestExitCodes(t *testing.T) {
 			}
 		})
 	}
-	// The failed run's result was kept; --overwrite replaces it.
+	// The failed run's result was kept; --overwrite replaces it, through
+	// a link to it, which stays a link.
 	out := filepath.Join(dir, "failed cells.json")
 	if _, err := result.ReadFile(out); err != nil {
 		t.Fatalf("the failed run's result: %v", err)
 	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(filepath.Base(out), link); err != nil {
+		t.Fatal(err)
+	}
 	var so, se bytes.Buffer
-	if code := run(append([]string{"matrix", "--target", failing, "--out", out, "--overwrite", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK {
+	if code := run(append([]string{"matrix", "--target", failing, "--out", link, "--overwrite", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK {
 		t.Errorf("--overwrite: exit %d: %s", code, se.String())
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Error("--out LINK --overwrite replaced the link with a file")
+	}
+	if r, err := result.ReadFile(out); err != nil || !r.Started.After(time.Now().Add(-time.Minute)) {
+		t.Errorf("the link's target was not written: %v", err)
+	}
+	// --out - is stdout, never a file named -.
+	so.Reset()
+	t.Chdir(dir)
+	if code := run(append([]string{"matrix", "--target", failing, "--out", "-", "--allow-failed", "--format", "none"}, quick...), &so, &se); code != exitOK || !strings.Contains(so.String(), `"schema"`) {
+		t.Errorf("--out -: exit %d, stdout %.80q: %s", code, so.String(), se.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
+		t.Error("--out - wrote a file named -")
 	}
 }
 

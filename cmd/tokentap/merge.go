@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,15 +12,17 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/merge"
 	"github.com/tokentap/tokentap/result"
 )
 
 // mergeConfig holds the merge command's settings.
 type mergeConfig struct {
-	Out     string `env:"MERGE_OUT"`
-	Records string `env:"MERGE_RECORDS"`
-	Quiet   bool   `env:"QUIET"`
+	Out       string `env:"MERGE_OUT"`
+	Records   string `env:"MERGE_RECORDS"`
+	Quiet     bool   `env:"QUIET"`
+	Overwrite bool   `env:"OVERWRITE"`
 }
 
 const mergeSummary = `Merge the result documents of a sharded run's shards (tokentap matrix --shard I/N, each
@@ -32,7 +35,8 @@ or engine facts, or whose windows do not overlap are refused, with the reason.
   tokentap merge shard-*.json shard-*.jsonl -o run.json --records run.jsonl
 
 Record files (tokentap matrix --records) given among the files are concatenated into
---records. Without -o the merged document goes to stdout.`
+--records. Without -o (or with -o -) the merged document goes to stdout. An existing
+file is kept unless --overwrite, and no output may be one of the files merged.`
 
 func runMerge(args []string, stdout, stderr io.Writer) int {
 	var cfg mergeConfig
@@ -45,6 +49,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&cfg.Out, "out", cfg.Out, "same as -o")
 	fset.StringVar(&cfg.Records, "records", cfg.Records, "write the shards' records, concatenated, here (JSONL) [TOKENTAP_MERGE_RECORDS]")
 	fset.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no summary on stderr [TOKENTAP_QUIET]")
+	fset.BoolVar(&cfg.Overwrite, "overwrite", cfg.Overwrite, "let -o and --records replace existing files (never one of the files merged) [TOKENTAP_OVERWRITE]")
 	files, code, done := fset.parseArgs(args)
 	if done {
 		return code
@@ -52,6 +57,28 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	if len(files) == 0 {
 		fmt.Fprintf(stderr, "tokentap merge: give the shards' result files (see tokentap merge --help)\n")
 		return 2
+	}
+	// The outputs are checked before anything is read: never a file
+	// merged, never each other, an existing file kept unless --overwrite.
+	if err := distinct(cfg.Out, fset.source("o"), cfg.Records, fset.source("records")); err != nil {
+		fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
+		return exitUsage
+	}
+	out := outfile.Target{Kind: outfile.Stdout}
+	var recOut outfile.Target
+	if cfg.Out != "" {
+		var err error
+		if out, err = output(cfg.Out, fset.source("o"), cfg.Overwrite, files...); err != nil {
+			fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
+			return exitUsage
+		}
+	}
+	if cfg.Records != "" {
+		var err error
+		if recOut, err = output(cfg.Records, fset.source("records"), cfg.Overwrite, files...); err != nil {
+			fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
+			return exitUsage
+		}
 	}
 	var (
 		ins     []merge.Input
@@ -65,7 +92,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 				return exitUsage
 			}
 			fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
-			return exitError
+			return exitUsage
 		}
 		if isRec {
 			recFile = append(recFile, f)
@@ -74,13 +101,17 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 		doc, err := result.ReadFile(f)
 		if err != nil {
 			fmt.Fprintf(stderr, "tokentap merge: cannot use %v\n", err)
-			return 1
+			return exitUsage
 		}
 		ins = append(ins, merge.Input{Name: f, Doc: doc})
 	}
 	if len(recFile) > 0 && cfg.Records == "" {
 		fmt.Fprintf(stderr, "tokentap merge: record files given (%s): name the merged records file with --records FILE\n", strings.Join(recFile, ", "))
-		return 2
+		return exitUsage
+	}
+	if len(recFile) == 0 && cfg.Records != "" {
+		fmt.Fprintf(stderr, "tokentap merge: %s %s: no record files among the files to merge: give the shards' record files (tokentap matrix --records) too, or leave --records out\n", fset.source("records"), cfg.Records)
+		return exitUsage
 	}
 	if len(ins) == 0 {
 		fmt.Fprintf(stderr, "tokentap merge: no result documents among the files: give the shards' results (tokentap matrix --out)\n")
@@ -88,23 +119,23 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	}
 	run, sum, err := merge.Runs(ins)
 	if err != nil {
+		// Shards of different runs or settings: the files given are wrong.
 		fmt.Fprintf(stderr, "tokentap merge: refused: %v\n", err)
-		return 1
+		return exitUsage
 	}
 	if len(recFile) > 0 {
-		if err := mergeRecords(cfg.Records, run, recFile); err != nil {
+		if err := mergeRecords(recOut, stdout, run, recFile); err != nil {
 			fmt.Fprintf(stderr, "tokentap merge: records: %v\n", err)
-			return 1
+			var we writeError
+			if errors.As(err, &we) {
+				return exitError // the output failed, not the shards
+			}
+			return exitUsage
 		}
 	}
-	if cfg.Out == "" || cfg.Out == "-" {
-		if err := run.Write(stdout); err != nil {
-			fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
-			return 1
-		}
-	} else if err := run.WriteFile(cfg.Out); err != nil {
-		fmt.Fprintf(stderr, "tokentap merge: writing %s: %v\n", cfg.Out, err)
-		return 1
+	if err := out.Write(stdout, run.Write); err != nil {
+		fmt.Fprintf(stderr, "tokentap merge: writing %s: %v\n", cmp.Or(cfg.Out, "the merged document"), err)
+		return exitError
 	}
 	if !cfg.Quiet {
 		fmt.Fprintf(stderr, "tokentap merge: %d shards of run %s merged into one run of %d cells; histograms merged exactly (%d values dropped)",
@@ -113,7 +144,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "; shard clocks within %.1f ms of each other", sum.ClockSpreadMs)
 		}
 		fmt.Fprintln(stderr)
-		if cfg.Out != "" && cfg.Out != "-" {
+		if out.Kind != outfile.Stdout {
 			fmt.Fprintf(stderr, "tokentap merge: render it with: tokentap report %s\n", cfg.Out)
 		}
 	}
@@ -145,8 +176,9 @@ func isRecordFile(path string) (bool, error) {
 }
 
 // mergeRecords writes the record files, concatenated and checked, to out
-// (through a temporary file, so a refused merge leaves nothing behind).
-func mergeRecords(out string, run *result.Result, paths []string) error {
+// (a regular file through a temporary one, so a refused merge leaves
+// nothing behind).
+func mergeRecords(out outfile.Target, stdout io.Writer, run *result.Result, paths []string) error {
 	var files []merge.RecordFile
 	for _, p := range paths {
 		f, err := os.Open(p)
@@ -156,19 +188,33 @@ func mergeRecords(out string, run *result.Result, paths []string) error {
 		defer f.Close()
 		files = append(files, merge.RecordFile{Name: p, R: f})
 	}
-	tmp := out + ".tmp"
-	w, err := os.Create(tmp)
-	if err != nil {
+	return out.Write(stdout, func(w io.Writer) error {
+		cw := &checkedWriter{w: w}
+		_, err := merge.Records(cw, run, files)
+		if cw.err != nil {
+			return writeError{cw.err}
+		}
 		return err
+	})
+}
+
+// writeError is a failure to write an output (exit 1), told from a record
+// file that does not fit the run (exit 2).
+type writeError struct{ err error }
+
+func (e writeError) Error() string { return "writing: " + e.err.Error() }
+func (e writeError) Unwrap() error { return e.err }
+
+// checkedWriter remembers its writer's first error.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
 	}
-	if _, err := merge.Records(w, run, files); err != nil {
-		w.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := w.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, out)
+	return n, err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/report"
 )
 
@@ -17,42 +18,25 @@ import (
 // that takes half an hour must not find at its end that it cannot keep its
 // result.
 
-// checkWritable makes sure a file can be created at path: its directory
-// exists and takes a new file. It creates nothing that stays.
-func checkWritable(path string) error {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("%s is a directory; give a file name", path)
+// output checks an output flag's file before anything is sent or read
+// for it (package outfile: "-" is stdout, links are written through,
+// special files in place, an existing regular file is replaced only with
+// overwrite, an input is never written over).
+func output(name, flagName string, overwrite bool, inputs ...string) (outfile.Target, error) {
+	var in []string
+	for _, i := range inputs {
+		if i != "" {
+			in = append(in, i)
+		}
 	}
-	dir := filepath.Dir(path)
-	st, err := os.Stat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("directory %s does not exist", dir)
-	}
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	f, err := os.CreateTemp(dir, ".tokentap-check-*")
-	if err != nil {
-		return fmt.Errorf("cannot create files in %s: %w", dir, errors.Unwrap(err))
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
+	return outfile.Resolve(name, outfile.Options{Flag: flagName, Overwrite: overwrite, Inputs: in})
 }
 
-// checkResultPath checks a result file asked for by name: it must be
-// writable, and an existing file is replaced only with overwrite (a
-// result is the record of a long run; losing one by a reused name is
-// worse than a refusal). flagName names the flag or variable for messages.
-func checkResultPath(path, flagName string, overwrite bool) error {
-	if st, err := os.Stat(path); err == nil && !st.IsDir() && !overwrite {
-		return fmt.Errorf("%s %s: the file exists; give --overwrite to replace it, or another name", flagName, path)
-	}
-	if err := checkWritable(path); err != nil {
-		return fmt.Errorf("%s %s: %w", flagName, path, err)
+// distinct refuses two outputs of one command that are one file (the
+// result and the records written over each other).
+func distinct(a, aFlag, b, bFlag string) error {
+	if a != "" && b != "" && outfile.SameFile(a, b) {
+		return fmt.Errorf("%s and %s are both %s: give each its own file", aFlag, bFlag, a)
 	}
 	return nil
 }

@@ -239,7 +239,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		f, err := os.OpenFile(cfg.Capture, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			fmt.Fprintf(stderr, "tokentap proxy: --capture: %v\n", err)
-			return 1
+			return exitUsage // a file it cannot open is a wrong flag, as matrix --out's
 		}
 		defer f.Close()
 		pc.Capture = f

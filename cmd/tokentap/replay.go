@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -29,6 +30,7 @@ type replayFlags struct {
 	Format      string        `env:"FORMAT" envDefault:"text"`
 	Percentiles string        `env:"PERCENTILES" envDefault:"50,90,99"`
 	AllowFailed bool          `env:"ALLOW_FAILED"`
+	Overwrite   bool          `env:"OVERWRITE"`
 	Salt        string        `env:"SALT"`
 	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
 	SLO         string        `env:"SLO"`
@@ -60,8 +62,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.API, "api", f.API, "send every request to this API (chat or completions) instead of the captured one [TOKENTAP_API]")
 	fs.Float64Var(&f.Speed, "speed", f.Speed, "time scale: 2 replays the capture twice as fast [TOKENTAP_SPEED]")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "give a request up when the engine sends no byte for this long, e.g. a hung engine (0: never) [TOKENTAP_IDLE_TIMEOUT]")
-	fs.StringVar(&f.Out, "out", f.Out, "write the summary here as JSON [TOKENTAP_OUT]")
-	fs.StringVar(&f.Records, "records", f.Records, "write the replayed requests' records here (JSONL) [TOKENTAP_RECORDS]")
+	fs.StringVar(&f.Out, "out", f.Out, "write the summary here as JSON; an existing file is kept unless --overwrite [TOKENTAP_OUT]")
+	fs.StringVar(&f.Records, "records", f.Records, "write the replayed requests' records here (JSONL); an existing file is kept unless --overwrite [TOKENTAP_RECORDS]")
+	fs.BoolVar(&f.Overwrite, "overwrite", f.Overwrite, "let --out and --records replace existing files (never the capture) [TOKENTAP_OVERWRITE]")
 	fs.StringVar(&f.Format, "format", f.Format, "summary format on stdout: text or json [TOKENTAP_FORMAT]")
 	fs.StringVar(&f.Percentiles, "percentiles", f.Percentiles, "percentiles the summary shows, e.g. 50,90,99,99.9 [TOKENTAP_PERCENTILES]")
 	fs.BoolVar(&f.AllowFailed, "allow-failed", f.AllowFailed, "exit 0 even when more requests failed than in the capture (default: exit 3) [TOKENTAP_ALLOW_FAILED]")
@@ -100,6 +103,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitUsage, "%s %v", fs.source("percentiles"), err)
 	}
+	if err := checkIdleTimeout(f.IdleTimeout, fs.source("idle-timeout")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
 	var api record.API
 	switch f.API {
 	case "":
@@ -108,10 +114,17 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	default:
 		return fail(exitUsage, "%s %q: use chat or completions", fs.source("api"), f.API)
 	}
-	for _, o := range []struct{ path, flag string }{{f.Out, "out"}, {f.Records, "records"}} {
+	if err := distinct(f.Out, fs.source("out"), f.Records, fs.source("records")); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	var outT, recT outfile.Target
+	for _, o := range []struct {
+		path, flag string
+		t          *outfile.Target
+	}{{f.Out, "out", &outT}, {f.Records, "records", &recT}} {
 		if o.path != "" {
-			if err := checkWritable(o.path); err != nil {
-				return fail(exitUsage, "%s %s: %v", fs.source(o.flag), o.path, err)
+			if *o.t, err = output(o.path, fs.source(o.flag), f.Overwrite, files[0]); err != nil {
+				return fail(exitUsage, "%v", err)
 			}
 		}
 	}
@@ -131,7 +144,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	capture, err := record.ReadAll(cf)
 	cf.Close()
+	if errors.Is(err, record.ErrTornLine) && len(capture) > 0 {
+		fmt.Fprintf(stderr, "tokentap replay: %s: skipped 1 torn last line (the proxy stopped mid-write); replaying the %d whole records\n", files[0], len(capture))
+		err = nil
+	}
 	if err != nil {
+		if _, rerr := result.ReadFile(files[0]); rerr == nil {
+			return fail(exitUsage, "%s is a result document (tokentap matrix --out), not a capture: replay takes the JSONL file tokentap proxy --capture writes; render a result with tokentap report %s", files[0], files[0])
+		}
 		return fail(exitUsage, "reading %s: %v (a capture is the JSONL file tokentap proxy --capture writes)", files[0], err)
 	}
 	if len(capture) == 0 {
@@ -146,6 +166,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(exitInterrupted, "interrupted before any request was sent")
+		}
+		if errors.Is(err, engines.ErrModel) {
+			return fail(exitUsage, "%v", err) // --model names a model the engine does not serve
 		}
 		return fail(exitEngine, "%v", err)
 	}
@@ -221,14 +244,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if f.Records != "" {
-		if err := writeRecords(f.Records, recs); err != nil {
+		if err := recT.Write(stdout, func(w io.Writer) error { return writeRecords(w, recs) }); err != nil {
 			fmt.Fprintf(stderr, "tokentap replay: --records: %v\n", err)
 			code = max(code, 1)
 		}
 	}
 	if f.Out != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
-		if err := os.WriteFile(f.Out, append(b, '\n'), 0o644); err != nil {
+		if err := outT.Write(stdout, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 			fmt.Fprintf(stderr, "tokentap replay: --out: %v\n", err)
 			code = max(code, 1)
 		}
@@ -253,21 +276,12 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func writeRecords(path string, recs []record.Record) error {
-	fl, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := record.NewWriter(fl)
+func writeRecords(out io.Writer, recs []record.Record) error {
+	w := record.NewWriter(out)
 	for i := range recs {
 		if err := w.Write(&recs[i]); err != nil {
-			fl.Close()
 			return err
 		}
 	}
-	if err := w.Flush(); err != nil {
-		fl.Close()
-		return err
-	}
-	return fl.Close()
+	return w.Flush()
 }

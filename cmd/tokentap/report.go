@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/report"
 	"github.com/tokentap/tokentap/result"
@@ -22,6 +23,7 @@ type reportConfig struct {
 	Format      string `env:"REPORT_FORMAT"`
 	Output      string `env:"REPORT_OUTPUT"`
 	Percentiles string `env:"REPORT_PERCENTILES"`
+	Overwrite   bool   `env:"OVERWRITE"`
 }
 
 const reportSummary = `Render a run's result document (the JSON a matrix run writes) as text, Markdown, CSV,
@@ -46,7 +48,8 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	}
 	fset := newCLI("report", reportSummary, stdout, stderr)
 	fset.StringVar(&cfg.Format, "format", cfg.Format, "text, md, csv, json or html [TOKENTAP_REPORT_FORMAT]")
-	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout [TOKENTAP_REPORT_OUTPUT]")
+	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout (- is stdout); an existing file is kept unless --overwrite [TOKENTAP_REPORT_OUTPUT]")
+	fset.BoolVar(&cfg.Overwrite, "overwrite", cfg.Overwrite, "let -o replace an existing file (never one of the files read) [TOKENTAP_OVERWRITE]")
 	fset.StringVar(&cfg.Percentiles, "percentiles", cfg.Percentiles, "latency percentiles to show, e.g. 50,90,99,99.9 (default: the run's, else 50,90,99) [TOKENTAP_REPORT_PERCENTILES]")
 	// Flags may come before or after the file names.
 	files, code, done := fset.parseArgs(args)
@@ -79,9 +82,11 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		}
 		opts.Percentiles = ps
 	}
-	if cfg.Output != "" && cfg.Output != "-" {
-		if err := checkWritable(cfg.Output); err != nil {
-			fmt.Fprintf(stderr, "tokentap report: %s %s: %v\n", fset.source("o"), cfg.Output, err)
+	out := outfile.Target{Kind: outfile.Stdout}
+	if cfg.Output != "" {
+		var err error
+		if out, err = output(cfg.Output, fset.source("o"), cfg.Overwrite, files...); err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %v\n", err)
 			return exitUsage
 		}
 	}
@@ -91,12 +96,15 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	if isCapture(files[0]) || (len(files) == 2 && isCapture(files[1])) {
+	for _, f := range files {
+		if !isCapture(f) {
+			continue
+		}
 		if len(files) == 2 {
-			fmt.Fprintf(stderr, "tokentap report: %s is a proxy capture: a capture is summarised alone; comparing takes two result files\n", files[0])
+			fmt.Fprintf(stderr, "tokentap report: %s is a proxy capture: a capture is summarised alone; comparing takes two result files\n", f)
 			return exitUsage
 		}
-		return reportCapture(files[0], format, opts, cfg.Output, stdout, stderr)
+		return reportCapture(f, format, opts, out, stdout, stderr)
 	}
 	var docs []*result.Result
 	for _, f := range files {
@@ -118,19 +126,14 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
 		return exitUsage
 	}
-	return writeReport(buf.Bytes(), cfg.Output, stdout, stderr)
+	return writeReport(buf.Bytes(), out, stdout, stderr)
 }
 
-// writeReport writes a rendered report to stdout, or to output.
-func writeReport(b []byte, output string, stdout, stderr io.Writer) int {
-	if output == "" || output == "-" {
-		if _, err := stdout.Write(b); err != nil {
-			fmt.Fprintf(stderr, "tokentap report: writing the report: %v\n", err)
-			return exitError
-		}
-		return exitOK
-	}
-	if err := os.WriteFile(output, b, 0o644); err != nil {
+// writeReport writes a rendered report to its output (stdout, or -o's
+// file through package outfile).
+func writeReport(b []byte, out outfile.Target, stdout, stderr io.Writer) int {
+	err := out.Write(stdout, func(w io.Writer) error { _, err := w.Write(b); return err })
+	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: cannot write the report: %v\n", err)
 		return exitError
 	}
@@ -165,7 +168,7 @@ func isCapture(path string) bool {
 }
 
 // reportCapture renders the traffic summary of a capture.
-func reportCapture(path, format string, o report.Options, output string, stdout, stderr io.Writer) int {
+func reportCapture(path, format string, o report.Options, output outfile.Target, stdout, stderr io.Writer) int {
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
@@ -173,6 +176,10 @@ func reportCapture(path, format string, o report.Options, output string, stdout,
 	}
 	recs, err := record.ReadAll(f)
 	f.Close()
+	if errors.Is(err, record.ErrTornLine) && len(recs) > 0 {
+		fmt.Fprintf(stderr, "tokentap report: %s: skipped 1 torn last line (the proxy stopped mid-write); the summary covers the %d whole records\n", path, len(recs))
+		err = nil
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %s: %v (after %d good records)\n", path, err, len(recs))
 		return exitUsage

@@ -99,6 +99,8 @@ func TestReportCapture(t *testing.T) {
 	}{
 		{[]string{path}, "TTFT"},
 		{[]string{path, "--format", "md"}, "## Requests by model and outcome"},
+		// Which requests its end to end covers, beside the proxy's /stats.
+		{[]string{path, "--format", "md"}, "of the requests that completed OK only (the proxy's /stats and /metrics time every request that ended"},
 		{[]string{path, "--format", "csv", "--percentiles", "50,99.9"}, "ttft_p99.9_ms"},
 		{[]string{"--format", "json", path}, `"output_tokens": 24`},
 	} {
@@ -107,8 +109,85 @@ func TestReportCapture(t *testing.T) {
 			t.Errorf("report %v: exit %d, stderr %q; stdout lacks %q:\n%.600s", tt.args, code, se.String(), tt.want, so.String())
 		}
 	}
+	// A capture whose writer was killed mid-line: the torn line is skipped
+	// and said so (the whole capture was refused).
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(dir, "torn.jsonl")
+	if err := os.WriteFile(torn, append(whole, `{"v":1,"id":"3","mod`...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var so, se bytes.Buffer
-	if code := run([]string{"report", path, seedDoc}, &so, &se); code != 2 || !strings.Contains(se.String(), "summarised alone") {
-		t.Errorf("comparing a capture: exit %d, %q", code, se.String())
+	if code := run([]string{"report", torn, "--format", "json"}, &so, &se); code != 0 || !strings.Contains(so.String(), `"output_tokens": 24`) || !strings.Contains(se.String(), "skipped 1 torn last line") {
+		t.Errorf("torn capture: exit %d, stderr %q", code, se.String())
+	}
+	// Whichever of the two is the capture is the one named.
+	for _, args := range [][]string{{path, seedDoc}, {seedDoc, path}} {
+		var so, se bytes.Buffer
+		if code := run(append([]string{"report"}, args...), &so, &se); code != 2 || !strings.Contains(se.String(), path+" is a proxy capture") {
+			t.Errorf("comparing %v: exit %d, %q", args, code, se.String())
+		}
+	}
+}
+
+// TestReportOutput: report -o keeps the README's promise that a file is
+// never written over without --overwrite, never writes over its own input
+// (report y.json -o y.json destroyed the result), writes through a link
+// and takes - as stdout.
+func TestReportOutput(t *testing.T) {
+	dir := t.TempDir()
+	seed, err := os.ReadFile(seedDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, "y.json")
+	existing := filepath.Join(dir, "existing.md")
+	target := filepath.Join(dir, "target.md")
+	link := filepath.Join(dir, "link.md")
+	for p, b := range map[string][]byte{in: seed, existing: []byte("KEEP"), target: []byte("KEEP")} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("target.md", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+		stdout string
+	}{
+		{"its own input", []string{in, "--format", "md", "-o", in}, 2, "is the input", ""},
+		{"its own input, --overwrite", []string{in, "--format", "md", "-o", in, "--overwrite"}, 2, "is the input", ""},
+		{"one of two compared", []string{seedDoc, in, "-o", in, "--overwrite", "--format", "md"}, 2, "is the input", ""},
+		{"an existing file", []string{in, "-o", existing}, 2, "give --overwrite", ""},
+		{"a link to an existing file", []string{in, "-o", link}, 2, "give --overwrite", ""},
+		{"dash is stdout", []string{in, "--format", "md", "-o", "-"}, 0, "", "# Agents-A1-4B-FP8"},
+		{"a link, --overwrite", []string{in, "--format", "md", "-o", link, "--overwrite"}, 0, "", ""},
+	} {
+		var so, se bytes.Buffer
+		code := run(append([]string{"report"}, tc.args...), &so, &se)
+		if code != tc.code || !strings.Contains(se.String(), tc.stderr) || !strings.Contains(so.String(), tc.stdout) {
+			t.Errorf("%s: exit %d, stderr %q, stdout %.60q; want %d", tc.name, code, se.String(), so.String(), tc.code)
+		}
+	}
+	if b, _ := os.ReadFile(in); !bytes.Equal(b, seed) {
+		t.Error("report wrote over its input")
+	}
+	if b, _ := os.ReadFile(existing); string(b) != "KEEP" {
+		t.Error("report -o wrote over an existing file without --overwrite")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
+		t.Error("-o - wrote a file named -")
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Error("report -o LINK replaced the link")
+	}
+	if b, _ := os.ReadFile(target); !bytes.HasPrefix(b, []byte("# Agents")) {
+		t.Errorf("the link's target holds %.40q", b)
 	}
 }

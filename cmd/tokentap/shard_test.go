@@ -125,8 +125,9 @@ func TestMergeCommand(t *testing.T) {
 		code  int
 		words string
 	}{
-		{[]string{a, x}, 1, "different runs"},
-		{[]string{a}, 1, "shard 1 missing"},
+		// Shards that do not make one run are input files that are wrong: 2.
+		{[]string{a, x}, 2, "different runs"},
+		{[]string{a}, 2, "shard 1 missing"},
 		{[]string{}, 2, "give the shards' result files"},
 		{[]string{a, filepath.Join(dir, "nope.json")}, 2, "does not exist"},
 	} {
@@ -146,14 +147,76 @@ func TestMergeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	se.Reset()
-	if code := run([]string{"merge", a, b, recs, "-o", out}, &so, &se); code != 2 || !strings.Contains(se.String(), "--records") {
+	if code := run([]string{"merge", a, b, recs, "-o", out, "--overwrite"}, &so, &se); code != 2 || !strings.Contains(se.String(), "--records") {
 		t.Errorf("record files without --records: exit %d, %q", code, se.String())
 	}
 	merged := filepath.Join(dir, "run.jsonl")
-	if code := run([]string{"merge", a, b, recs, "-o", out, "--records", merged}, &so, &se); code != 0 {
+	if code := run([]string{"merge", a, b, recs, "-o", out, "--overwrite", "--records", merged}, &so, &se); code != 0 {
 		t.Errorf("merge with records: exit %d, %q", code, se.String())
 	}
 	if got, _ := os.ReadFile(merged); !strings.Contains(string(got), "s0/C=0 N=4#1") {
 		t.Errorf("merged records %q", got)
+	}
+}
+
+// TestMergeOutputs: merge's outputs keep the README's promise: an existing
+// file is kept unless --overwrite, no output is a file merged (by any
+// name), a link is written through, and --records without record files to
+// merge is refused rather than writing nothing in silence.
+func TestMergeOutputs(t *testing.T) {
+	dir := t.TempDir()
+	a, b := shardFile(t, dir, 0, 2, "r1"), shardFile(t, dir, 1, 2, "r1")
+	existing := filepath.Join(dir, "existing.json")
+	target := filepath.Join(dir, "target.json")
+	link := filepath.Join(dir, "link.json")
+	for _, p := range []string{existing, target} {
+		if err := os.WriteFile(p, []byte("KEEP"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("target.json", link); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(dir, "alias.json")
+	if err := os.Symlink(filepath.Base(a), alias); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		code  int
+		words string
+		kept  string // a file that must still hold KEEP
+	}{
+		{"existing file", []string{a, b, "-o", existing}, 2, "give --overwrite", existing},
+		{"link to an existing file", []string{a, b, "-o", link}, 2, "give --overwrite", target},
+		{"a shard itself", []string{a, b, "-o", a, "--overwrite"}, 2, "is the input", ""},
+		{"a shard by another name", []string{a, b, "-o", alias, "--overwrite"}, 2, "is the input", ""},
+		{"records without record files", []string{a, b, "--records", filepath.Join(dir, "r.jsonl")}, 2, "no record files among the files", ""},
+		{"-o and --records one file", []string{a, b, "-o", existing, "--records", existing, "--overwrite"}, 2, "give each its own file", existing},
+	} {
+		var so, se bytes.Buffer
+		code := run(append([]string{"merge"}, tc.args...), &so, &se)
+		if code != tc.code || !strings.Contains(se.String(), tc.words) {
+			t.Errorf("%s: exit %d, stderr %q; want %d saying %q", tc.name, code, se.String(), tc.code, tc.words)
+		}
+		if tc.kept != "" {
+			if got, _ := os.ReadFile(tc.kept); string(got) != "KEEP" {
+				t.Errorf("%s: %s was written over", tc.name, tc.kept)
+			}
+		}
+	}
+	if _, err := result.ReadFile(a); err != nil {
+		t.Errorf("a shard was written over: %v", err)
+	}
+	var so, se bytes.Buffer
+	if code := run([]string{"merge", a, b, "-o", link, "--overwrite"}, &so, &se); code != 0 {
+		t.Fatalf("merge -o LINK --overwrite: exit %d: %s", code, se.String())
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("merge -o LINK replaced the link with a file")
+	}
+	if _, err := result.ReadFile(target); err != nil {
+		t.Errorf("the link's target does not hold the merged run: %v", err)
 	}
 }
