@@ -34,8 +34,7 @@ const (
 // binary and holds each exit code to the README's table: 0 done, 1 an
 // error while running, 2 usage or a bad input file (nothing sent), 3
 // cells or replayed requests failed, 4 the engine could not be reached,
-// refused access or is not OpenAI, 130 interrupted. (The proxy's Ctrl-C
-// is the proxy's own test's.)
+// refused access or is not OpenAI, 130 interrupted.
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	fake, _ := startFake(t)
@@ -142,14 +141,16 @@ func TestExitCodes(t *testing.T) {
 		{"replay out cannot be written", []string{"replay", "--target", fake, capture, "--out", full}, codeError, "no space left on device", 0},
 		{"replay interrupted", []string{"replay", "--target", fake, longCapture}, codeInterrupted, "", 2 * time.Second},
 
-		// proxy (its Ctrl-C exit is tested with the proxy)
+		// proxy
 		{"proxy bad flag", []string{"proxy", "--upstreem", fake}, codeUsage, "did you mean --upstream", 0},
 		{"proxy no upstream", []string{"proxy"}, codeUsage, "--upstream", 0},
 		{"proxy capture in no directory", []string{"proxy", "--upstream", fake, "--listen", "127.0.0.1:0", "--admin", "", "--capture", "/nonexistent/c.jsonl"}, codeUsage, "--capture", 0},
+		{"proxy negative idle timeout", []string{"proxy", "--upstream", fake, "--idle-timeout", "-1s"}, codeUsage, "--idle-timeout", 0},
+		{"proxy interrupted", []string{"proxy", "--upstream", fake, "--listen", "127.0.0.1:0", "--admin", ""}, codeInterrupted, "", time.Second},
 
 		// fake-engine, version, the command itself
 		{"fake-engine bad setting", []string{"fake-engine", "--flavor", "ollama", "--slots", "0"}, codeUsage, "--slots 0", 0},
-		{"fake-engine unknown flavour", []string{"fake-engine", "--flavor", "tgi"}, codeUsage, "--flavor", 0},
+		{"fake-engine unknown flavour", []string{"fake-engine", "--flavor", "sglang"}, codeUsage, "--flavor", 0},
 		{"version", []string{"version"}, codeOK, "", 0},
 		{"version bad flag", []string{"version", "--short"}, codeUsage, "unknown flag", 0},
 		{"unknown command", []string{"frobnicate"}, codeUsage, "unknown command", 0},

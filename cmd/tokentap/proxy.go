@@ -87,7 +87,20 @@ func setProcs(n int) {
 // suffix (binary: 1K = 1,024), e.g. 128M or 64MiB.
 type byteSize int
 
-func (b *byteSize) String() string { return strconv.Itoa(int(*b)) }
+// String is the size as a flag takes it: in K, M or G where it is a
+// whole number of them (so help shows "128M", not 134217728).
+func (b *byteSize) String() string {
+	n := int(*b)
+	for _, u := range []struct {
+		suffix string
+		size   int
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.Itoa(n/u.size) + u.suffix
+		}
+	}
+	return strconv.Itoa(n)
+}
 
 func (b *byteSize) Set(s string) error {
 	n, err := parseByteSize(s)
@@ -154,7 +167,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.CapturePrompts, "capture-prompts", cfg.CapturePrompts, "keep request bodies (prompt text) in captured records [TOKENTAP_CAPTURE_PROMPTS]")
 	fs.BoolVar(&cfg.NoInject, "no-inject", cfg.NoInject, "never add stream_options.include_usage for clients; output tokens are then counted [TOKENTAP_NO_INJECT]")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest wait for the next byte from the engine (prefill and non-streaming generation included) or for the client to read; there is no whole-response deadline [TOKENTAP_IDLE_TIMEOUT]")
-	fs.Var(&cfg.MaxBodySize, "max-body-size", "largest request body accepted, bytes with optional K/M/G (default 128M) [TOKENTAP_MAX_BODY_SIZE]")
+	fs.Var(&cfg.MaxBodySize, "max-body-size", "largest request body accepted, bytes with optional K/M/G [TOKENTAP_MAX_BODY_SIZE]")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
 	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS), besides the event loop that passes streams on; 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
 	fs.StringVar(&cfg.SLO, "slo", cfg.SLO, sloHelp+"; live good and judged request counts per model on /metrics and /stats")
@@ -176,6 +189,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.MaxConnsPerIP < 0 || cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 || cfg.ShutdownTimeout < 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip, --read-header-timeout, --keep-alive-timeout and --shutdown-timeout cannot be negative\n")
+		return 2
+	}
+	if cfg.IdleTimeout <= 0 {
+		fmt.Fprintf(stderr, "tokentap proxy: --idle-timeout %v: want a positive duration, e.g. 10m (the longest wait for the engine's next byte)\n", cfg.IdleTimeout)
 		return 2
 	}
 	if cfg.MaxClientConns < -1 {
