@@ -386,23 +386,23 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	status, kind := fasthttp.StatusBadGateway, "upstream_unreachable"
-	msg := fmt.Sprintf("tokentap proxy: no response from the engine at %s: %v", x.p.cfg.Upstream, err)
+	msg := fmt.Sprintf("tokentap proxy: no response from the engine at %s: %v", x.p.shown, err)
 	var nr *notResentError
 	var he *headError
 	switch {
 	case isTimeout(err):
 		status, kind = fasthttp.StatusGatewayTimeout, "upstream_timeout"
 		msg = fmt.Sprintf("tokentap proxy: the engine at %s sent nothing for %v (the proxy's idle timeout; raise --idle-timeout for longer prefills)",
-			x.p.cfg.Upstream, x.p.cfg.IdleTimeout)
+			x.p.shown, x.p.cfg.IdleTimeout)
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		kind = "upstream_busy"
 		msg = fmt.Sprintf("tokentap proxy: all %d connections to the engine are busy (raise --max-conns)", x.p.cfg.MaxConns)
 	case errors.As(err, &nr):
 		kind = "upstream_closed"
-		msg = fmt.Sprintf("tokentap proxy: %v (engine at %s)", err, x.p.cfg.Upstream)
+		msg = fmt.Sprintf("tokentap proxy: %v (engine at %s)", err, x.p.shown)
 	case errors.As(err, &he):
 		kind = "upstream_bad_response"
-		msg = fmt.Sprintf("tokentap proxy: the engine at %s answered with a response tokentap cannot pass on: %v", x.p.cfg.Upstream, err)
+		msg = fmt.Sprintf("tokentap proxy: the engine at %s answered with a response tokentap cannot pass on: %v", x.p.shown, err)
 	}
 	x.end(err, record.BlameEngine)
 	switch {
@@ -418,7 +418,7 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetBody(openAIError(msg, kind, status))
 	if now := time.Now().UnixNano(); now-x.p.failLogged.Load() > int64(time.Second) {
 		x.p.failLogged.Store(now) // at most one line a second when the engine is down
-		x.p.log.Warn().Str("upstream", x.p.cfg.Upstream).Str("path", string(ctx.Path())).Err(err).Msg("engine did not answer")
+		x.p.log.Warn().Str("upstream", x.p.shown).Str("path", string(ctx.Path())).Err(err).Msg("engine did not answer")
 	}
 }
 

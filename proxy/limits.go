@@ -74,7 +74,7 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		// fasthttp's text, with SecureErrorLogMessage, names the fault
 		// without the request's bytes; redact is for safety.
-		msg = "tokentap proxy: the request is not valid HTTP/1.1 (" + redact(err.Error()) + ")"
+		msg = "tokentap proxy: the request is not valid HTTP/1.1 (" + redact(dropQuoted(err.Error())) + ")"
 	}
 	p.m.rejected(reason)
 	p.log.Debug().Str("client", ctx.RemoteAddr().String()).Str("reason", rejectReasonNames[reason]).Int("status", status).Msg(msg)

@@ -129,6 +129,7 @@ type Config struct {
 // endpoints with AdminHandler, and stop it with Close.
 type Proxy struct {
 	cfg      Config
+	shown    string // the upstream as messages show it: any password in it redacted
 	hc       *fasthttp.HostClient
 	lister   *http.Client // GET /v1/models (models.go)
 	host     string
@@ -198,7 +199,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.MaxClientConns = 0
 	}
 	if cfg.UpstreamCAs != nil && u.Scheme != "https" {
-		return nil, fmt.Errorf("upstream %q is plain http: a CA for the engine's certificate needs an https:// upstream", cfg.Upstream)
+		return nil, fmt.Errorf("upstream %q is plain http: a CA for the engine's certificate needs an https:// upstream", u.Redacted())
 	}
 	if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil {
 		return nil, errors.New("TLS for clients needs a certificate and its key")
@@ -218,8 +219,9 @@ func New(cfg Config) (*Proxy, error) {
 	prefix := strings.TrimRight(u.EscapedPath(), "/")
 	prefix = strings.TrimSuffix(prefix, "/v1")
 	p := &Proxy{
-		cfg:  cfg,
-		host: u.Host,
+		cfg:   cfg,
+		shown: u.Redacted(),
+		host:  u.Host,
 		hc: &fasthttp.HostClient{
 			Addr:                     addr,
 			IsTLS:                    u.Scheme == "https",

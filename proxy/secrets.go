@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -130,22 +132,48 @@ func valueEnd(s string, i int, line bool) int {
 
 // scrubSecrets removes from a record's error text the request's own
 // credentials (an engine may echo a key it refused) and anything redact
-// catches.
+// catches: every value of every secret header (a header may come twice),
+// as sent and as JSON escapes it (an engine's error body is JSON), and a
+// bearer token without its scheme; longest first, so a short value cannot
+// cut a longer one into pieces that survive.
 func scrubSecrets(msg string, h *fasthttp.RequestHeader) string {
 	if msg == "" {
 		return msg
 	}
-	for _, name := range secretHeaders {
-		v := bytes.TrimSpace(h.Peek(name))
-		if len(v) == 0 {
-			continue
+	var vals []string
+	add := func(v []byte) {
+		if v = bytes.TrimSpace(v); len(v) == 0 {
+			return
 		}
-		msg = strings.ReplaceAll(msg, string(v), redacted)
-		if _, tok, ok := bytes.Cut(v, []byte(" ")); ok && len(bytes.TrimSpace(tok)) >= 8 {
-			msg = strings.ReplaceAll(msg, string(bytes.TrimSpace(tok)), redacted) // the key without "Bearer "
+		vals = append(vals, string(v))
+		if q, err := json.Marshal(string(v)); err == nil && len(q) > 2 && string(q[1:len(q)-1]) != string(v) {
+			vals = append(vals, string(q[1:len(q)-1]))
 		}
 	}
+	for k, v := range h.All() {
+		if !isSecretHeader(k) {
+			continue
+		}
+		add(v)
+		if _, tok, ok := bytes.Cut(bytes.TrimSpace(v), []byte(" ")); ok && len(bytes.TrimSpace(tok)) >= 8 {
+			add(tok) // the key without "Bearer "
+		}
+	}
+	slices.SortFunc(vals, func(a, b string) int { return len(b) - len(a) })
+	for _, v := range vals {
+		msg = strings.ReplaceAll(msg, v, redacted)
+	}
 	return redact(msg)
+}
+
+// isSecretHeader says whether a header name is one of secretHeaders.
+func isSecretHeader(name []byte) bool {
+	for _, s := range secretHeaders {
+		if bytes.EqualFold(name, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // fasthttpLogger routes fasthttp's messages to zerolog at debug level,
@@ -155,6 +183,34 @@ type fasthttpLogger struct{ log zerolog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	if e := l.log.Debug(); e.Enabled() {
-		e.Msg(redact(fmt.Sprintf(format, args...)))
+		e.Msg(redact(dropQuoted(fmt.Sprintf(format, args...))))
 	}
+}
+
+// dropQuoted replaces what fasthttp quotes in its errors ("invalid header
+// value \"…\"": a request's or response's bytes, a key among them even
+// with SecureErrorLogMessage) by an ellipsis: the error names the fault,
+// never the bytes.
+func dropQuoted(s string) string {
+	if !strings.ContainsRune(s, '"') {
+		return s
+	}
+	var b strings.Builder
+	in := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case in && c == '\\' && i+1 < len(s):
+			i++ // an escaped character stays inside the quote
+		case c == '"':
+			if in {
+				b.WriteString("…")
+			}
+			b.WriteByte('"')
+			in = !in
+		case !in:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }

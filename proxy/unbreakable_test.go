@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 
 	"github.com/tokentap/tokentap/internal/benchcpu"
 	"github.com/tokentap/tokentap/record"
@@ -690,6 +691,50 @@ func TestBareLFRequestIsRefusedAtOnce(t *testing.T) {
 			}
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("answered after %v", d)
+			}
+		})
+	}
+}
+
+func TestDropQuoted(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`invalid header value "KEY\x00": buffer size=96`, `invalid header value "…": buffer size=96`},
+		{`a "b\"c" d "e"`, `a "…" d "…"`},
+		{`no quotes`, `no quotes`},
+		{`unterminated "KEY`, `unterminated "`},
+	} {
+		if got := dropQuoted(tt.in); got != tt.want {
+			t.Errorf("dropQuoted(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestScrubEveryValueOfEveryKeyHeader: an engine that echoes every key
+// header's value, JSON-escaped: repeated headers, a short first value, a
+// key with quotes, tabs or non-ASCII bytes leave no key in the record.
+func TestScrubEveryValueOfEveryKeyHeader(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		hdr  []string
+	}{
+		{"two X-Api-Key", []string{"X-Api-Key", "SECRETfirst1234", "X-Api-Key", "SECRETdup-xapikey"}},
+		{"Bearer then Basic", []string{"Authorization", "Bearer SECRETbearer99", "Authorization", "Basic SECRETdupauth77"}},
+		{"short first value", []string{"Api-Key", "z", "Api-Key", "KEYCCC333zzzSECRET"}},
+		{"quote and tab", []string{"X-Api-Key", "SECRET-quote\"key\tand-tab-é"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var h fasthttp.RequestHeader
+			var echo []string
+			for i := 0; i+1 < len(tt.hdr); i += 2 {
+				h.Add(tt.hdr[i], tt.hdr[i+1])
+				echo = append(echo, tt.hdr[i+1])
+			}
+			body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": "invalid key(s): " + strings.Join(echo, " | ")}})
+			got := scrubSecrets("HTTP 401 from the engine: "+string(body), &h)
+			for _, v := range echo {
+				if len(v) >= 8 && (strings.Contains(got, v) || strings.Contains(got, "SECRET")) {
+					t.Errorf("a key survived: %s", got)
+				}
 			}
 		})
 	}

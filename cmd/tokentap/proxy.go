@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -218,6 +219,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cfg.Upstream = upstream
+	shown := upstream // messages show it with any password redacted
+	if u, err := url.Parse(upstream); err == nil {
+		shown = u.Redacted()
+	}
 	log, err := cfg.LogFlags.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
@@ -297,16 +302,16 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if pc.TLS != nil {
 		url = "https://" + ln.Addr().String()
 	}
-	log.Info().Str("listen", url).Str("upstream", cfg.Upstream).Str("admin", adminURL).Msg("proxy serving")
-	fmt.Fprintf(stderr, "tokentap proxy: %s -> %s (metrics: %s/metrics, stats: %s/stats)\n", url, cfg.Upstream, adminURL, adminURL)
+	log.Info().Str("listen", url).Str("upstream", shown).Str("admin", adminURL).Msg("proxy serving")
+	fmt.Fprintf(stderr, "tokentap proxy: %s -> %s (metrics: %s/metrics, stats: %s/stats)\n", url, shown, adminURL, adminURL)
 	fmt.Fprintln(stdout, url)
 	// Serve whatever the engine's state, but say what it is.
 	var listErr *proxy.ListError
 	switch models, err := p.WatchModels(ctx, 5*time.Minute); {
 	case errors.As(err, &listErr):
-		fmt.Fprintf(stderr, "tokentap proxy: the upstream %s answers, but not with its models (%v); metrics label requests by the model clients name (at most 100) until it lists them\n", cfg.Upstream, err)
+		fmt.Fprintf(stderr, "tokentap proxy: the upstream %s answers, but not with its models (%v); metrics label requests by the model clients name (at most 100) until it lists them\n", shown, err)
 	case err != nil:
-		fmt.Fprintf(stderr, "tokentap proxy: the upstream %s does not answer (%v); serving anyway: requests fail until it does\n", cfg.Upstream, err)
+		fmt.Fprintf(stderr, "tokentap proxy: the upstream %s does not answer (%v); serving anyway: requests fail until it does\n", shown, err)
 	default:
 		fmt.Fprintf(stderr, "tokentap proxy: the upstream serves %s; metrics label requests by these models, others as \"other\"\n", strings.Join(models, ", "))
 	}
