@@ -165,6 +165,11 @@ func TestInjectUsage(t *testing.T) {
 		{"not streaming", `{"stream":false}`, false, ""},
 		{"not json", `{"stream":true`, false, ""},
 		{"array", `[{"stream":true}]`, false, ""},
+		// Duplicate keys: the engine (Python's json) takes the last, so the
+		// proxy cannot know what the client asked for: it changes nothing.
+		{"stream_options twice", `{"stream":true,"stream_options":{"include_usage":false},"stream_options":{"include_usage":true}}`, false, ""},
+		{"include_usage twice", `{"stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`, false, ""},
+		{"stream twice", `{"stream":true,"stream":false}`, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ type reqInfo struct {
 	usageOff     bool // stream_options.include_usage is false
 	hasOptions   bool // stream_options is present
 	optionsNull  bool // stream_options is null (the same as absent)
+	duplicate    bool // stream, stream_options or include_usage given twice
 }
 
 // wantsInjection reports whether the proxy should ask the engine for usage
@@ -23,8 +24,12 @@ type reqInfo struct {
 // ask for usage. When stream_options is given without include_usage the
 // engine's own default decides (vLLM sends usage then, OpenAI does not), so
 // the proxy leaves the request alone and the client gets what it would get.
+//
+// A body that gives one of those fields twice is never changed: parsers
+// disagree on which one counts (Python's json and Go's take the last,
+// fastjson's Get the first), and the proxy must not decide for the engine.
 func (ri reqInfo) wantsInjection() bool {
-	return ri.valid && ri.stream && (!ri.hasOptions || ri.optionsNull || ri.usageOff)
+	return ri.valid && ri.stream && !ri.duplicate && (!ri.hasOptions || ri.optionsNull || ri.usageOff)
 }
 
 var parsers fastjson.ParserPool
@@ -44,8 +49,13 @@ func inspect(body []byte) reqInfo {
 	if m := v.Get("model"); m != nil && m.Type() == fastjson.TypeString {
 		ri.model = string(m.GetStringBytes())
 	}
-	if s := v.Get("stream"); s != nil && s.Type() == fastjson.TypeTrue {
-		ri.stream = true
+	if o, err := v.Object(); err == nil {
+		// The last "stream" counts, as the engine's parser reads it.
+		o.Visit(func(k []byte, s *fastjson.Value) {
+			if string(k) == "stream" {
+				ri.stream = s.Type() == fastjson.TypeTrue
+			}
+		})
 	}
 	for _, k := range [...]string{"max_tokens", "max_completion_tokens"} {
 		if n := v.Get(k); n != nil && n.Type() == fastjson.TypeNumber {
@@ -62,8 +72,25 @@ func inspect(body []byte) reqInfo {
 			ri.includeUsage = iu.Type() == fastjson.TypeTrue
 			ri.usageOff = iu.Type() == fastjson.TypeFalse
 		}
+		if o, err := so.Object(); err == nil && count(o, "include_usage") > 1 {
+			ri.duplicate = true
+		}
+	}
+	if o, err := v.Object(); err == nil && (count(o, "stream") > 1 || count(o, "stream_options") > 1) {
+		ri.duplicate = true
 	}
 	return ri
+}
+
+// count is how many members of o have the key k (JSON allows repeats).
+func count(o *fastjson.Object, k string) int {
+	n := 0
+	o.Visit(func(key []byte, _ *fastjson.Value) {
+		if string(key) == k {
+			n++
+		}
+	})
+	return n
 }
 
 var usageOption = []byte(`"stream_options":{"include_usage":true},`)
