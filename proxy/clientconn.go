@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -315,8 +316,10 @@ type clientConn struct {
 	// plain (not TLS) connection.
 	plain  bool
 	inHead bool
-	last   byte // the head's last byte read
-	crlfs  int  // line ends in a row: 2 end the head
+	last   byte   // the head's last byte read
+	crlfs  int    // line ends in a row: 2 end the head
+	line   []byte // the head's request line (its first 256 bytes): for a refusal's record
+	lined  bool   // line is complete
 }
 
 // Read reads as the *net.TCPConn would, by recvmsg, and notes when the
@@ -358,6 +361,20 @@ var errBareLF = errors.New("a line of the request head ends in LF without CR; en
 // the scan at the blank line that ends the head (the body is not looked
 // at; the next request's head is, from nextHead).
 func (c *clientConn) bareLF(b []byte) bool {
+	if !c.lined {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			i = len(b)
+		} else {
+			c.lined = true
+		}
+		if room := 256 - len(c.line); room > 0 {
+			c.line = append(c.line, b[:min(i, room)]...)
+		}
+		if len(c.line) == 0 || c.line[0] == '\r' {
+			c.line, c.lined = c.line[:0], false // a blank line before the request line
+		}
+	}
 	for _, ch := range b {
 		switch ch {
 		case '\n':
@@ -379,7 +396,9 @@ func (c *clientConn) bareLF(b []byte) bool {
 
 // nextHead starts checking the next request's head: called once a
 // request was read whole.
-func (c *clientConn) nextHead() { c.inHead, c.last, c.crlfs = c.plain, 0, 0 }
+func (c *clientConn) nextHead() {
+	c.inHead, c.last, c.crlfs, c.line, c.lined = c.plain, 0, 0, c.line[:0], false
+}
 
 func (c *clientConn) readFD(fd uintptr) bool {
 	n, at, err := rawio.ReadStamped(int(fd), c.rp)

@@ -261,6 +261,9 @@ func (x *exchange) readResponse(conn net.Conn, dl time.Time) error {
 			break
 		}
 	}
+	if err := x.checkHead(); err != nil {
+		return err
+	}
 	sc := x.hdr.StatusCode()
 	switch cl := x.hdr.ContentLength(); {
 	case x.head || sc == fasthttp.StatusNoContent || sc == fasthttp.StatusNotModified:
@@ -325,6 +328,25 @@ func (x *exchange) readHead() error {
 	}
 }
 
+// checkHead refuses a response head the proxy must not pass on: a 101
+// (the proxy sends no Upgrade, so nothing asked to switch protocols), a
+// status outside 100-599 (RFC 9110 §15), a header name that is not a
+// token (as requests with one are refused).
+func (x *exchange) checkHead() error {
+	switch sc := x.hdr.StatusCode(); {
+	case sc == fasthttp.StatusSwitchingProtocols:
+		return &headError{errors.New("the engine answered 101 Switching Protocols to a request that asked for no upgrade")}
+	case sc < 100 || sc > 599:
+		return &headError{fmt.Errorf("the engine answered with status %d, outside HTTP's 100-599", sc)}
+	}
+	for k := range x.hdr.All() {
+		if !isToken(k) {
+			return &headError{errors.New("the engine's response has a header name that is not a token (a space or a separator in it)")}
+		}
+	}
+	return nil
+}
+
 // releaseConn gives the upstream connection back to the pool, or closes it.
 func (x *exchange) releaseConn(discard bool) {
 	x.mu.Lock()
@@ -360,6 +382,11 @@ func (x *exchange) cutShutdown() {
 		_ = x.conn.Close()
 	}
 	x.mu.Unlock()
+}
+
+// cutClient closes the client's connection of a request cutShutdown could
+// not end (a stream waiting on a client that does not read).
+func (x *exchange) cutClient() {
 	if x.client != nil {
 		_ = x.client.Close()
 	}
@@ -372,12 +399,18 @@ var errShutdown = errors.New("cut at the proxy's shutdown: the request was still
 func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	if x.gone.Load() || errors.Is(err, errClientGone) {
 		x.end(errClientGone, record.BlameClient)
-		ctx.SetConnectionClose()
-		ctx.SetStatusCode(499) // nginx's "client closed request"; nobody reads it
+		// The client left (or half-closed): nothing goes on the wire, not
+		// even nginx's 499, which is not an HTTP status; the connection
+		// is closed.
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(net.Conn) {})
 		return
 	}
 	if x.cut.Load() || errors.Is(err, errShutdown) {
 		x.end(errShutdown, record.BlameTokentap)
+		if x.rec != nil && x.measure {
+			x.rec.Outcome = record.Broken // the engine had it: not a connect error
+		}
 		ctx.Response.Reset()
 		ctx.SetConnectionClose()
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)

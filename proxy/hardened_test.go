@@ -722,9 +722,14 @@ func TestLargeHeaders(t *testing.T) {
 			t.Fatalf("%v %v, want a 431", resp, err)
 		}
 		wantOpenAIError(t, body, 431, "KiB")
+		// The refused chat request has its record too (the 64 KiB
+		// response header's is the first).
+		if r := h.waitRecords(t, 2)[1]; r.Status != 431 || r.Blame != record.BlameClient {
+			t.Errorf("record of the refused request: %d %s", r.Status, r.Blame)
+		}
 	})
 	t.Run("response headers over the limit", func(t *testing.T) {
-		n := len(h.waitRecords(t, 1))
+		n := len(h.waitRecords(t, 2))
 		resp, body, err := do(t, "POST", h.url+"/v1/chat/completions", `{"model":"m"}`, "X-Answer-Header", fmt.Sprint(80<<10))
 		if err != nil || resp.StatusCode != 502 {
 			t.Fatalf("%v %v, want a 502", resp, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -79,13 +80,38 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	p.m.rejected(reason)
 	p.log.Debug().Str("client", ctx.RemoteAddr().String()).Str("reason", rejectReasonNames[reason]).Int("status", status).Msg(msg)
 	setLinger(ctx.Conn())
-	if ctx.IsPost() && measuredPath(ctx.Path()) {
+	if measuredRequest(ctx) {
 		p.refusedRecord(ctx, status, msg)
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
+}
+
+// measuredRequest says whether the request is a measured POST: from its
+// parsed head, or, where fasthttp reset that before calling the error
+// handler (a chunked body over the limit), from the request line the
+// client connection saw.
+func measuredRequest(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsPost() && measuredPath(ctx.Path()) {
+		return true
+	}
+	method, path := requestLine(ctx)
+	return method == fasthttp.MethodPost && measuredPath([]byte(path))
+}
+
+// requestLine is the method and path of the request line the client
+// connection read last (plain connections), or the parsed head's.
+func requestLine(ctx *fasthttp.RequestCtx) (method, path string) {
+	if cc := baseConn(ctx.Conn()); cc != nil && len(cc.line) > 0 {
+		f := strings.Fields(string(cc.line))
+		if len(f) >= 2 {
+			path, _, _ = strings.Cut(f[1], "?")
+			return f[0], path
+		}
+	}
+	return string(ctx.Method()), string(ctx.Path())
 }
 
 // refusedRecord records a chat or completions request the proxy refused
@@ -96,7 +122,7 @@ func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, msg string) 
 	rec := recordPool.Get().(*record.Record)
 	rec.ID = p.idPrefix + strconv.FormatUint(p.seq.Add(1), 10)
 	rec.API = record.Chat
-	if string(ctx.Path()) == string(completionsPath) {
+	if _, path := requestLine(ctx); string(ctx.Path()) == string(completionsPath) || path == string(completionsPath) {
 		rec.API = record.Completions
 	}
 	rec.Sent, rec.End = now, now

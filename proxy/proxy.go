@@ -167,6 +167,7 @@ type Proxy struct {
 var upstreamDialer = net.Dialer{Timeout: 5 * time.Second}
 
 var (
+	http11          = []byte("HTTP/1.1")
 	chatPath        = []byte("/v1/chat/completions")
 	completionsPath = []byte("/v1/completions")
 )
@@ -302,6 +303,10 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
 			if ctx.Request.Header.ContentLength() > p.cfg.MaxBodySize {
 				p.m.rejected(rejectBodyTooLarge)
+				if ctx.IsPost() && measuredPath(ctx.Path()) {
+					p.refusedRecord(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf(
+						"tokentap proxy: the request body is over --max-body-size (%d bytes); refused before the client sent it (Expect: 100-continue)", p.cfg.MaxBodySize))
+				}
 				return fasthttp.StatusRequestEntityTooLarge
 			}
 			return fasthttp.StatusContinue
@@ -349,6 +354,15 @@ func (p *Proxy) live(x *exchange) {
 	p.liveMu.Unlock()
 }
 
+// eachOpen calls fn for every request being served.
+func (p *Proxy) eachOpen(fn func(*exchange)) {
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	for x := range p.open {
+		fn(x)
+	}
+}
+
 func (p *Proxy) unlive(x *exchange) {
 	p.liveMu.Lock()
 	delete(p.open, x)
@@ -382,15 +396,18 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	if n := p.active.Load(); n > 0 {
 		p.log.Warn().Int64("open", n).Msg("shutting down: cutting the requests still open; each keeps its record")
-		p.liveMu.Lock()
-		for x := range p.open {
-			x.cutShutdown()
+		p.eachOpen((*exchange).cutShutdown)
+		// A request cut before the engine answered gets its 503, and a
+		// stream its end, in a moment; one still open then waits on its
+		// client, whose connection is closed.
+		wait := func(d time.Duration) {
+			for deadline := time.Now().Add(d); p.active.Load() > 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
-		p.liveMu.Unlock()
-		deadline := time.Now().Add(cutGrace)
-		for p.active.Load() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		wait(time.Second)
+		p.eachOpen((*exchange).cutClient)
+		wait(cutGrace)
 	}
 	if n := p.active.Load(); n > 0 {
 		p.log.Error().Int64("open", n).Msg("shutting down: requests still open after being cut; their records are lost (please report)")
@@ -645,6 +662,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	// CopyTo brings the engine header's default-Content-Type setting: an
 	// answer the engine sent without one must reach the client without one.
 	resp.Header.SetNoDefaultContentType(true)
+	// The status line is the proxy's: its version is HTTP/1.1 whatever the
+	// engine's was (RFC 9110 §6.2), so a 1.0 or 2.0 in the engine's line
+	// does not make the client misread the chunked framing.
+	resp.Header.SetProtocol(http11)
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
@@ -802,6 +823,9 @@ func originForm(t []byte) (target []byte, slash, ok bool) {
 // refuse answers a request the proxy will not send to the engine.
 func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, reason rejectReason, msg string) {
 	p.m.rejected(reason)
+	if ctx.IsPost() && measuredPath(ctx.Path()) {
+		p.refusedRecord(ctx, status, msg) // every measured request has a record
+	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")

@@ -739,3 +739,134 @@ func TestScrubEveryValueOfEveryKeyHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryRefusedMeasuredRequestIsRecorded: a chat request the proxy
+// refuses (bad version, bad header name, trailers, a body over the limit
+// announced, chunked or stalled, a client gone mid-body) has a record
+// with the status the client got, blamed on the client.
+func TestEveryRefusedMeasuredRequestIsRecorded(t *testing.T) {
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool { writeJSON(c, 200, `{}`); return true })
+	h := startProxy(t, e.url, func(c *Config) { c.MaxBodySize = 1000; c.IdleTimeout = 500 * time.Millisecond })
+	addr := strings.TrimPrefix(h.url, "http://")
+	const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+	for i, raw := range []string{
+		"POST /v1/chat/completions HTTP/1.2\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		head + "X Bad: 1\r\nContent-Length: 2\r\n\r\n{}",
+		head + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-T: 1\r\n\r\n",
+		head + "Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n",
+		head + "Transfer-Encoding: chunked\r\n\r\n1000\r\n" + strings.Repeat("x", 4096) + "\r\n0\r\n\r\n",
+		head + "Content-Length: 100\r\n\r\n{\"model\":",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, raw)
+		answer, _ := readUntilClosed(c, 3*time.Second)
+		c.Close()
+		recs := h.waitRecords(t, i+1)
+		r := recs[i]
+		if r.Outcome != record.HTTPError || r.Blame != record.BlameClient || !strings.Contains(answer, fmt.Sprintf(" %d ", r.Status)) {
+			t.Errorf("%.60q: record %s/%s status %d; the client got %.40q", raw, r.Outcome, r.Blame, r.Status, answer)
+		}
+	}
+}
+
+// TestResponseHeadsTheClientMustNotGet: the engine's HTTP version is not
+// passed on (the status line is the proxy's, HTTP/1.1); a 101 nobody asked
+// for, a status outside 100-599 and a header name with a space are a 502.
+func TestResponseHeadsTheClientMustNotGet(t *testing.T) {
+	heads := map[string]string{
+		"/v10":  "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
+		"/v20":  "HTTP/2.0 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+		"/101":  "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n",
+		"/999":  "HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
+		"/name": "HTTP/1.1 200 OK\r\nX A: 1\r\nContent-Length: 5\r\n\r\nhello",
+	}
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool {
+		f := strings.Fields(r.Line)
+		io.WriteString(c, heads[f[1]])
+		return false
+	})
+	h := startProxy(t, e.url, nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	for path, want := range map[string]string{"/v10": "HTTP/1.1 200 ", "/v20": "HTTP/1.1 200 ", "/101": "HTTP/1.1 502 ", "/999": "HTTP/1.1 502 ", "/name": "HTTP/1.1 502 "} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		br := bufio.NewReader(c)
+		line, _ := br.ReadString('\n')
+		if !strings.HasPrefix(line, want) {
+			t.Errorf("%s: status line %q, want %q", path, line, want)
+		}
+		if path == "/v10" {
+			resp, err := http.ReadResponse(bufio.NewReader(io.MultiReader(strings.NewReader(line), br)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if string(body) != "hello" {
+				t.Errorf("/v10: body %q through the proxy's framing, want hello", body)
+			}
+		}
+		c.Close()
+	}
+}
+
+// TestClientGoneGetsNoStatus: a client that half-closes after its request
+// is taken as gone (its request cancelled at the engine) and gets nothing,
+// not a 499, which is no HTTP status.
+func TestClientGoneGetsNoStatus(t *testing.T) {
+	e := slowStream(t, 50*time.Millisecond)
+	h := startProxy(t, e.url, nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := chatBody("m", 5, true, "")
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = c.(*net.TCPConn).CloseWrite()
+	got, _ := readUntilClosed(c, 3*time.Second)
+	if strings.Contains(got, "499") {
+		t.Errorf("a client gone got %q", got)
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Outcome != record.Cancelled || r.Blame != record.BlameClient {
+		t.Errorf("record %s/%s, want cancelled by the client", r.Outcome, r.Blame)
+	}
+}
+
+// TestShutdownCutBeforeAnswerGets503: a request the engine has not
+// answered when the shutdown's time runs out gets a 503 saying why, and a
+// record (broken, tokentap's).
+func TestShutdownCutBeforeAnswerGets503(t *testing.T) {
+	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool { time.Sleep(2 * time.Second); return false })
+	h := startProxy(t, e.url, nil)
+	got := make(chan string, 1)
+	go func() {
+		resp, body, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody("m", 5, true, ""))
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- fmt.Sprint(resp.StatusCode, " ", string(body))
+	}()
+	for h.p.Open() < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the request is at the engine
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := h.p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; !strings.HasPrefix(g, "503 ") || !strings.Contains(g, "shutting down") {
+		t.Errorf("the client got %q, want a 503 saying the proxy is shutting down", g)
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Outcome != record.Broken || r.Blame != record.BlameTokentap {
+		t.Errorf("record %s/%s %q", r.Outcome, r.Blame, r.Error)
+	}
+}

@@ -271,8 +271,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A hang-up (the terminal or SSH session closed) shuts down as SIGTERM
+	// does, records kept, instead of killing the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// A log written to a pipe whose reader is gone (… 2>&1 | tee, tee
+	// killed) must fail the write, not end the proxy with SIGPIPE: Go
+	// does the latter for stdout and stderr unless SIGPIPE is notified.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	setProcs(cfg.Procs)
 	ln, err := net.Listen("tcp", cfg.Listen)
