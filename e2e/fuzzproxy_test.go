@@ -355,13 +355,6 @@ func isTimeoutErr(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
 // fuzzRequest is a valid request.
 type fuzzRequest struct {
 	method, path string
