@@ -74,12 +74,21 @@ var faultFlags = []string{"--idle-timeout", "3s", "--read-header-timeout", "1s",
 
 func startProxyProc(t *testing.T, upstream string, flags ...string) *proxyProc {
 	t.Helper()
+	return startProxyProcIn(t, nil, upstream, flags...)
+}
+
+// startProxyProcIn starts the proxy through wrap (a command that execs its
+// arguments, such as a shell setting a descriptor limit); nil runs it as
+// it is. The process is the proxy itself either way (the wrapper execs).
+func startProxyProcIn(t *testing.T, wrap []string, upstream string, flags ...string) *proxyProc {
+	t.Helper()
 	p := &proxyProc{upstream: upstream, capture: filepath.Join(t.TempDir(), "capture.jsonl")}
 	// Both ports are the kernel's choice, read back from what the proxy
 	// prints: a port picked here and freed could be taken by one of the
 	// other processes the parallel groups start before the proxy binds it.
 	args := append([]string{"proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--capture", p.capture}, flags...)
-	p.cmd = exec.Command(bin(t), args...)
+	argv := append(append(append([]string(nil), wrap...), bin(t)), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stderr = &p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -138,9 +147,17 @@ func (p *proxyProc) stop(t *testing.T) {
 	} else {
 		err = interrupted(p.cmd.Wait())
 	}
-	if err != nil {
+	// 130 is the README's "interrupted": a SIGTERM'd proxy may say so.
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 130) {
 		t.Errorf("proxy exit: %v\n%s", err, p.stderr.String())
 	}
+}
+
+// withNofile is a wrapper for startProxyProcIn: the proxy runs with n
+// descriptors at most (soft and hard limit).
+func withNofile(n int) []string {
+	return []string{"sh", "-c", "ulimit -n " + strconv.Itoa(n) + ` && exec "$0" "$@"`}
 }
 
 func (p *proxyProc) addr() string { return strings.TrimPrefix(p.url, "http://") }

@@ -36,13 +36,24 @@ import (
 //     engine;
 //   - well-formed requests whose engine answers mutated responses (bad
 //     status lines and chunk sizes, short or long bodies, stalls, resets,
-//     huge heads, 1xx first).
+//     huge heads, 1xx first);
+//   - (issue 22) requests whose model name holds arbitrary bytes or is up
+//     to 900 KB long; engines whose malformed answer echoes the request's
+//     head, keys included (no key may reach the client); giant SSE events
+//     (1 to 15 MB, passed on byte for byte);
+//   - a descriptor-pressure phase: a second proxy runs under ulimit -n
+//     (TOKENTAP_FUZZ_NOFILE, default 128) and gets bursts of 300 held
+//     connections, each followed by a request that must get its 200 (its
+//     model name, half the time, mutated as above, the engine's model
+//     list being unknown to it).
 //
 // It fails on a crash (the proxy exits), a hang (a connection neither
 // answered nor closed within the proxy's own limits plus slack), a leaked
 // connection, descriptor or goroutine (every 30 s the workers pause and the
 // proxy must come back to its idle counts), or a client stream broken while
-// the engine's was well-formed. Findings are written to a directory with
+// the engine's was well-formed, or a lost record (a measured request the
+// client got whole, with no record in the capture by the round's end).
+// Findings are written to a directory with
 // the bytes that caused them; TOKENTAP_FUZZ_SEED replays a run's choices.
 func TestFuzzProxy(t *testing.T) {
 	duration := envDuration(t, "TOKENTAP_FUZZ_TIME", 10*time.Minute)
@@ -69,6 +80,23 @@ func TestFuzzProxy(t *testing.T) {
 	if code, _, err := post(t, p.url+"/v1/chat/completions", `{"model":"m","warm":1}`); err != nil || code != 200 {
 		t.Fatalf("warm-up: %d %v", code, err)
 	}
+	f.wantRecords.Add(1)
+
+	// The descriptor-pressure phase's proxy, under a low descriptor limit.
+	nofile := envInt(t, "TOKENTAP_FUZZ_NOFILE", 128)
+	// Its engine answers GET /v1/models with a 401 (as vLLM with
+	// --api-key does): the model list unknown, model names reach the
+	// metrics' labels as they come.
+	ppEng := startFuzzEngine(t)
+	ppEng.unknownModels = true
+	pp := startProxyProcIn(t, withNofile(nofile), ppEng.url, fuzzProxyFlags...)
+	ppExited := make(chan error, 1)
+	go func() { ppExited <- pp.cmd.Wait() }()
+	pp.waited = ppExited
+	var ppDead atomic.Bool
+	if code, _, err := post(t, pp.url+"/v1/chat/completions", `{"model":"m","warm":1}`); err != nil || code != 200 {
+		t.Fatalf("warm-up of the proxy under ulimit -n %d: %d %v", nofile, code, err)
+	}
 	base := p.settled(t)
 	t.Logf("idle proxy: %d descriptors besides connections, %d goroutines", base.fds, base.goroutines)
 
@@ -79,6 +107,14 @@ func TestFuzzProxy(t *testing.T) {
 			roundEnd = deadline
 		}
 		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(round*1000+999)))
+			for time.Now().Before(roundEnd) && !f.crashed.Load() && !ppDead.Load() {
+				f.pressure(rng, pp, ppExited)
+			}
+		}()
 		for w := range workers {
 			wg.Add(1)
 			go func() {
@@ -93,13 +129,32 @@ func TestFuzzProxy(t *testing.T) {
 		select {
 		case err := <-exited:
 			f.crashed.Store(true)
+			p.stopped = true
+			t.Logf("at the crash: %s", f.summary())
 			t.Fatalf("the proxy exited (%v): a crash\n%s", err, tail(p.stderr.String(), 4000))
+		default:
+		}
+		// The pressure proxy's crash is a finding; the rest goes on.
+		select {
+		case err := <-ppExited:
+			pp.stopped = true
+			ppDead.Store(true)
+			f.finding("crash", fmt.Sprintf("the proxy under ulimit -n %d exited (%v)\n%s", nofile, err, tail(pp.stderr.String(), 2000)), nil)
 		default:
 		}
 		// The leak check: with every worker paused, the proxy must come
 		// back to its idle counts.
 		if ok, got := f.backToIdle(base); !ok {
 			f.finding("leak", fmt.Sprintf("round %d: the proxy did not come back to idle in 30 s: %s (idle: %+v)", round, got, base), nil)
+		}
+		// The capture is written in batches: its records may come a
+		// moment after the answers.
+		got, want := f.records(), f.wantRecords.Load()
+		for deadline := time.Now().Add(10 * time.Second); int64(got) < want && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			got = f.records()
+		}
+		if int64(got) < want {
+			f.finding("lost record", fmt.Sprintf("round %d: the capture holds %d records, but %d measured requests were answered whole", round, got, want), nil)
 		}
 		t.Logf("round %d: %s", round, f.summary())
 	}
@@ -124,8 +179,11 @@ type fuzzer struct {
 	seq      atomic.Int64
 	crashed  atomic.Bool
 	findings atomic.Int64
-	mu       sync.Mutex
-	counts   map[string]int
+	// wantRecords counts measured requests the client got whole: each
+	// must have its record in the capture.
+	wantRecords atomic.Int64
+	mu          sync.Mutex
+	counts      map[string]int
 }
 
 func (f *fuzzer) count(k string) {
@@ -178,12 +236,34 @@ func (f *fuzzer) backToIdle(base usage) (bool, string) {
 	return false, got
 }
 
+// records counts the records in the main proxy's capture.
+func (f *fuzzer) records() int {
+	raw, _ := os.ReadFile(f.p.capture)
+	return bytes.Count(raw, []byte("\n"))
+}
+
 // one runs one case.
 func (f *fuzzer) one(rng *rand.Rand) {
 	id := f.seq.Add(1)
 	req := randomRequest(rng, id)
 	resp := randomResponse(rng)
-	switch k := rng.IntN(10); {
+	switch k := rng.IntN(13); {
+	case k == 10:
+		f.count("mutated model name")
+		req = mutateModel(rng, req)
+		f.eng.plan(id, resp)
+		f.wellFormed(id, req, resp)
+	case k == 11:
+		f.count("echoed request head")
+		req.headers = append(req.headers, "Authorization: Bearer "+fuzzKey(id), "X-Api-Key: "+fuzzKey(id))
+		bad := fuzzResponse{echo: 1 + rng.IntN(3), how: "echo of the request head", close: true}
+		f.eng.plan(id, bad)
+		f.echoed(id, req, bad)
+	case k == 12:
+		f.count("giant SSE event")
+		resp = giantEvent(rng)
+		f.eng.plan(id, resp)
+		f.wellFormed(id, req, resp)
 	case k < 4:
 		f.count("well-formed")
 		f.eng.plan(id, resp)
@@ -265,6 +345,9 @@ func (f *fuzzer) wellFormed(id int64, req fuzzRequest, resp fuzzResponse) {
 		f.finding("broken", fmt.Sprintf("case %d: status %d, the engine sent %d (%s; the engine read the request: %t)", id, r.StatusCode, resp.status, body, read), data)
 	case !bytes.Equal(body, resp.body) && req.method != "HEAD":
 		f.finding("broken", fmt.Sprintf("case %d: the client got %d bytes that differ from the engine's %d", id, len(body), len(resp.body)), data)
+	}
+	if read && err == nil && r.StatusCode == resp.status && req.measured() {
+		f.wantRecords.Add(1)
 	}
 	if read && req.checkBody && !bytes.Equal(got, req.body) {
 		f.finding("request changed", fmt.Sprintf("case %d: the engine got a body of %d bytes, the client sent %d", id, len(got), len(req.body)), data)
@@ -350,16 +433,135 @@ func (f *fuzzer) mutatedResponse(id int64, req fuzzRequest, bad fuzzResponse) {
 	}
 }
 
+// fuzzKey is the key a case's echoed request carries.
+func fuzzKey(id int64) string { return "sk-fuzzkey-" + strconv.FormatInt(id, 36) + "-0c1d2e3f" }
+
+// echoed sends a request with keys whose engine answers with its head
+// echoed in a malformed response: the client gets an answer or a close,
+// in time, and no byte of a key.
+func (f *fuzzer) echoed(id int64, req fuzzRequest, bad fuzzResponse) {
+	c := f.dial()
+	if c == nil {
+		return
+	}
+	defer c.Close()
+	raw := req.bytes()
+	_ = c.SetDeadline(time.Now().Add(hangLimit))
+	if _, err := c.Write(raw); err != nil {
+		return
+	}
+	got, err := io.ReadAll(c)
+	data := map[string][]byte{"request": raw, "answer": got}
+	if isTimeoutErr(err) && len(got) == 0 {
+		f.finding("hang", fmt.Sprintf("case %d: an echoing engine's answer: no answer and no close in %v", id, hangLimit), data)
+	}
+	if bytes.Contains(got, []byte("fuzzkey")) {
+		f.finding("key leak", fmt.Sprintf("case %d: the client's answer holds the key after a malformed echo (%d)", id, bad.echo), data)
+	}
+}
+
+// pressure is one burst of the descriptor-pressure phase: 300 connections
+// held a second against the proxy under a low descriptor limit, then a
+// request that must get its 200 once they are closed.
+func (f *fuzzer) pressure(rng *rand.Rand, pp *proxyProc, exited chan error) {
+	f.count("descriptor-pressure burst")
+	n := 200 + rng.IntN(200)
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.DialTimeout("tcp", pp.addr(), 2*time.Second)
+		if err != nil {
+			f.count("descriptor-pressure dial refused")
+			continue
+		}
+		if rng.IntN(4) == 0 {
+			// Some start a request and never end it.
+			_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second) // the burst's hold: the pressure itself
+	for _, c := range conns {
+		c.Close()
+	}
+	// The proxy may take a moment to take new connections after
+	// EMFILE (a backoff); it must answer within 10 s.
+	var code int
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		select {
+		case e := <-exited:
+			exited <- e // for the round's end to see
+			return
+		default:
+		}
+		body := `{"model":"m","pressure":1}`
+		if rng.IntN(2) == 0 {
+			// A model name of arbitrary bytes, to the proxy whose model
+			// list is unknown.
+			body = string(mutateModel(rng, fuzzRequest{method: "POST", body: []byte(body)}).body)
+		}
+		code, _, err = post(f.t, pp.url+"/v1/chat/completions", body)
+		if err == nil && code == 200 {
+			return
+		}
+	}
+	f.finding("descriptor pressure", fmt.Sprintf("after a burst of %d connections: %d %v, want a 200 within 10 s\n%s", n, code, err, tail(pp.stderr.String(), 2000)), nil)
+}
+
+// mutateModel gives a request's JSON body a model name of arbitrary bytes
+// (JSON's quote and backslash among them, at times) or a huge one.
+func mutateModel(rng *rand.Rand, r fuzzRequest) fuzzRequest {
+	if r.method != "POST" || !bytes.HasPrefix(r.body, []byte(`{"model":"m"`)) {
+		r.method, r.body = "POST", []byte(`{"model":"m","messages":[]}`)
+		r.chunked = false
+		r.checkBody = true
+	}
+	var name []byte
+	switch rng.IntN(3) {
+	case 0:
+		name = bytes.Repeat([]byte("M"), 100_000+rng.IntN(800_000))
+	default:
+		name = make([]byte, 1+rng.IntN(64))
+		for i := range name {
+			name[i] = byte(rng.IntN(256))
+			if (name[i] == '"' || name[i] == '\\') && rng.IntN(4) > 0 {
+				name[i] = 0xff
+			}
+		}
+	}
+	r.body = bytes.Replace(r.body, []byte(`"model":"m"`), append(append([]byte(`"model":"`), name...), '"'), 1)
+	return r
+}
+
+// giantEvent is a well-formed SSE answer with one event of 1 to 15 MB,
+// in 16 KiB chunks.
+func giantEvent(rng *rand.Rand) fuzzResponse {
+	r := fuzzResponse{status: 200}
+	r.body = []byte("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" +
+		strings.Repeat("g", (1+rng.IntN(15))<<20) + "\"}}]}\n\ndata: [DONE]\n\n")
+	r.head = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+	var f bytes.Buffer
+	for rest := r.body; len(rest) > 0; {
+		n := min(len(rest), 16<<10)
+		fmt.Fprintf(&f, "%x\r\n%s\r\n", n, rest[:n])
+		rest = rest[n:]
+	}
+	f.WriteString("0\r\n\r\n")
+	r.framed = f.Bytes()
+	for total := len(r.head) + len(r.framed); total > 0; total -= min(total, 64<<10) {
+		r.pieces = append(r.pieces, min(total, 64<<10))
+	}
+	return r
+}
+
+// measured says the proxy measures the request, and so writes its record.
+func (r fuzzRequest) measured() bool {
+	return r.method == "POST" && (r.path == "/v1/chat/completions" || r.path == "/v1/completions") && bytes.HasPrefix(r.body, []byte("{"))
+}
+
 func isTimeoutErr(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // fuzzRequest is a valid request.
@@ -452,6 +654,7 @@ type fuzzResponse struct {
 	reset   bool          // reset instead of closing
 	how     string        // the mutation, for mutated ones
 	preface []byte        // 1xx responses first
+	echo    int           // 1: the request head as the status line; 2: its header lines without colons; 3: as garbage
 }
 
 func (r fuzzResponse) bytes() []byte {
@@ -652,6 +855,8 @@ type fuzzEngine struct {
 	mu    sync.Mutex
 	plans map[int64]fuzzResponse
 	got   map[int64][]byte
+	// unknownModels: GET /v1/models answers 401.
+	unknownModels bool
 }
 
 func startFuzzEngine(t *testing.T) *fuzzEngine {
@@ -708,6 +913,11 @@ func (e *fuzzEngine) serve(c net.Conn) {
 			e.got[id] = body
 		}
 		e.mu.Unlock()
+		if !ok && req.URL.Path == "/v1/models" && e.unknownModels {
+			out := `{"error":{"message":"invalid api key","code":401}}`
+			fmt.Fprintf(c, "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(out), out)
+			continue
+		}
 		if !ok && req.URL.Path == "/v1/models" {
 			// The proxy lists the engine's models (WatchModels): "m", the
 			// warm-up's, is one, so no listing is due while the proxy settles.
@@ -721,6 +931,20 @@ func (e *fuzzEngine) serve(c net.Conn) {
 			continue
 		}
 		all := r.bytes()
+		if r.echo > 0 {
+			var h bytes.Buffer
+			_ = req.Header.Write(&h)
+			lines := strings.TrimRight(h.String(), "\r\n")
+			switch r.echo {
+			case 1:
+				all = []byte("HTTP/1.1 2x0 " + req.Method + " " + req.RequestURI + " " + strings.ReplaceAll(lines, "\r\n", " ") + "\r\n\r\n")
+			case 2:
+				all = []byte("HTTP/1.1 200 OK\r\n" + strings.ReplaceAll(strings.ReplaceAll(lines, ": ", " "), "\r\n", "\r\n") + "\r\n\r\n")
+			default:
+				all = []byte(strings.ReplaceAll(lines, "\r\n", "\x00\n") + "\r\n\r\n")
+			}
+			r.pieces = []int{len(all)}
+		}
 		if req.Method == "HEAD" && r.how == "" {
 			all = r.head // no body after a HEAD's head
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -31,16 +32,35 @@ import (
 // Targets (issue 13): memory flat after warm-up (end ≤ 1.1 × middle),
 // descriptors and goroutines back to their idle values after the load, and
 // exactly one record per request (none lost, none twice).
+//
+// `make soak-fd` (issue 22) runs it under a descriptor limit:
+// TOKENTAP_SOAK_NOFILE starts the proxy under `ulimit -n` that many, and
+// TOKENTAP_SOAK_IDLE_BURST opens that many idle connections a third of the
+// way in, more than the limit, held 5 s. The proxy must live through it;
+// a request refused while the burst holds the descriptors is counted
+// apart (it has no record), and every other request must have its record.
 func TestSoak(t *testing.T) {
 	streams := envInt(t, "TOKENTAP_SOAK_STREAMS", 1024)
 	duration := envDuration(t, "TOKENTAP_SOAK_DURATION", 10*time.Minute)
+	var nofile, burst int
+	if os.Getenv("TOKENTAP_SOAK_NOFILE") != "" {
+		nofile = envInt(t, "TOKENTAP_SOAK_NOFILE", 0)
+	}
+	if os.Getenv("TOKENTAP_SOAK_IDLE_BURST") != "" {
+		burst = envInt(t, "TOKENTAP_SOAK_IDLE_BURST", 0)
+	}
 	// Every stream gets a token every 200 ms: 5 events/s each, ~5,000/s
 	// through the proxy at 1,024 streams, which a 2-core machine carries
 	// beside the fake and the clients (at 10,000/s the fake fell behind).
 	fake, _ := startFake(t, "--max-running", strconv.Itoa(2*streams), "--kv-capacity", "16777216",
 		"--tbt-base", "200ms", "--tbt-per-running", "0", "--tbt-per-ktokens", "0", "--first-event-delay", "20ms",
 		"--log-level", "error")
-	p := startProxyProc(t, fake)
+	var wrap []string
+	if nofile > 0 {
+		wrap = withNofile(nofile)
+		t.Logf("the proxy runs under ulimit -n %d", nofile)
+	}
+	p := startProxyProcIn(t, wrap, fake)
 	pid := p.cmd.Process.Pid
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams, DisableCompression: true}}
@@ -50,7 +70,8 @@ func TestSoak(t *testing.T) {
 	p.next(t, 1)
 	idle := soakSample(t, p, pid, true)
 
-	var sent, completed, cancelled, failed atomic.Int64
+	var sent, completed, cancelled, failed, refusedInBurst atomic.Int64
+	var inBurst atomic.Bool
 	var firstFailure atomic.Value
 	start := time.Now()
 	ctx, stop := context.WithDeadline(context.Background(), start.Add(duration))
@@ -73,12 +94,38 @@ func TestSoak(t *testing.T) {
 					cancelled.Add(1)
 				case err == nil:
 					completed.Add(1)
+				case inBurst.Load():
+					refusedInBurst.Add(1)
 				default:
 					if failed.Add(1) == 1 {
 						firstFailure.Store(err.Error())
 					}
 				}
 			}
+		}()
+	}
+
+	if burst > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Until(start.Add(duration / 3)))
+			inBurst.Store(true)
+			conns := make([]net.Conn, 0, burst)
+			for range burst {
+				if c, err := net.DialTimeout("tcp", p.addr(), 2*time.Second); err == nil {
+					conns = append(conns, c)
+				}
+			}
+			t.Logf("burst: %d of %d idle connections opened, held 5 s", len(conns), burst)
+			time.Sleep(5 * time.Second) // the hold is the load itself
+			for _, c := range conns {
+				c.Close()
+			}
+			// Requests that began while the burst held the descriptors
+			// end within seconds of it.
+			time.Sleep(5 * time.Second)
+			inBurst.Store(false)
 		}()
 	}
 
@@ -129,7 +176,11 @@ func TestSoak(t *testing.T) {
 	for _, c := range ids {
 		dup += c - 1
 	}
-	lost := n + 1 - len(all) // the warm-up's record too
+	// The warm-up's record too; a request refused in the burst has none.
+	lost := n + 1 - len(all) - int(refusedInBurst.Load())
+	if burst > 0 {
+		t.Logf("requests refused while the burst held the descriptors: %d", refusedInBurst.Load())
+	}
 	t.Logf("records: %d written for %d requests sent (and the warm-up): %d lost, %d duplicated; outcomes of the load: %s",
 		len(all), n, max(lost, 0), dup, outcomes(recs))
 
