@@ -164,26 +164,15 @@ func (g *ggufWriter) value(v any) {
 // then each tensor's data at its aligned offset.
 func writeGGUF(w io.Writer, meta []kv, tensors []tensorInfo) error {
 	g := &ggufWriter{w: w}
-	g.raw([]byte(ggufMagic))
-	g.u32(ggufVersion)
-	g.u64(uint64(len(tensors)))
-	g.u64(uint64(len(meta)))
-	for _, m := range meta {
-		g.str(m.key)
-		g.value(m.val)
+	hm := make([]KV, len(meta))
+	for i, m := range meta {
+		hm[i] = KV{m.key, m.val}
 	}
-	var off int64
-	for _, t := range tensors {
-		g.str(t.name)
-		g.u32(uint32(len(t.dims)))
-		for _, d := range t.dims {
-			g.u64(uint64(d))
-		}
-		g.u32(t.typ)
-		g.u64(uint64(off))
-		off += padTo(t.bytes())
+	ht := make([]Tensor, len(tensors))
+	for i, t := range tensors {
+		ht[i] = Tensor{t.name, t.dims, t.typ, t.bytes()}
 	}
-	g.pad()
+	g.head(hm, ht)
 	for _, t := range tensors {
 		if g.err != nil {
 			break

@@ -30,6 +30,14 @@ type Tensor struct {
 // without their gigabytes.
 func WriteHeader(w io.Writer, meta []KV, tensors []Tensor) error {
 	g := &ggufWriter{w: w}
+	g.head(meta, tensors)
+	return g.err
+}
+
+// head writes the header: magic, version, counts, the metadata and the
+// tensor descriptions with their data's aligned offsets, then the padding
+// before the data.
+func (g *ggufWriter) head(meta []KV, tensors []Tensor) {
 	g.raw([]byte(ggufMagic))
 	g.u32(ggufVersion)
 	g.u64(uint64(len(tensors)))
@@ -50,5 +58,4 @@ func WriteHeader(w io.Writer, meta []KV, tensors []Tensor) error {
 		off += padTo(t.Bytes)
 	}
 	g.pad()
-	return g.err
 }
