@@ -434,6 +434,13 @@ type Judge struct {
 	// ColdTTFT is the context's cold prefill TTFT (the row's first warm-up
 	// request), 0 when unknown.
 	ColdTTFT time.Duration
+	// Between is set for a cell whose need lies between the bounds of a
+	// KV capacity the engine tells only within bounds, with all its
+	// prompts warmed just before its window: a request that then found its
+	// prompt gone from the prefix cache shows the cache could not hold the
+	// cell's prompts together, so the cell is Over capacity, not Cache
+	// missed (METHOD §3, hearing the engine).
+	Between bool
 }
 
 // RunningCache counts the requests an engine reported on while they ran:
@@ -480,6 +487,8 @@ func Status(f Figures, j Judge) result.Status {
 		return result.OverCapacity
 	case f.Failed > 0 || f.OutputTokens == 0 || j.Truncated > 0:
 		return result.Failed
+	case j.Between && j.CacheCheck && cacheMissed(f, j):
+		return result.OverCapacity
 	case j.MaxWaiting > 0:
 		return result.RequestsQueued
 	case j.MaxWaiting < 0 && f.PeakDecoding < j.N:
@@ -546,6 +555,9 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	switch c.Status {
 	case result.OverCapacity:
 		c.Reason = fmt.Sprintf("the engine said %d of the cell's requests did not fit its context or KV cache: %s", j.ContextExceeded, j.ContextError)
+		if j.ContextExceeded == 0 {
+			c.Reason = fmt.Sprintf("the engine's KV cache could not hold the cell's %d prompts together: %s, just after the warm-up left them there", j.N, cacheReason(f, j))
+		}
 	case result.Failed:
 		switch {
 		case j.Truncated > 0:

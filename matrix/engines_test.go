@@ -127,6 +127,41 @@ func TestLlamaCppUnified(t *testing.T) {
 	}
 }
 
+// TestLlamaCppSlowPrefill is the live tier's llama-server grid on a slow
+// machine (issue 23): 4 slots share 20,480 tokens, and 6K × 4 (25,088
+// tokens) lies between the capacity's bounds. Its warm-up succeeds without
+// keeping the four prompts cached (each ends after one token, and the last
+// prompts purge the idle slots), and the engine finds the cache full only
+// when the uncached prompt's prefill ends, which takes longer than the
+// window, on a machine that prefills slowly. The cell waits for that
+// answer and is Over capacity, however slow the prefill; 6K × 8 is then
+// not run. Before, it was judged on what the window saw: Cache missed.
+func TestLlamaCppSlowPrefill(t *testing.T) {
+	t.Parallel() // each runs its own fake engine, mostly waiting out windows
+	for _, tc := range []struct {
+		name    string
+		prefill float64 // tok/s
+	}{
+		{"prefill in the window", 40000},
+		{"prefill longer than the window", 4000}, // 6K: 1.5 s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := llamaFake(true)
+			m.PrefillTokPerSec = tc.prefill
+			sc := scenarios.Scenario{Name: "llama", Contexts: []int{6144}, Concurrency: []int{2, 4, 8},
+				Window: time.Second, MaxOutput: 128, API: "chat"}
+			res, _ := runFake(t, m, sc, Config{Target: replay.Target{IdleTimeout: time.Minute}})
+			checkStatuses(t, res, cellWant{
+				{6144, 2}: result.Valid, {6144, 4}: result.OverCapacity, {6144, 8}: result.OverCapacity,
+			})
+			if c := res.Cell(6144, 4); c != nil && !strings.Contains(c.Reason, "Context size has been exceeded") {
+				t.Errorf("6K × 4 reason %q: want the engine's own answer", c.Reason)
+			}
+		})
+	}
+}
+
 // TestLlamaCppPerSlot: without -kvu each slot holds 5,120 tokens: 4K × 8
 // needs more than all four together and is not run; 2K × 8 runs, queued.
 func TestLlamaCppPerSlot(t *testing.T) {
