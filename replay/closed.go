@@ -195,6 +195,9 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 	if windowed && end >= start+cfg.Window {
 		end = start + cfg.Window
 	}
+	if cfg.Hear <= 0 {
+		heard = end
+	}
 	return Run{Records: out, Failed: failOn.Load(), Start: start, End: end, Heard: max(heard, end)}
 }
 
