@@ -290,6 +290,9 @@ func cacheHits(t *testing.T, res *result.Result, recs []record.Record) {
 // logMatrix writes the run's cells to the test log, for the note.
 func logMatrix(t *testing.T, res *result.Result) {
 	t.Helper()
+	for _, n := range res.Notes {
+		t.Logf("note: %s", n)
+	}
 	for _, p := range res.Prefill {
 		t.Logf("prefill %s: %s %.1f tok/s, TTFT %.0f ms", matrix.TokenLabel(p.Context), p.Status.Label(), p.TokPerSec, p.TTFTms)
 	}

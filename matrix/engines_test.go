@@ -163,6 +163,13 @@ func TestLlamaCppSlowPrefill(t *testing.T) {
 			if c := res.Cell(6144, 4); c != nil && !strings.Contains(c.Reason, "Context size has been exceeded") {
 				t.Errorf("6K × 4 reason %q: want the engine's own answer", c.Reason)
 			}
+			heard := false
+			for _, n := range res.Notes {
+				heard = heard || strings.Contains(n, "Cell 6K × 4 lies between the KV capacity's bounds: it went on")
+			}
+			if tc.prefill < 10000 && !heard {
+				t.Errorf("no note says 6K × 4 waited after its window: %q", res.Notes)
+			}
 		})
 	}
 }

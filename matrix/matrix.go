@@ -987,6 +987,10 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
 	}
+	if heard := run.Heard - run.End; hearFor > 0 && heard > 10*time.Millisecond {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("Cell %s × %d lies between the KV capacity's bounds: it went on %.1f s after its window to hear the engine's answer to every request (METHOD §3), and is %s.",
+			TokenLabel(c), n, heard.Seconds(), out.Status.Label()))
+	}
 	r.beyondCell(ctx, out, recs, w, w.End, timings0)
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
 	if out.Status.ShowsFigures() {
