@@ -441,6 +441,12 @@ type Judge struct {
 	// cell's prompts together, so the cell is Over capacity, not Cache
 	// missed (METHOD §3, hearing the engine).
 	Between bool
+	// Slots is how many requests the engine runs at once where it says so
+	// or was measured (llama.cpp, Ollama); 0 unknown. Without a waiting
+	// gauge a cell of more requests than slots queues, whatever the
+	// client saw: a one-slot engine's hand-over can show two streams
+	// overlapping for an instant on a busy machine (seen on Ollama).
+	Slots int
 }
 
 // RunningCache counts the requests an engine reported on while they ran:
@@ -491,7 +497,7 @@ func Status(f Figures, j Judge) result.Status {
 		return result.OverCapacity
 	case j.MaxWaiting > 0:
 		return result.RequestsQueued
-	case j.MaxWaiting < 0 && f.PeakDecoding < j.N:
+	case j.MaxWaiting < 0 && (f.PeakDecoding < j.N || j.Slots > 0 && j.N > j.Slots):
 		return result.RequestsQueued
 	case j.CacheCheck && cacheMissed(f, j):
 		return result.CacheMissed
@@ -570,8 +576,10 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	case result.RequestsQueued:
 		if j.MaxWaiting > 0 {
 			c.Reason = fmt.Sprintf("the engine reported up to %d waiting requests during the window", j.MaxWaiting)
-		} else {
+		} else if f.PeakDecoding < j.N {
 			c.Reason = fmt.Sprintf("at most %d of the %d requests were decoding at the same time", f.PeakDecoding, j.N)
+		} else {
+			c.Reason = fmt.Sprintf("the engine runs %d requests at once, fewer than the cell's %d", j.Slots, j.N)
 		}
 	case result.CacheMissed:
 		c.Reason = cacheReason(f, j) + ": TTFT includes prefill"

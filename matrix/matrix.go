@@ -954,6 +954,9 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	smp.mu.Lock()
 	j := cell.Judge{N: share, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold,
 		Between: r.between(c, n) && r.warmSlots(n) >= share}
+	if !r.sharded() {
+		j.Slots = r.info.SlotsAtMost() // a shard's share is not the engine's load
+	}
 	engineRunning := 0.0
 	if smp.samples > 0 {
 		engineRunning = smp.running / float64(smp.samples)
