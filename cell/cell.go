@@ -434,6 +434,19 @@ type Judge struct {
 	// ColdTTFT is the context's cold prefill TTFT (the row's first warm-up
 	// request), 0 when unknown.
 	ColdTTFT time.Duration
+	// Between is set for a cell whose need lies between the bounds of a
+	// KV capacity the engine tells only within bounds, with all its
+	// prompts warmed just before its window: a request that then found its
+	// prompt gone from the prefix cache shows the cache could not hold the
+	// cell's prompts together, so the cell is Over capacity, not Cache
+	// missed (METHOD §3, hearing the engine).
+	Between bool
+	// Slots is how many requests the engine runs at once where it says so
+	// or was measured (llama.cpp, Ollama); 0 unknown. Without a waiting
+	// gauge a cell of more requests than slots queues, whatever the
+	// client saw: a one-slot engine's hand-over can show two streams
+	// overlapping for an instant on a busy machine (seen on Ollama).
+	Slots int
 }
 
 // RunningCache counts the requests an engine reported on while they ran:
@@ -480,9 +493,11 @@ func Status(f Figures, j Judge) result.Status {
 		return result.OverCapacity
 	case f.Failed > 0 || f.OutputTokens == 0 || j.Truncated > 0:
 		return result.Failed
+	case j.Between && j.CacheCheck && cacheMissed(f, j):
+		return result.OverCapacity
 	case j.MaxWaiting > 0:
 		return result.RequestsQueued
-	case j.MaxWaiting < 0 && f.PeakDecoding < j.N:
+	case j.MaxWaiting < 0 && (f.PeakDecoding < j.N || j.Slots > 0 && j.N > j.Slots):
 		return result.RequestsQueued
 	case j.CacheCheck && cacheMissed(f, j):
 		return result.CacheMissed
@@ -546,6 +561,9 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	switch c.Status {
 	case result.OverCapacity:
 		c.Reason = fmt.Sprintf("the engine said %d of the cell's requests did not fit its context or KV cache: %s", j.ContextExceeded, j.ContextError)
+		if j.ContextExceeded == 0 {
+			c.Reason = fmt.Sprintf("the engine's KV cache could not hold the cell's %d prompts together: %s, just after the warm-up left them there", j.N, cacheReason(f, j))
+		}
 	case result.Failed:
 		switch {
 		case j.Truncated > 0:
@@ -558,8 +576,10 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	case result.RequestsQueued:
 		if j.MaxWaiting > 0 {
 			c.Reason = fmt.Sprintf("the engine reported up to %d waiting requests during the window", j.MaxWaiting)
-		} else {
+		} else if f.PeakDecoding < j.N {
 			c.Reason = fmt.Sprintf("at most %d of the %d requests were decoding at the same time", f.PeakDecoding, j.N)
+		} else {
+			c.Reason = fmt.Sprintf("the engine runs %d requests at once, fewer than the cell's %d", j.Slots, j.N)
 		}
 	case result.CacheMissed:
 		c.Reason = cacheReason(f, j) + ": TTFT includes prefill"

@@ -402,9 +402,21 @@ func TestStatusOrder(t *testing.T) {
 		{"waiting gauge queues", ok, j(func(j *Judge) { j.MaxWaiting = 1 }), result.RequestsQueued},
 		{"no gauge: fewer than N decoding at once queues", with(ok, func(f *Figures) { f.PeakDecoding = 3 }), base, result.RequestsQueued},
 		{"no gauge: all N decoding at once is valid", ok, base, result.Valid},
+		{"no gauge: more requests than the engine's slots queue, an instant's overlap notwithstanding", ok, j(func(j *Judge) { j.Slots = 1 }), result.RequestsQueued},
+		{"no gauge: as many slots as requests is valid", ok, j(func(j *Judge) { j.Slots = 4 }), result.Valid},
+		{"a gauge that says no queue wins over the slots", ok, j(func(j *Judge) { j.Slots = 1; j.MaxWaiting = 0 }), result.Valid},
 		{"gauge says no queue: a low peak is still valid", with(ok, func(f *Figures) { f.PeakDecoding = 2 }), j(func(j *Judge) { j.MaxWaiting = 0 }), result.Valid},
 		{"queued beats cache missed", with(ok, hits(4, 4)), j(func(j *Judge) { j.MaxWaiting = 2; j.CacheCheck = true }), result.RequestsQueued},
 		{"one request that missed the cache", with(ok, hits(10, 1)), j(func(j *Judge) { j.CacheCheck = true }), result.CacheMissed},
+		{"between the capacity's bounds a warmed prompt gone from the cache is capacity", with(ok, hits(3, 1)), j(func(j *Judge) { j.CacheCheck = true; j.Between = true }), result.OverCapacity},
+		{"between the bounds, and the slots' word on running requests", ok, j(func(j *Judge) {
+			j.CacheCheck, j.Between = true, true
+			j.Running.Add(6144, 6143)
+			j.Running.Add(6144, 0)
+		}), result.OverCapacity},
+		{"between the bounds, every prompt kept: valid", with(ok, hits(4, 0)), j(func(j *Judge) { j.CacheCheck = true; j.Between = true }), result.Valid},
+		{"between the bounds, a refusal still beats a failure", Figures{Failed: 1}, j(func(j *Judge) { j.Between = true; j.ContextExceeded = 1 }), result.OverCapacity},
+		{"between the bounds, another failure is failed", with(ok, func(f *Figures) { hits(3, 1)(f); f.Failed = 1 }), j(func(j *Judge) { j.CacheCheck = true; j.Between = true }), result.Failed},
 		{"every request found its prompt cached", with(ok, hits(10, 0)), j(func(j *Judge) { j.CacheCheck = true }), result.Valid},
 		{"short contexts are not checked", with(ok, hits(10, 10)), base, result.Valid},
 		{"engine counters below 95%", ok, j(func(j *Judge) { j.CacheCheck = true; j.EngineHits, j.EngineQueries = 940, 1000 }), result.CacheMissed},
@@ -612,5 +624,19 @@ func TestPeakIgnoresTheDoneHandshake(t *testing.T) {
 	}
 	if st := Status(f, Judge{N: 2, MaxWaiting: -1, AvgRunning: -1}); st != result.RequestsQueued {
 		t.Fatalf("status %s, want requests_queued", st)
+	}
+}
+
+// TestBetweenReason: a cell made Over capacity by a warmed prompt gone from
+// the cache says so, not that the engine refused.
+func TestBetweenReason(t *testing.T) {
+	f := Figures{OutputTokens: 10, PeakDecoding: 4, CacheCounted: 3, CacheMisses: 1, CachedTokens: 2 * 6143, CachePromptTokens: 3 * 6144}
+	j := Judge{N: 4, MaxWaiting: 0, AvgRunning: -1, CacheCheck: true, Between: true}
+	var c result.Cell
+	c.Status = Status(f, j)
+	f.Fill(&c, j)
+	if c.Status != result.OverCapacity || !strings.Contains(c.Reason, "could not hold the cell's 4 prompts together") ||
+		!strings.Contains(c.Reason, "1 of 3 requests") {
+		t.Errorf("%s: %q", c.Status, c.Reason)
 	}
 }

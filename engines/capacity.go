@@ -260,3 +260,14 @@ func ContextExceeded(r *record.Record) bool {
 	}
 	return false
 }
+
+// SlotsAtMost is how many requests the engine runs at once where that is
+// known as a number it does not exceed: the slots it says (llama.cpp), or
+// measured where fewer than every probe stream ran at once (Ollama). 0:
+// unknown, or only a lower bound.
+func (in *Info) SlotsAtMost() int {
+	if in.slotsAtLeast {
+		return 0
+	}
+	return in.Slots
+}

@@ -181,6 +181,10 @@ func TestProbeFakeOllama(t *testing.T) {
 			in.KVCapacity != 4096*slots || in.Version != "0.17.4" {
 			t.Fatalf("%d slots: %+v\nfacts %+v", slots, in, in.Facts)
 		}
+		// Fewer than every probe stream at once: a number it does not exceed.
+		if in.SlotsAtMost() != slots {
+			t.Errorf("%d slots: SlotsAtMost %d, want %d", slots, in.SlotsAtMost(), slots)
+		}
 		if f := factBySource(in.Facts, FactMaxModelLen); f["GET /api/ps models[name=tiny:latest].context_length"] != "4096" {
 			t.Errorf("max model length facts %v", f)
 		}

@@ -977,11 +977,23 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	smp, scrapeDone := r.sample(wctx)
+	// The gauges and slots are read during the window only: a cell that
+	// goes on to hear the engine's answer is judged on the window.
+	sctx, stopScrape := context.WithCancel(wctx)
+	defer stopScrape()
+	smp, scrapeDone := r.sample(sctx)
+	hearFor := r.hearFor(rw, n)
 	run := replay.RunClosed(wctx, replay.Closed{
 		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		StartAt: startAt, Ending: r.ending(c, col),
+		StartAt: startAt, Ending: r.ending(c, col), Hear: hearFor,
+		OnWindow: func() {
+			stopScrape()
+			if hearFor > 0 {
+				r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: waiting up to %v for the engine to answer every request (its KV cache may not hold the cell)",
+					label, hearFor.Round(time.Second)))
+			}
+		},
 	})
 	cancel()
 	<-scrapeDone
@@ -993,7 +1005,11 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	w := cell.Window{Start: run.Start, End: run.End}
 	figs := cell.Decode(recs, w)
 	smp.mu.Lock()
-	j := cell.Judge{N: share, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold}
+	j := cell.Judge{N: share, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold,
+		Between: r.between(c, n) && r.warmSlots(n) >= share}
+	if !r.sharded() {
+		j.Slots = r.info.SlotsAtMost() // a shard's share is not the engine's load
+	}
 	engineRunning := 0.0
 	if smp.samples > 0 {
 		engineRunning = smp.running / float64(smp.samples)
@@ -1016,7 +1032,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 			j.EngineHits, j.EngineQueries = hits1-hits0, queries1-queries0
 		}
 	}
-	r.judgeRecords(&j, recs, w, rw.decode[:share])
+	r.judgeRecords(&j, recs, w, run.Heard, rw.decode[:share])
 	out := r.res.Cell(c, n)
 	out.Status = cell.Status(figs, j)
 	figs.Fill(out, j) // explains a status other than Valid in Reason
@@ -1026,6 +1042,10 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	}
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
+	}
+	if heard := run.Heard - run.End; hearFor > 0 && heard > 10*time.Millisecond {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("Cell %s × %d lies between the KV capacity's bounds: it went on %.1f s after its window to hear the engine's answer to every request (METHOD §3), and is %s.",
+			TokenLabel(c), n, heard.Seconds(), out.Status.Label()))
 	}
 	r.beyondCell(ctx, out, recs, w, w.End, timings0)
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
@@ -1068,10 +1088,59 @@ func (r *runner) ending(c int, col result.Column) replay.Ending {
 	}}
 }
 
+// hearMargin is how many times the prefill of a cell's N prompts, at the
+// row's cold prefill rate, a cell between the KV capacity's bounds waits
+// after its window for the engine's answer; minHear is the least.
+const (
+	hearMargin = 2
+	minHear    = time.Second
+)
+
+// between reports whether cell (c, n) lies between the bounds of a KV
+// capacity the engine tells only within bounds (llama.cpp: one slot's
+// n_ctx to n_ctx × slots): whether it fits is the engine's to say.
+func (r *runner) between(c, n int) bool {
+	s := r.res.Settings
+	return s.KVCapacity == 0 && s.KVCapacityMin > 0 && s.KVCapacityMax > 0 && need(c, n, r.sc.MaxOutput) > s.KVCapacityMin
+}
+
+// hearFor is how long after its window cell (rw.c, n) waits for the
+// engine's own answer to every request (METHOD.md §3, hearing the engine):
+// 0 for a cell whose fit is known. An engine with a unified KV cache finds
+// that a cell's prompts do not fit only when its cache fills, N prompts of
+// C tokens into the prefill: hearMargin times that at the row's measured
+// cold prefill rate (or the prefill rows'), at least minHear, at most the
+// idle timeout. A shard keeps its schedule and does not wait.
+func (r *runner) hearFor(rw *rowRun, n int) time.Duration {
+	if r.sharded() || !r.between(rw.c, n) {
+		return 0
+	}
+	d := time.Duration(hearMargin * float64(n) * float64(rw.cold))
+	if d <= 0 {
+		for _, p := range r.res.Prefill {
+			if p.Status == result.Valid && p.TokPerSec > 0 {
+				d = max(d, time.Duration(hearMargin*float64(n*rw.c)/p.TokPerSec*float64(time.Second)))
+			}
+		}
+	}
+	idle := r.tgt.Idle()
+	if d <= 0 {
+		d = idle
+	}
+	if idle > 0 {
+		d = min(d, idle)
+	}
+	if d <= 0 {
+		d = replay.DefaultIdleTimeout
+	}
+	return max(d, minHear)
+}
+
 // judgeRecords adds to j what the cell's requests say beyond figures: which
-// the engine refused for not fitting its context or KV cache, and which it
-// answered with a shorter prompt than was sent.
-func (r *runner) judgeRecords(j *cell.Judge, recs []record.Record, w cell.Window, bodies []replay.Body) {
+// the engine refused for not fitting its context or KV cache (in the
+// window, or after it until heard, while the cell waited for its answer),
+// and which it answered with a shorter prompt than was sent.
+func (r *runner) judgeRecords(j *cell.Judge, recs []record.Record, w cell.Window, heard time.Duration, bodies []replay.Body) {
 	target := 0
 	for _, b := range bodies {
 		if b.PromptTokens > 0 && (target == 0 || b.PromptTokens < target) {
@@ -1080,7 +1149,7 @@ func (r *runner) judgeRecords(j *cell.Judge, recs []record.Record, w cell.Window
 	}
 	for i := range recs {
 		rec := &recs[i]
-		inFlight := rec.Sent < w.End && rec.End >= w.Start
+		inFlight := rec.Sent < max(w.End, heard) && rec.End >= w.Start
 		if inFlight && engines.ContextExceeded(rec) {
 			if j.ContextExceeded == 0 {
 				j.ContextError = rec.Error

@@ -123,7 +123,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 		j.AvgRunning = smp.running / float64(smp.samples)
 	}
 	smp.mu.Unlock()
-	r.judgeRecords(&j, recs, w, bodies)
+	r.judgeRecords(&j, recs, w, w.End, bodies)
 	out := r.res.CellAt(c, col)
 	out.Status = cell.Status(figs, j)
 	out.TTFTKind = result.TTFTCold

@@ -36,6 +36,18 @@ type Closed struct {
 	StopOnFailure bool
 	// Ending is how the requests still running when the loop stops end.
 	Ending Ending
+	// Hear, when > 0 with a Window, keeps the loop going after its window
+	// closes until the engine has answered every stream (each has had a
+	// token event, or a request failed: with StopOnFailure that stops the
+	// loop), for at most Hear: an engine that finds it cannot fit a cell
+	// only when its KV cache fills says so when the cache fills, however
+	// slow the machine (METHOD.md §3, hearing the engine). The loop's
+	// figures are still the window's (Run.End); Run.Heard is when it
+	// stopped.
+	Hear time.Duration
+	// OnWindow, when set, is called when the window closes, before any
+	// hearing.
+	OnWindow func()
 	// Tokens, when set, counts tokens as they arrive (live progress).
 	Tokens *atomic.Int64
 	// Once sends each body exactly once instead of looping (warm-up).
@@ -57,6 +69,9 @@ type Run struct {
 	// dialled: no request was sent before it. End is Start + Window for a
 	// loop that ran its window, else when the loop stopped.
 	Start, End time.Duration
+	// Heard is when the loop stopped: after End when it kept going to
+	// hear the engine's answer (Closed.Hear), else End.
+	Heard time.Duration
 }
 
 // RunClosed dials one connection per stream, then starts every stream at
@@ -108,10 +123,28 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 		windowed bool
 		fl       = newFlights(cfg.Ending)
 	)
+	// answered[i]: stream i has had a token event or a failed request.
+	answered := make([]atomic.Bool, len(cfg.Bodies))
 	start := cfg.Clock.Now()
 	if cfg.Window > 0 {
 		windowed = true
-		t := time.AfterFunc(cfg.Window, fl.stop)
+		t := time.AfterFunc(cfg.Window, func() {
+			if cfg.OnWindow != nil {
+				cfg.OnWindow()
+			}
+			if cfg.Hear <= 0 {
+				fl.stop()
+				return
+			}
+			go hear(ctx, fl, cfg.Hear, func() bool {
+				for i := range answered {
+					if !answered[i].Load() && !conns[i].streaming.Load() {
+						return false
+					}
+				}
+				return true
+			})
+		})
 		defer t.Stop()
 	}
 	for i, body := range cfg.Bodies {
@@ -134,6 +167,9 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 				conn.Do(rctx, body, &rec)
 				done()
 				mine = append(mine, rec)
+				if len(rec.Arrivals) > 0 || rec.Outcome.Failed() {
+					answered[i].Store(true)
+				}
 				if rec.Outcome.Failed() {
 					failOn.Store(true)
 					if cfg.StopOnFailure && stopped.CompareAndSwap(0, int64(rec.End)+1) {
@@ -151,11 +187,36 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 	}
 	wg.Wait()
 	end := cfg.Clock.Now()
-	switch {
-	case stopped.Load() > 0:
-		end = time.Duration(stopped.Load() - 1)
-	case windowed && end >= start+cfg.Window:
+	heard := end
+	if s := stopped.Load(); s > 0 {
+		end = time.Duration(s - 1)
+		heard = end
+	}
+	if windowed && end >= start+cfg.Window {
 		end = start + cfg.Window
 	}
-	return Run{Records: out, Failed: failOn.Load(), Start: start, End: end}
+	if cfg.Hear <= 0 {
+		heard = end
+	}
+	return Run{Records: out, Failed: failOn.Load(), Start: start, End: end, Heard: max(heard, end)}
+}
+
+// hear stops the loop once every stream has been answered (answered), or
+// after d, or when ctx ends.
+func hear(ctx context.Context, fl *flights, d time.Duration, answered func() bool) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !answered() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			fl.stop()
+			return
+		case <-tick.C:
+		}
+	}
+	fl.stop()
 }

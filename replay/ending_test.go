@@ -90,3 +90,53 @@ func TestEnding(t *testing.T) {
 		})
 	}
 }
+
+// TestHear: a loop told to hear the engine goes on after its window until
+// every stream has had a token event (or for at most Hear), while its
+// figures stay the window's; without it the window's end cuts the streams
+// before their first token.
+func TestHear(t *testing.T) {
+	const window = 150 * time.Millisecond
+	tests := []struct {
+		name      string
+		hear      time.Duration
+		answered  bool          // every stream had a token event
+		minHeard  time.Duration // Heard - Start at least
+		maxHeard  time.Duration // and at most
+		onWindows int64
+	}{
+		{name: "no hearing: cut at the window's end", hear: 0, minHeard: window, maxHeard: window, onWindows: 1},
+		{name: "heard: stops at the first tokens", hear: 5 * time.Second, answered: true, minHeard: 500 * time.Millisecond, maxHeard: 3 * time.Second, onWindows: 1},
+		{name: "not heard in time: stops after Hear", hear: 100 * time.Millisecond, minHeard: window + 100*time.Millisecond, maxHeard: 450 * time.Millisecond, onWindows: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := testModel()
+			m.FirstEventDelay = 500 * time.Millisecond // the first tokens come after the window
+			eng := fixtures.StartTest(t, m)
+			tg := Target{BaseURL: eng.URL(), Model: "test", IdleTimeout: 10 * time.Second}
+			bodies := []Body{body(t, tg, "heard one", 1000), body(t, tg, "heard two", 1000)}
+			var windows atomic.Int64
+			run := RunClosed(context.Background(), Closed{Target: tg, Clock: record.NewClock(), Bodies: bodies,
+				MaxTokens: 1000, Stream: true, Window: window, StopOnFailure: true, Hear: tt.hear,
+				OnWindow: func() { windows.Add(1) }})
+			if run.End != run.Start+window {
+				t.Errorf("End %v after Start, want the window %v", run.End-run.Start, window)
+			}
+			if h := run.Heard - run.Start; h < tt.minHeard || h > tt.maxHeard {
+				t.Errorf("Heard %v after Start, want %v to %v", h, tt.minHeard, tt.maxHeard)
+			}
+			if got := windows.Load(); got != tt.onWindows {
+				t.Errorf("OnWindow called %d times, want %d", got, tt.onWindows)
+			}
+			if len(run.Records) != 2 {
+				t.Fatalf("%d records, want 2", len(run.Records))
+			}
+			for _, r := range run.Records {
+				if got := len(r.Arrivals) > 0; got != tt.answered || r.Outcome != record.Cancelled {
+					t.Errorf("%s: %s with %d token events; want cancelled, answered %v", r.ID, r.Outcome, len(r.Arrivals), tt.answered)
+				}
+			}
+		})
+	}
+}
