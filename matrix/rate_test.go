@@ -54,14 +54,17 @@ func TestArrivalRate(t *testing.T) {
 		if c.Status != want {
 			t.Errorf("%s: %s (%s), want %s", name, c.Status, c.Reason, want)
 		}
-		if c.AchievedRate < 0.9*c.Rate || c.AchievedRate > 1.05*c.Rate {
-			t.Errorf("%s: achieved %.2f requests/s", name, c.AchievedRate)
+		// A busy machine can wake the sender after the window's end for
+		// its last arrival: that one is not sent (nor counted). The 2/s
+		// cells send 3, so one fewer is allowed there.
+		sent := int(c.Rate * 1.5)
+		if c.Sent < sent-1 || c.AchievedRate > 1.05*c.Rate || (c.Rate == 20 && c.AchievedRate < 0.9*c.Rate) {
+			t.Errorf("%s: achieved %.2f requests/s, %d sent", name, c.AchievedRate, c.Sent)
 		}
 		// The 2/s cells' requests all end within the window and its grace;
 		// at 20/s the engine falls behind, and what is left at the grace's
 		// end is cancelled.
-		sent := int(c.Rate * 1.5)
-		if c.PeakInFlight < 1 || c.AvgInFlight <= 0 || c.Completed > sent || (c.Rate == 2 && c.Completed < sent) || c.Completed == 0 {
+		if c.PeakInFlight < 1 || c.AvgInFlight <= 0 || c.Completed > sent || (c.Rate == 2 && c.Completed < c.Sent) || c.Completed == 0 {
 			t.Errorf("%s: in flight peak %d avg %.2f, completed %d", name, c.PeakInFlight, c.AvgInFlight, c.Completed)
 		}
 		if p := c.Percentiles; p == nil || p.TTFTms == nil || p.E2Ems == nil || p.TBTms == nil || int(p.E2Ems.N) != c.Completed {
