@@ -2,6 +2,7 @@ package matrix
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -392,4 +393,45 @@ func TestSamplerSeedsSlots(t *testing.T) {
 		t.Errorf("%d scrapes while the request waited for its prompt, want many", samples)
 	}
 	<-sent
+}
+
+// TestLlamaSplitByVersion: what llama.cpp's prompt_seconds_total means
+// depends on its build (engines.LlamaBatchPromptBuild), and the fake
+// follows the build its version names. With every request cut by the
+// window's end no response gives its timings.prompt_ms, so the counter is
+// all there is: before b10406 it sums each prompt's time and the split
+// reads it (inside the TTFT); from b10406 it is batch wall time, no
+// request's own, and the split shows no prefill.
+func TestLlamaSplitByVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		counter bool
+	}{
+		{"b10309-82bb48500", true},
+		{"b10573-d775b8967", false},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			m := llamaFake(true)
+			m.Version = tc.version
+			sc := scenarios.Scenario{Name: "split", Contexts: []int{1024}, Concurrency: []int{2}, Window: 1500 * time.Millisecond, MaxOutput: 1000, API: "chat"}
+			res, _ := runFake(t, m, sc, Config{})
+			c := res.Cell(1024, 2)
+			if c == nil {
+				t.Fatal("no cell 1K × 2")
+			}
+			doc, _ := json.Marshal(res)
+			if s := c.TTFTSplit; tc.counter {
+				if s == nil || s.Prefill == nil || !strings.Contains(s.Prefill.Source, "llamacpp:prompt_seconds_total") || s.Prefill.Ms <= 0 || s.Prefill.Ms > s.ClientMs {
+					t.Errorf("split %+v, want the prefill from llamacpp:prompt_seconds_total", s)
+				}
+			} else {
+				if s != nil && s.Prefill != nil {
+					t.Errorf("prefill %+v from a batch-time counter", s.Prefill)
+				}
+				if !strings.Contains(string(doc), "b10573's prompt_seconds_total is the wall time of the batches") {
+					t.Errorf("no note says why the counter is not read: %s", doc)
+				}
+			}
+		})
+	}
 }
