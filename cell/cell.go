@@ -480,6 +480,9 @@ func (c *RunningCache) Add(prompt, cached int) {
 // (the engine knows what it queued; a slow first token is not a queue: seed
 // 002's 16K × 16 cell is Valid with an 11.7 s TTFT). Without one, the
 // engine ran all N at once only if at some instant all N were decoding.
+// A window without a token is Failed unless the engine queued requests
+// (its waiting gauge; without one, fewer slots than N): then the queue, not the
+// machine's prefill speed, decides, and the cell shows no figures.
 //
 // Cache missed: for a context of at least CacheCheckFrom tokens, a request
 // found less than CacheHitShare of its prompt in the prefix cache (usage's
@@ -491,7 +494,14 @@ func Status(f Figures, j Judge) result.Status {
 	switch {
 	case j.ContextExceeded > 0:
 		return result.OverCapacity
-	case f.Failed > 0 || f.OutputTokens == 0 || j.Truncated > 0:
+	case f.Failed > 0 || j.Truncated > 0:
+		return result.Failed
+	case f.OutputTokens == 0 && (j.MaxWaiting > 0 || j.MaxWaiting < 0 && j.Slots > 0 && j.N > j.Slots):
+		// The engine queued requests, and those it ran were still in
+		// their prefill when the window closed: how long that takes is
+		// the machine's speed, the queue is the engine's own word.
+		return result.RequestsQueued
+	case f.OutputTokens == 0:
 		return result.Failed
 	case j.Between && j.CacheCheck && cacheMissed(f, j):
 		return result.OverCapacity
@@ -576,13 +586,16 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	case result.RequestsQueued:
 		if j.MaxWaiting > 0 {
 			c.Reason = fmt.Sprintf("the engine reported up to %d waiting requests during the window", j.MaxWaiting)
-		} else if f.PeakDecoding < j.N {
+		} else if f.OutputTokens > 0 && f.PeakDecoding < j.N {
 			c.Reason = fmt.Sprintf("at most %d of the %d requests were decoding at the same time", f.PeakDecoding, j.N)
 		} else {
 			c.Reason = fmt.Sprintf("the engine runs %d requests at once, fewer than the cell's %d", j.Slots, j.N)
 		}
 	case result.CacheMissed:
 		c.Reason = cacheReason(f, j) + ": TTFT includes prefill"
+	}
+	if c.Status == result.RequestsQueued && f.OutputTokens == 0 {
+		c.Reason += fmt.Sprintf("; no token arrived in the %.1f s window (the requests it ran were still in their prefill), so it shows no figures: a longer --window measures their decode", f.MeasuredFor.Seconds())
 	}
 }
 

@@ -67,7 +67,7 @@ func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record
 		out.SLO = t.Figures(w.Len().Seconds())
 	}
 	r.splitCell(ctx, out, recs, w, before)
-	if r.bey.limitsOK && out.Status.ShowsFigures() {
+	if r.bey.limitsOK && out.ShowsFigures() {
 		seq := cell.MeanSeqTokens(recs, w, out.PromptTokens)
 		out.DecodeLimit = r.bey.limits.Figures(out.TotalTokPerSec, out.AvgActive, seq)
 	}

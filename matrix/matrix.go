@@ -1049,7 +1049,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	}
 	r.beyondCell(ctx, out, recs, w, w.End, timings0)
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
-	if out.Status.ShowsFigures() {
+	if out.ShowsFigures() {
 		summary = fmt.Sprintf("%-16s %8.1f tok/s  TTFT %.0f ms  TBT %.1f ms", out.Status.Label(), out.TotalTokPerSec, out.TTFTms, out.TBTms)
 		if out.Cache != nil {
 			summary += fmt.Sprintf("  cache %.0f%%", 100*out.Cache.HitRate)

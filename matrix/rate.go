@@ -140,7 +140,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 		}
 	}
 	summary := out.Status.Label() + ": " + clip(out.Reason, 160)
-	if out.Status.ShowsFigures() {
+	if out.ShowsFigures() {
 		summary = fmt.Sprintf("%-16s %8.1f tok/s  %.2f req/s  TTFT %.0f ms  TBT %.1f ms  in flight ≤%d", out.Status.Label(),
 			out.TotalTokPerSec, out.AchievedRate, out.TTFTms, out.TBTms, out.PeakInFlight)
 		summary += beyondSummary(out)

@@ -66,7 +66,7 @@ func (r *runner) splitNotes() {
 	}
 	measured := false
 	for _, c := range r.res.Decode {
-		measured = measured || c.Status.ShowsFigures()
+		measured = measured || c.ShowsFigures()
 	}
 	// Only a measured cell could have been split: with none, the engine
 	// was never asked, and saying it keeps nothing would be untrue.

@@ -497,7 +497,7 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 	}
 	out.SLO = mergeSLO(mine)
 	out.TTFTSplit = mergeSplit(mine)
-	if out.Status.ShowsFigures() {
+	if out.ShowsFigures() {
 		out.DecodeLimit = mergeLimit(bw, &out, mine)
 	}
 	out.TTFTKind = worst.TTFTKind

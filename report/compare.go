@@ -51,7 +51,7 @@ func (p pairCell) neither() bool { return p.A == nil && p.B == nil }
 const neitherNote = dash + " in neither run"
 
 func shown(c *result.Cell) bool {
-	return c != nil && c.Status.ShowsFigures()
+	return c != nil && c.ShowsFigures()
 }
 
 // ratio is b/a, or NaN when either side has no figure.

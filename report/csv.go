@@ -68,7 +68,7 @@ func numInt(n int) string {
 func csvPercentiles(c *result.Cell, ps []float64) []string {
 	out := make([]string, 0, 3*(len(ps)+1)+1)
 	var p *result.Percentiles
-	if c != nil && c.Status.ShowsFigures() {
+	if c != nil && c.ShowsFigures() {
 		p = result.PercentilesOf(c.Histograms, ps)
 	}
 	var low []string
@@ -131,7 +131,7 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 			}
 			var f result.Cell // figures only where the status shows them (METHOD §3)
 			kind := ""
-			if cell.Status.ShowsFigures() {
+			if cell.ShowsFigures() {
 				f, kind = *cell, cell.TTFTOf()
 				if f.Cache != nil {
 					cache = strconv.FormatFloat(math.Round(f.Cache.HitRate*1e4)/1e4, 'f', -1, 64)

@@ -91,14 +91,14 @@ func beyondColumns(c *result.Cell, withSLO, withLimit bool) []string {
 	var out []string
 	if withSLO {
 		v := dash
-		if c.Status.ShowsFigures() {
+		if c.ShowsFigures() {
 			v = attainment(c.SLO)
 		}
 		out = append(out, v)
 	}
 	if withLimit {
 		v := dash
-		if c.DecodeLimit != nil && c.Status.ShowsFigures() {
+		if c.DecodeLimit != nil && c.ShowsFigures() {
 			v = fmtShare(c.DecodeLimit.ShareOfBandwidthLimit)
 		}
 		out = append(out, v)

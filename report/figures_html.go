@@ -77,7 +77,7 @@ func sloChart(r *result.Result, contexts []int, cols []result.Column) string {
 		}
 		for i, k := range cols {
 			cl := r.CellAt(c, k)
-			if cl == nil || !cl.Status.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
+			if cl == nil || !cl.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
 				flush()
 				continue
 			}
@@ -106,7 +106,7 @@ func splitBars(r *result.Result, contexts []int, cols []result.Column) string {
 	for _, c := range contexts {
 		for _, col := range cols {
 			cl := r.CellAt(c, col)
-			if cl == nil || cl.TTFTSplit == nil || !cl.Status.ShowsFigures() {
+			if cl == nil || cl.TTFTSplit == nil || !cl.ShowsFigures() {
 				continue
 			}
 			rows = append(rows, row{ctxLabel(c) + " × " + col.Label(), cl.TTFTSplit})
@@ -235,7 +235,7 @@ func (e *htmlWriter) beyondHTML(r *result.Result, v *view) {
 			items = append(items, [2]string{colValid, "validation (engine)"})
 		}
 		for _, c := range r.Decode {
-			if c.TTFTSplit != nil && c.TTFTSplit.UnaccountedMs != nil && c.Status.ShowsFigures() {
+			if c.TTFTSplit != nil && c.TTFTSplit.UnaccountedMs != nil && c.ShowsFigures() {
 				items = append(items, [2]string{colUnacct, "not accounted by the engine (*)"})
 				break
 			}

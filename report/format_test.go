@@ -297,13 +297,22 @@ func TestGridAndTableAgree(t *testing.T) {
 		r.Decode = append(r.Decode, result.Cell{Context: 0, Concurrency: i + 1, Status: st, Measured: true, TotalTokPerSec: 612.5,
 			PerRequestTokPerSec: 80, TTFTms: 44, TBTms: 12, AvgActive: 1, Completed: 3, OutputTokens: 900, MeasuredForSeconds: 30})
 	}
+	// A queued cell whose window saw no token (its engine still
+	// prefilling what it ran) has no figures to show.
+	statuses = append(statuses, result.RequestsQueued)
+	r.Settings.Concurrency = append(r.Settings.Concurrency, len(statuses))
+	r.Decode = append(r.Decode, result.Cell{Context: 0, Concurrency: len(statuses), Status: result.RequestsQueued, Measured: true, MeasuredForSeconds: 8,
+		Reason: "the engine reported up to 4 waiting requests during the window; no token arrived in the 8.0 s window"})
 	v := newView(r)
 	for i, g := range v.Grid[0].Cells {
 		inGrid := g.TokS != ""
 		inTable := v.All[i][4] != dash
-		if inGrid != inTable || inGrid != statuses[i].ShowsFigures() {
-			t.Errorf("%s: figures in the grid %v, in All measurements %v; METHOD says %v", statuses[i], inGrid, inTable, statuses[i].ShowsFigures())
+		if want := r.Decode[i].ShowsFigures(); inGrid != inTable || inGrid != want {
+			t.Errorf("%s: figures in the grid %v, in All measurements %v; METHOD says %v", statuses[i], inGrid, inTable, want)
 		}
+	}
+	if last := v.Grid[0].Cells[len(statuses)-1]; last.TokS != "" || last.TTFT != "" {
+		t.Errorf("queued cell without a token shows %q tok/s, TTFT %q", last.TokS, last.TTFT)
 	}
 }
 

@@ -57,7 +57,7 @@ func (b *beyondView) limitSection(r *result.Result, contexts []int, cols []resul
 	for _, c := range contexts {
 		for _, col := range cols {
 			cl := r.CellAt(c, col)
-			if cl == nil || cl.DecodeLimit == nil || !cl.Status.ShowsFigures() {
+			if cl == nil || cl.DecodeLimit == nil || !cl.ShowsFigures() {
 				continue
 			}
 			d := cl.DecodeLimit
@@ -67,7 +67,7 @@ func (b *beyondView) limitSection(r *result.Result, contexts []int, cols []resul
 	}
 	over := 0.0
 	for _, c := range r.Decode {
-		if c.DecodeLimit != nil && c.Status.ShowsFigures() {
+		if c.DecodeLimit != nil && c.ShowsFigures() {
 			over = math.Max(over, c.DecodeLimit.ShareOfBandwidthLimit)
 		}
 	}
@@ -92,7 +92,7 @@ func hasLimit(r *result.Result) bool {
 // limitMark is what a grid cell says of its share of the bandwidth limit:
 // "62% of limit", or "".
 func limitMark(c *result.Cell) string {
-	if c == nil || c.DecodeLimit == nil || !c.Status.ShowsFigures() {
+	if c == nil || c.DecodeLimit == nil || !c.ShowsFigures() {
 		return ""
 	}
 	return fmtShare(c.DecodeLimit.ShareOfBandwidthLimit) + " of limit"

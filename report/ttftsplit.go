@@ -57,7 +57,7 @@ func fmtMeanMs(ms float64) string {
 func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []result.Column) {
 	any, unaccounted, validation := false, false, false
 	for _, c := range r.Decode {
-		validation = validation || (c.TTFTSplit != nil && c.TTFTSplit.Validation != nil && c.Status.ShowsFigures())
+		validation = validation || (c.TTFTSplit != nil && c.TTFTSplit.Validation != nil && c.ShowsFigures())
 	}
 	var sources, notes []string
 	addSource := func(what string, p *result.TTFTPart) {
@@ -69,7 +69,7 @@ func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []resul
 	for _, c := range contexts {
 		for _, col := range cols {
 			cl := r.CellAt(c, col)
-			if cl == nil || !cl.Status.ShowsFigures() {
+			if cl == nil || !cl.ShowsFigures() {
 				continue
 			}
 			row := []string{ctxLabel(c), col.Label()}

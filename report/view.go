@@ -76,7 +76,12 @@ func atOnce(c result.Column) string {
 // shows reports whether the grid prints figures for the cell (Valid,
 // Requests queued and Cache missed do; Over capacity, Failed and Not run do
 // not).
-func (g gridCell) shows() bool { return g.Status.ShowsFigures() }
+func (g gridCell) shows() bool {
+	if g.Cell != nil {
+		return g.Cell.ShowsFigures()
+	}
+	return g.Status.ShowsFigures()
+}
 
 // mark is what a grid cell that shows figures says besides them: its
 // status where that qualifies the figures, long and short ("Requests
@@ -473,7 +478,7 @@ func cellColumns(c *result.Cell, rate, withCache bool) []string {
 		completed, output = fmtInt(c.Completed), fmtInt(c.OutputTokens)
 	}
 	var f result.Cell // the figures shown: none unless the status shows them
-	if c.Status.ShowsFigures() {
+	if c.ShowsFigures() {
 		f = *c
 	}
 	// A Failed cell shows no window either: a cell stopped at its first
@@ -500,7 +505,7 @@ func cellColumns(c *result.Cell, rate, withCache bool) []string {
 	}
 	if withCache {
 		cache := dash
-		if c.Cache != nil && c.Status.ShowsFigures() {
+		if c.Cache != nil && c.ShowsFigures() {
 			cache = fmtPct(c.Cache.HitRate)
 		}
 		cols = append(cols, cache)

@@ -89,6 +89,16 @@ func (s Status) ShowsFigures() bool {
 	return s == Valid || s == RequestsQueued || s == CacheMissed || s == LateWindow
 }
 
+// ShowsFigures reports whether reports show this cell's figures: its
+// status shows them and, if it was measured, a token arrived in its
+// window (it counted output tokens or a rate). A Requests queued cell whose engine was still prefilling the
+// requests it ran when the window closed has no figure to show (its 0
+// tok/s and 0 ms TTFT are absences, not measurements; its reason says
+// so).
+func (c *Cell) ShowsFigures() bool {
+	return c.Status.ShowsFigures() && !(c.Measured && c.OutputTokens == 0 && c.TotalTokPerSec == 0)
+}
+
 // Result is one run.
 type Result struct {
 	Schema   int       `json:"schema"`

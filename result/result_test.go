@@ -111,3 +111,25 @@ func TestUnknownStatusRefused(t *testing.T) {
 		t.Fatalf("a valid status: %v", err)
 	}
 }
+
+// TestCellShowsFigures: a cell shows its figures when its status does and
+// a token arrived in its window; a queued cell whose window saw none (the
+// engine still prefilling what it ran) shows none, not 0 tok/s and 0 ms.
+func TestCellShowsFigures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Cell
+		want bool
+	}{
+		{"valid with tokens", Cell{Status: Valid, Measured: true, OutputTokens: 10}, true},
+		{"queued with tokens", Cell{Status: RequestsQueued, Measured: true, OutputTokens: 10}, true},
+		{"queued, no token in the window", Cell{Status: RequestsQueued, Measured: true}, false},
+		{"failed with tokens", Cell{Status: Failed, Measured: true, OutputTokens: 10}, false},
+		{"over capacity, not run", Cell{Status: OverCapacity}, false},
+		{"valid, figures from elsewhere (not measured here)", Cell{Status: Valid}, true},
+	} {
+		if got := tc.c.ShowsFigures(); got != tc.want {
+			t.Errorf("%s: ShowsFigures() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
