@@ -91,18 +91,18 @@ type Row struct {
 	FakeLateMedianMS *float64 `json:"fake_late_median_ms"`
 	FakeLateP99MS    *float64 `json:"fake_late_p99_ms"`
 
-	AddedMedianMS    *float64 `json:"added_event_median_ms"` // proxy legs: client-side − engine-side first byte, per event
-	AddedP99MS       *float64 `json:"added_event_p99_ms"`
-	AddedRequestMS   *float64 `json:"added_request_median_ms"` // request's last byte, engine side − client side
-	HopMatched       int      `json:"hop_requests_matched"`
-	CaptureDropped   int      `json:"capture_dropped"`
-	Holed            int      `json:"directions_with_lost_bytes"`
-	SplitEvents      int      `json:"events_split_over_packets"`
-	WireEvents       int      `json:"wire_events"`
-	Exchanges        int      `json:"wire_exchanges"`
-	WindowFrom       string   `json:"interval_from"`
-	WindowTo         string   `json:"interval_to"`
-	Note             string   `json:"note,omitempty"`
+	AddedMedianMS  *float64 `json:"added_event_median_ms"` // proxy legs: client-side − engine-side first byte, per event
+	AddedP99MS     *float64 `json:"added_event_p99_ms"`
+	AddedRequestMS *float64 `json:"added_request_median_ms"` // request's last byte, engine side − client side
+	HopMatched     int      `json:"hop_requests_matched"`
+	CaptureDropped int      `json:"capture_dropped"`
+	Holed          int      `json:"directions_with_lost_bytes"`
+	SplitEvents    int      `json:"events_split_over_packets"`
+	WireEvents     int      `json:"wire_events"`
+	Exchanges      int      `json:"wire_exchanges"`
+	WindowFrom     string   `json:"interval_from"`
+	WindowTo       string   `json:"interval_to"`
+	Note           string   `json:"note,omitempty"`
 }
 
 func TestWire(t *testing.T) {
