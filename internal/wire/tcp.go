@@ -7,9 +7,15 @@ import (
 // Bounds of one direction of a TCP stream.
 const (
 	// maxPending is the most bytes held out of order (after a hole) in one
-	// direction: past it the hole is taken as lost (the capture dropped a
-	// packet) and the direction is cut there.
-	maxPending = 16 << 20
+	// direction, and maxHole the longest (capture time) a hole may stay
+	// open: past either the hole is taken as lost (the capture dropped a
+	// packet, so TCP will never send it again) and the direction is cut
+	// there. Loopback reorders nothing; a retransmission comes within a
+	// few hundred milliseconds. The time bound keeps a capture that
+	// dropped packets on thousands of connections from holding each one's
+	// rest of stream in memory.
+	maxPending = 4 << 20
+	maxHole    = time.Second
 	// maxAhead is how far past the next expected byte a segment may start;
 	// one further is garbage (another connection's, a corrupt header).
 	maxAhead = 1 << 30
@@ -32,6 +38,7 @@ type half struct {
 	off     int64  // bytes delivered so far
 	pending []piece
 	pendN   int
+	holeAt  time.Duration // when the first byte now held arrived
 	cut     bool // a hole was given up on: nothing more is delivered
 	sink    func(p []byte, at time.Duration)
 }
@@ -64,8 +71,14 @@ func (h *half) add(seq uint32, p []byte, at time.Duration) {
 		h.deliver(p, at)
 		return
 	}
+	if len(h.pending) == 0 {
+		h.holeAt = at
+	}
 	h.hold(start, p, at)
 	h.flush()
+	if len(h.pending) > 0 && at-h.holeAt > maxHole {
+		h.giveUp()
+	}
 }
 
 func (h *half) deliver(p []byte, at time.Duration) {
@@ -131,6 +144,8 @@ func (h *half) flush() {
 	}
 	if len(h.pending) == 0 {
 		h.pending = nil
+	} else {
+		h.holeAt = h.pending[0].at
 	}
 }
 

@@ -334,3 +334,27 @@ func TestCompare(t *testing.T) {
 		t.Errorf("median %v", q)
 	}
 }
+
+// A hole still open a second (of capture time) after bytes beyond it
+// arrived is given up on: what fills it later is not read, and the bytes
+// held are let go.
+func TestHoleGivenUp(t *testing.T) {
+	w := newPcap(binary.LittleEndian, true, LinkEthernet)
+	f := w.flow(netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.1:8000"), 1, 1)
+	f.handshake(at(0))
+	f.send(true, at(1), request("{}"))
+	f.send(false, at(10), sseHead)
+	f.send(false, at(20), chunk(tokenEvent("cmpl-9", "a")))
+	lost := chunk(tokenEvent("cmpl-9", "b"))
+	third := chunk(tokenEvent("cmpl-9", "c"))
+	f.at(false, at(40), uint32(len(lost)), third)
+	f.at(false, at(1200), uint32(len(lost)+len(third)), chunk(done)) // over a second after the hole opened
+	f.at(false, at(1500), 0, lost)                                   // too late
+	c, err := Read(bytes.NewReader(w.buf.Bytes()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Holed != 1 || len(c.Exchanges) != 1 || len(c.Exchanges[0].Wire.Arrivals) != 1 {
+		t.Fatalf("holed %d, exchanges %+v", c.Holed, c.Exchanges)
+	}
+}
