@@ -39,7 +39,7 @@ type half struct {
 	pending []piece
 	pendN   int
 	holeAt  time.Duration // when the first byte now held arrived
-	cut     bool // a hole was given up on: nothing more is delivered
+	cut     bool          // a hole was given up on: nothing more is delivered
 	sink    func(p []byte, at time.Duration)
 }
 
