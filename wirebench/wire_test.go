@@ -59,6 +59,7 @@ type config struct {
 	out     string
 	pinned  bool
 	dir     string
+	keep    bool // WIRE_KEEP: the files stay in dir
 }
 
 // Row is one run's figures (one leg at one stream count and gap). Figures
@@ -85,6 +86,8 @@ type Row struct {
 	TokensWire       int      `json:"tokens_wire"`
 	ClockOffsetMS    *float64 `json:"clock_offset_median_ms"` // record Wall at Sent − wire Sent
 	EventsDiffer     int      `json:"requests_event_count_differs"`
+	GapsOff1ms       int      `json:"gaps_off_over_1ms"` // gaps whose |error| is over 1 ms: where the error comes from
+	GapsZero         int      `json:"record_gaps_zero"`  // record gaps of 0: events read, and stamped, together
 
 	CPUCores *float64 `json:"cpu_cores"` // the measured process over the window
 
@@ -154,6 +157,13 @@ func stampName(s string) string {
 
 func setup(t *testing.T) *config {
 	cfg := &config{dir: t.TempDir(), pinned: benchcpu.Pinnable()}
+	if keep := os.Getenv("WIRE_KEEP"); keep != "" {
+		// Keep every capture, record file and ledger there, to look into.
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg.dir, cfg.keep = keep, true
+	}
 	var err error
 	if cfg.tcpdump, err = exec.LookPath("tcpdump"); err != nil {
 		t.Fatal("tcpdump is not installed: make bench-wire installs it (apt-get install tcpdump)")
@@ -202,6 +212,14 @@ func setup(t *testing.T) *config {
 		fmt.Fprintln(os.Stderr, "bench-wire: taskset or a second CPU is missing: the processes share CPUs")
 	}
 	return cfg
+}
+
+// saved is where a file to keep goes: "" unless WIRE_KEEP.
+func (cfg *config) saved(name string) string {
+	if !cfg.keep {
+		return ""
+	}
+	return filepath.Join(cfg.dir, name)
 }
 
 func envOr(k, def string) string {
@@ -563,10 +581,12 @@ func runDirect(t *testing.T, cfg *config, leg string, n int, gap time.Duration) 
 	row := Row{Gap: gap.String(), Streams: n, Leg: leg, Measured: measured, CaptureDropped: dropped}
 	recs := cell(readRecords(t, recPath))
 	from, to := interval(recs, cfg.window)
-	row.FakeLateMedianMS, row.FakeLateP99MS = lateness(t, leg, eng.url, from, to)
+	row.FakeLateMedianMS, row.FakeLateP99MS = lateness(t, leg, eng.url, from, to, cfg.saved(base+".ledger.json"))
 	eng.stop()
 	c := readCapture(t, pcap)
-	_ = os.Remove(pcap)
+	if !cfg.keep {
+		_ = os.Remove(pcap)
+	}
 	xs := onPort(c, ep)
 	fill(&row, c, recs, xs, from, to)
 	row.CPUCores = s.cores(from, to)
@@ -587,6 +607,14 @@ func fill(row *Row, c *wire.Capture, recs []record.Record, xs []wire.Exchange, f
 	row.TTFTRelP99Pct = pct(p99abs(e.TTFTRel))
 	row.TTFTAbsMedianMS = num(median(wire.Millis(e.TTFTAbs)))
 	row.TTFTAbsP99MS = num(p99abs(wire.Millis(e.TTFTAbs)))
+	for i, g := range e.Gap {
+		if g > time.Millisecond || g < -time.Millisecond {
+			row.GapsOff1ms++
+		}
+		if g+e.WireGap[i] == 0 {
+			row.GapsZero++
+		}
+	}
 	row.GapErrMedianMS = num(median(wire.Millis(e.Gap)))
 	row.GapErrP99MS = num(p99abs(wire.Millis(e.Gap)))
 	row.WireGapMedianMS = num(median(wire.Millis(e.WireGap)))
@@ -606,7 +634,8 @@ func fill(row *Row, c *wire.Capture, recs []record.Record, xs []wire.Exchange, f
 
 // lateness is how late the engine wrote events against its own schedule:
 // the fake's ledger (events in [from, to)), or the outside fake's word.
-func lateness(t *testing.T, leg, base string, from, to time.Time) (med, p99 *float64) {
+// With save set, the ledger is written there too.
+func lateness(t *testing.T, leg, base string, from, to time.Time, save string) (med, p99 *float64) {
 	if leg == "outside" {
 		resp, err := http.Get(base + "/late")
 		if err != nil {
@@ -631,8 +660,16 @@ func lateness(t *testing.T, leg, base string, from, to time.Time) (med, p99 *flo
 		return nil, nil
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Logf("the fake's ledger: %v", err)
+		return nil, nil
+	}
+	if save != "" {
+		_ = os.WriteFile(save, body, 0o644)
+	}
 	var entries []fixtures.LedgerEntry
-	if err := json.NewDecoder(resp.Body).Decode(&entries); err != nil {
+	if err := json.Unmarshal(body, &entries); err != nil {
 		t.Logf("decode the fake's ledger: %v", err)
 		return nil, nil
 	}
@@ -686,11 +723,13 @@ func runHop(t *testing.T, cfg *config, leg string, n int, gap time.Duration) []R
 	dropped, _ := capt.stop()
 	lgRecs := cell(readRecords(t, recPath))
 	from, to := interval(lgRecs, cfg.window)
-	lateMed, lateP99 := lateness(t, "fake", eng.url, from, to)
+	lateMed, lateP99 := lateness(t, "fake", eng.url, from, to, cfg.saved(base+".ledger.json"))
 	stopHop()
 	eng.stop()
 	c := readCapture(t, pcap)
-	_ = os.Remove(pcap)
+	if !cfg.keep {
+		_ = os.Remove(pcap)
+	}
 	frontX, backX := onPort(c, fp), onPort(c, ep)
 	hop := wire.MeasureHop(frontX, backX)
 	row := Row{Gap: gap.String(), Streams: n, Leg: leg, CaptureDropped: dropped, FakeLateMedianMS: lateMed, FakeLateP99MS: lateP99}
