@@ -10,7 +10,8 @@
 // Settings (the Makefile passes them): WIRE_STREAMS "64 512 1024 2048",
 // WIRE_GAPS "20ms 10ms", WIRE_WINDOW "20s", WIRE_OUT the JSON file of the
 // figures, WIRE_LEGS which runs (default "fake outside proxy nginx"),
-// TOKENTAP_BIN the binary (else it is built).
+// TOKENTAP_BIN the binary (else it is built), WIRE_KEEP a directory to keep
+// every capture, record file and ledger in (to look into an error).
 package wirebench
 
 import (
