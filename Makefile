@@ -7,6 +7,7 @@
 #   make soak   (not in CI) 1,024 streams through the proxy for 10 minutes: memory, descriptors, records
 #   make soak-fd  (not in CI) the soak under ulimit -n SOAK_NOFILE, with a burst of idle connections over it
 #   make fuzz-proxy  (not in CI) mutated requests and responses against a running proxy for FUZZ_PROXY_TIME
+#   make bench-wire  (not in CI; root or CAP_NET_RAW) tokentap's errors against a tcpdump capture of the loopback
 
 GO        ?= go
 PKG       := github.com/tokentap/tokentap
@@ -24,6 +25,11 @@ SOAK_NOFILE     ?= 512
 SOAK_FD_STREAMS ?= 128
 SOAK_FD_BURST   ?= 1024
 STATICCHECK_VERSION ?= v0.8.2
+WIRE_STREAMS ?= 64 512 1024 2048
+WIRE_GAPS    ?= 20ms 10ms
+WIRE_WINDOW  ?= 20s
+WIRE_LEGS    ?= fake outside proxy nginx
+WIRE_OUT     ?= $(CURDIR)/bin/bench-wire.json
 
 # The live tier's engines: TOKENTAP_LLAMA_SERVER and TOKENTAP_OLLAMA name
 # their binaries; by default the ones in $(ENGINE_CACHE)/bin, where they exist.
@@ -33,7 +39,7 @@ TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
 LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 
-.PHONY: build test unit race lint manifests e2e live bench fuzz soak soak-fd fuzz-proxy deps tools clean demo
+.PHONY: build test unit race lint manifests e2e live bench bench-wire fuzz soak soak-fd fuzz-proxy deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
@@ -56,8 +62,10 @@ lint: tools
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags 'e2e soak fuzzproxy' ./e2e/
+	$(GO) vet -tags wire ./wirebench/
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
 	$$($(GO) env GOPATH)/bin/staticcheck -tags 'e2e soak fuzzproxy' ./e2e/
+	$$($(GO) env GOPATH)/bin/staticcheck -tags wire ./wirebench/
 
 # The deployment files (deploy/, a module of its own so tokentap's does
 # not depend on Kubernetes): every manifest decoded strictly with the
@@ -111,6 +119,27 @@ live:
 # measure CPU time, so two packages' benchmarks at once spoil each other.
 bench: deps build
 	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./...
+
+# Not in CI: tokentap against the wire (docs/METHOD.md, "How tokentap's own
+# accuracy is established"). tcpdump captures the loopback with kernel
+# timestamps while tokentap matrix runs WIRE_STREAMS streams for WIRE_WINDOW
+# at each of WIRE_GAPS against the fake engine, an outside fake, and through
+# tokentap's proxy and nginx; prints the errors and writes WIRE_OUT. Needs
+# root or CAP_NET_RAW (tcpdump); installs tcpdump and nginx where missing.
+bench-wire: build
+	@missing=""; \
+	  command -v tcpdump >/dev/null 2>&1 || [ -x /usr/sbin/tcpdump ] || missing="$$missing tcpdump"; \
+	  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  fi
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "bench-wire: not root: tcpdump needs CAP_NET_RAW (sudo make bench-wire, or setcap cap_net_raw,cap_net_admin=eip $$(command -v tcpdump || echo /usr/bin/tcpdump))"; fi
+	PATH="$$PATH:/usr/sbin" TOKENTAP_BIN=$(CURDIR)/$(BIN) WIRE_STREAMS='$(WIRE_STREAMS)' WIRE_GAPS='$(WIRE_GAPS)' WIRE_WINDOW='$(WIRE_WINDOW)' \
+	  WIRE_LEGS='$(WIRE_LEGS)' WIRE_OUT='$(WIRE_OUT)' \
+	  $(GO) test -count=1 -timeout 0 -tags wire -run '^TestWire$$' -v ./wirebench/
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
