@@ -83,7 +83,10 @@ type Info struct {
 	// Models are the model ids GET /v1/models lists, in its order.
 	Models      []string
 	MaxModelLen int // tokens; 0 = unknown
-	KVCapacity  int // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
+	// EngineMaxModelLen is the context the engine itself said, before
+	// --max-model-len (Target.MaxModelLen) overrode it; 0 = it said none.
+	EngineMaxModelLen int
+	KVCapacity        int // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
 	// KVMin and KVMax bound the KV capacity where the engine says only
 	// enough to bound it (0: no bound). llama-server tells each slot's
 	// context and the number of slots, not whether the slots share one
@@ -392,7 +395,8 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		in.add(FactTokenize, "usage.prompt_tokens of max_tokens:1 requests", "no POST /tokenize")
 	}
 
-	// 6. Flags win.
+	// 6. Flags win (the engine's own context is kept beside them).
+	in.EngineMaxModelLen = in.MaxModelLen
 	if t.KVCapacity > 0 {
 		in.KVCapacity = t.KVCapacity
 		in.KVMin, in.KVMax = 0, 0

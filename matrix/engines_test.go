@@ -255,24 +255,38 @@ func TestOllama(t *testing.T) {
 // (here by --max-model-len and --kv-capacity; the probe itself reads the
 // running context from /api/ps) cuts long prompts without an error: the
 // row is Failed with the engine's real context, never reported as the
-// context asked for.
+// context asked for. What a cut prompt keeps depends on Ollama's release
+// (the fake follows its version): all 4,096 tokens in 0.17.4, about half
+// from 0.30.11; either way the note gives the context the engine runs.
 func TestOllamaTruncation(t *testing.T) {
 	t.Parallel() // each runs its own fake engine, mostly waiting out windows
-	m := ollamaFake()
-	m.MaxModelLen, m.NumCtxSet = 4096, false
-	m.PrefillTokPerSec = 40000 // the counts that find the cap are real prefills
-	sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 5120}, Concurrency: []int{1},
-		Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
-	res, _ := runFake(t, m, sc, Config{Target: replay.Target{Model: "tiny"}, MaxModelLen: 8192, KVCapacity: 16384})
-	checkStatuses(t, res, cellWant{{0, 1}: result.Valid, {5120, 1}: result.Failed})
-	if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "shortened") || c.Measured) {
-		t.Errorf("5K × 1: %+v", c)
-	}
-	if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != 4096 || !strings.Contains(p.Error, "shortened") {
-		t.Errorf("prefill row %+v", p)
-	}
-	if !strings.Contains(strings.Join(res.Notes, " "), "--max-model-len 4096") {
-		t.Errorf("notes %q: want the engine's real context", res.Notes)
+	for _, tc := range []struct {
+		version string
+		kept    int
+	}{
+		{"0.17.4", 4096},
+		{"0.32.15", 2050},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			t.Parallel()
+			m := ollamaFake()
+			m.Version = tc.version
+			m.MaxModelLen, m.NumCtxSet = 4096, false
+			m.PrefillTokPerSec = 40000 // the counts that find the cap are real prefills
+			sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 5120}, Concurrency: []int{1},
+				Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
+			res, _ := runFake(t, m, sc, Config{Target: replay.Target{Model: "tiny"}, MaxModelLen: 8192, KVCapacity: 16384})
+			checkStatuses(t, res, cellWant{{0, 1}: result.Valid, {5120, 1}: result.Failed})
+			if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "shortened") || c.Measured) {
+				t.Errorf("5K × 1: %+v", c)
+			}
+			if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != tc.kept || !strings.Contains(p.Error, "shortened") {
+				t.Errorf("prefill row %+v, want the prompt kept at %d", p, tc.kept)
+			}
+			if !strings.Contains(strings.Join(res.Notes, " "), "--max-model-len 4096") {
+				t.Errorf("notes %q: want the engine's real context", res.Notes)
+			}
+		})
 	}
 }
 

@@ -767,7 +767,14 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 // got tokens without an error, and returns the reason its cells get.
 func (r *runner) cutShort(c, sent, got int) string {
 	msg := fmt.Sprintf("the engine shortened a %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured", sent, got)
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d, or run the engine with a longer context).", TokenLabel(c), msg, got))
+	// An engine may keep less of a cut prompt than its context (Ollama
+	// from 0.30.11 keeps about half, leaving room to generate): where it
+	// said its context, that is the length to give.
+	give, why := got, ""
+	if e := r.info.EngineMaxModelLen; e > got && e < sent {
+		give, why = e, ": the context the engine says it runs; it keeps less of a cut prompt"
+	}
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d%s, or run the engine with a longer context).", TokenLabel(c), msg, give, why))
 	return msg
 }
 
