@@ -127,6 +127,10 @@ type loopSink struct {
 	res      error // pass's result when finished
 }
 
+// Data passes on one read's bytes. arrived is the kernel's receive stamp
+// of the read (evloop): when the engine's bytes reached the proxy's socket,
+// however late the loop read them, and the tap times the events they
+// complete by it (METHOD §2).
 func (s *loopSink) Data(p []byte, arrived time.Time) (done bool, err error) {
 	defer s.contain(&done, &err)
 	s.lastByte = arrived

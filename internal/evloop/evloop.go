@@ -25,13 +25,20 @@
 // the loop parks in Go's netpoller instead, on a second epoll descriptor
 // that watches its own only while it parks.
 //
-// In a Coalesced loop bytes are timed by their arrival, not by when the
-// loop got round to them: every read asks the kernel for the receive time
-// of its last segment (SO_TIMESTAMPNS). That frees the loop to wait a
-// little between a busy round of reads and the next, so one wake-up serves
-// many events instead of two or three; on this 2-core VM wake-ups were a
-// fifth of the loop's CPU. A read without a stamp, and every read of a
-// Prompt loop (which reads as events come), is timed at its return.
+// Bytes are timed by their arrival, not by when the loop got round to
+// them: every read (recvmsg) asks the kernel for the receive time of the
+// last segment it read (SO_TIMESTAMPNS), the time that segment reached the
+// socket. Bytes of several segments read at once (events that came while
+// the loop was busy elsewhere, or waited out a coalesce) all get the
+// latest segment's time; a read the kernel gave no stamp (the first
+// segments after stamping was first turned on, or a stamp older than
+// rawio.MaxAge) is timed at its return. A Prompt loop reads events as they
+// come, but a loop late to a socket (other streams' events, a descheduled
+// thread, a garbage collection) would otherwise time them late by as much.
+// In a Coalesced loop the stamps also free the loop to wait a little
+// between a busy round of reads and the next, so one wake-up serves many
+// events instead of two or three; on this 2-core VM wake-ups were a fifth
+// of the loop's CPU.
 //
 // Only Linux on amd64 and arm64 has the loop (Supported); elsewhere Wrap
 // fails and callers keep using the net.Conn they have.
@@ -68,7 +75,8 @@ type Mode int
 
 const (
 	// Prompt loops read every event as it comes: for the proxy, whose
-	// clients wait for each byte it passes on.
+	// clients wait for each byte it passes on. Bytes are timed by the
+	// kernel's receive stamp all the same.
 	Prompt Mode = iota
 	// Coalesced loops wait up to 200 µs between busy rounds of reads so
 	// that one wake-up serves many events, for the load generator, which
@@ -81,9 +89,8 @@ const (
 // is left as it was.
 func Wrap(tc *net.TCPConn, m Mode) (*Conn, error) { return wrap(tc, m) }
 
-// Reads is how many recvmsg calls the Coalesced loops' connections made so
-// far, for benchmarks (reads per event): /proc/self/io does not count them
-// as reads. Prompt loops read with read(2), which it does count.
+// Reads is how many recvmsg calls the loops' connections made so far, for
+// benchmarks (reads per event): /proc/self/io does not count them as reads.
 func Reads() uint64 { return reads() }
 
 // Procs is the GOMAXPROCS the loops started so far raised it to when they

@@ -487,7 +487,6 @@ type Conn struct {
 	fd           int
 	slot         int32
 	gen          int32 // the registration's number, in every event
-	stamp        bool  // reads ask for the kernel's receive time (Coalesced)
 	laddr, raddr net.Addr
 
 	// Transmit stamps (Coalesced; see Sent), used by the writing goroutine
@@ -618,20 +617,20 @@ func wrap(tc *net.TCPConn, m Mode) (*Conn, error) {
 		syscall.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	// Receive times for every read of a Coalesced loop's (recv), and the
-	// send time of each write's last byte (Sent). Linux turns receive
-	// stamping on asynchronously, so the first segments may come without
-	// one; without transmit stamps Sent reports none.
+	// Receive times for every read (recv), in both modes, and for a
+	// Coalesced loop's the send time of each write's last byte (Sent).
+	// Linux turns receive stamping on asynchronously the first time any
+	// socket asks, so the first segments may come without a stamp; without
+	// transmit stamps Sent reports none.
+	if err := rawio.StampReads(fd); err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("setsockopt", err)
+	}
 	txStamps := false
 	if m == Coalesced {
-		if err := rawio.StampReads(fd); err != nil {
-			syscall.Close(fd)
-			return nil, os.NewSyscallError("setsockopt", err)
-		}
 		txStamps = rawio.StampSends(fd)
 	}
 	c := &Conn{
-		stamp:    m == Coalesced,
 		txStamps: txStamps,
 		l:        g.loops[g.next.Add(1)%uint32(len(g.loops))],
 		fd:       fd,
@@ -835,19 +834,18 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 // Arrived is when the bytes the last Read returned arrived: the kernel's
-// receive time of their last segment, or the Read's return where the
-// kernel gave none.
+// receive time of the last segment they came in (bytes of several
+// segments read at once all get the latest's), or the Read's return where
+// the kernel gave none.
 func (c *Conn) Arrived() time.Time { return c.arrived }
 
-// recv reads the socket once. For a Coalesced loop's Conn it is recvmsg,
-// for the receive time of the last segment read (rawio.ReadStamped).
+// recv reads the socket once, by recvmsg, for the receive time of the last
+// segment read (rawio.ReadStamped): when the bytes reached the socket, not
+// when the loop got round to them. A Prompt loop reads as events come, but
+// on a busy machine it comes late (another stream's event, a descheduled
+// thread, a garbage collection): timed by the read's return, every event
+// read meanwhile would be as late in the proxy's records as in the proxy.
 func (c *Conn) recv(p []byte) (int, time.Time, error) {
-	if !c.stamp {
-		// A Prompt loop reads as events come: the read's return is their
-		// arrival, give or take the wake-up, without recvmsg's cost.
-		n, err := rawio.Read(c.fd, p)
-		return n, time.Now(), err
-	}
 	c.l.reads.Add(1)
 	return rawio.ReadStamped(c.fd, p)
 }

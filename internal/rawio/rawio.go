@@ -1,9 +1,11 @@
 // Package rawio reads and writes non-blocking sockets with the fewest
 // instructions between tokentap and the kernel, for the two hot paths that
-// move one small SSE event per system call: the proxy (upstream read,
-// client write) and the load generator (response read, in evloop). Where
-// a time must be exact it has the kernel's stamps: ReadStamped returns when
-// the bytes read reached the socket, ReadSendStamp when a written byte left.
+// move one small SSE event per system call: the proxy (upstream read, in
+// evloop; client write) and the load generator (response read, in evloop).
+// Where a time must be exact it has the kernel's stamps: ReadStamped
+// returns when the bytes read reached the socket (every event's arrival,
+// the proxy's request Sent), ReadSendStamp when a written byte left (the
+// load generator's Sent).
 //
 // Call these only on a non-blocking socket that cannot be closed during
 // the call: inside syscall.RawConn.Read or Write callbacks (which hold the

@@ -5,10 +5,13 @@ package rawio
 import (
 	"encoding/binary"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/tokentap/tokentap/internal/benchcpu"
 )
 
 func TestStamped(t *testing.T) {
@@ -181,4 +184,70 @@ func FuzzSendStamp(f *testing.F) {
 			t.Fatal("a zero stamp reported")
 		}
 	})
+}
+
+// BenchmarkReadEvent is the cost of reading one SSE event off a loopback
+// TCP socket that stamps its reads: by read(2) timed at its return (how
+// evloop's Prompt loops read until they took the kernel's stamps) against
+// ReadStamped's recvmsg. Each op writes the event and reads it; read-ns/op
+// is the median time of the read alone (with its clock reading), the
+// price of the stamp is the difference between the two. cpu-ns/op is the
+// process CPU of a whole op, the loopback write included (the machine may
+// be shared: wall time is noisy).
+func BenchmarkReadEvent(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer peer.Close()
+	nc, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	fd := func(c net.Conn) int {
+		f, err := c.(*net.TCPConn).File() // a blocking duplicate, for this goroutine alone
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		return int(f.Fd())
+	}
+	w, r := fd(peer), fd(nc)
+	if err := StampReads(r); err != nil {
+		b.Fatal(err)
+	}
+	event := []byte(`data: {"id":"cmpl-0123456789abcdef","object":"text_completion","created":1764489600,"model":"fake-4b","choices":[{"index":0,"text":" tok","finish_reason":null}]}` + "\n\n")
+	buf := make([]byte, 64<<10)
+	for _, how := range []string{"read", "recvmsg"} {
+		b.Run(how, func(b *testing.B) {
+			var took []time.Duration
+			start := benchcpu.Now()
+			for b.Loop() {
+				if _, err := Write(w, event); err != nil {
+					b.Fatal(err)
+				}
+				var n int
+				t0 := time.Now()
+				if how == "read" {
+					n, err = Read(r, buf)
+					_ = time.Now()
+				} else {
+					n, _, err = ReadStamped(r, buf)
+				}
+				took = append(took, time.Since(t0))
+				if err != nil || n != len(event) {
+					b.Fatal(n, err)
+				}
+			}
+			benchcpu.Report(b, start)
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "read-ns/op")
+		})
+	}
 }
