@@ -139,7 +139,7 @@ bench-wire: build
 	  echo "bench-wire: not root: tcpdump needs CAP_NET_RAW (sudo make bench-wire, or setcap cap_net_raw,cap_net_admin=eip $$(command -v tcpdump || echo /usr/bin/tcpdump))"; fi
 	PATH="$$PATH:/usr/sbin" TOKENTAP_BIN=$(CURDIR)/$(BIN) WIRE_STREAMS='$(WIRE_STREAMS)' WIRE_GAPS='$(WIRE_GAPS)' WIRE_WINDOW='$(WIRE_WINDOW)' \
 	  WIRE_LEGS='$(WIRE_LEGS)' WIRE_OUT='$(WIRE_OUT)' \
-	  $(GO) test -count=1 -timeout 0 -tags wire -run '^TestWire$$' -v ./wirebench/
+	  $(GO) test -count=1 -timeout 0 -tags wire -run '^(TestTargetsMissed|TestWire)$$' -v ./wirebench/
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

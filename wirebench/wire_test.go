@@ -147,6 +147,46 @@ func TestWire(t *testing.T) {
 		}
 		fmt.Printf("figures written to %s\n", cfg.out)
 	}
+	for _, r := range rows {
+		for _, miss := range r.targetsMissed() {
+			t.Errorf("%s, %d streams, %s: %s", r.Gap, r.Streams, r.Leg, miss)
+		}
+	}
+}
+
+// The load generator's targets against the wire (METHOD §11), held where
+// they are stated: up to 1,024 streams at 20 ms or more between tokens.
+// Beyond that (2,048 streams, 10 ms) the rows are figures, not a guard:
+// on 2 cores the fake itself falls seconds behind there.
+const (
+	targetTTFTPct  = 1.0 // |median TTFT error|, % of the wire's
+	targetGapP99MS = 1.0 // p99 of |gap error|
+	targetTputPct  = 0.5 // |throughput error|
+	targetCPU      = 0.5 // cores, the load generator over the window
+)
+
+// targetsMissed says which of the targets a direct leg's row misses.
+func (r Row) targetsMissed() []string {
+	gap, err := time.ParseDuration(r.Gap)
+	if err != nil || (r.Leg != "fake" && r.Leg != "outside") || r.Streams > 1024 || gap < 20*time.Millisecond {
+		return nil
+	}
+	var out []string
+	check := func(v *float64, limit float64, what string) {
+		switch {
+		case v == nil:
+			out = append(out, what+": no figure (nothing matched)")
+		case math.Abs(*v) > limit:
+			out = append(out, fmt.Sprintf("%s %.3g, over %.3g", what, *v, limit))
+		}
+	}
+	check(r.TTFTRelMedianPct, targetTTFTPct, "median TTFT error %")
+	check(r.GapErrP99MS, targetGapP99MS, "p99 gap error ms")
+	if r.TputErrPct != nil || r.CaptureDropped == 0 {
+		check(r.TputErrPct, targetTputPct, "throughput error %")
+	}
+	check(r.CPUCores, targetCPU, "load generator CPU cores")
+	return out
 }
 
 func stampName(s string) string {
@@ -907,4 +947,28 @@ func printTable(w io.Writer, rows []Row) {
 	fmt.Fprintln(w, "the interval. reqs: requests matched by response id. drops: packets the capture lost (a lost packet")
 	fmt.Fprintln(w, "ends its stream's reading). e2e: requests that ended with [DONE] on both sides (none where 256 tokens")
 	fmt.Fprintln(w, "outlast the window).")
+}
+
+// TestTargetsMissed: the guard holds a direct leg up to 1,024 streams at
+// 20 ms to the targets, says each one missed, and leaves other rows be.
+func TestTargetsMissed(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	good := Row{Gap: "20ms", Streams: 1024, Leg: "fake", TTFTRelMedianPct: f(0.01), GapErrP99MS: f(0.2), TputErrPct: f(0), CPUCores: f(0.3)}
+	if m := good.targetsMissed(); len(m) != 0 {
+		t.Errorf("good row: %q", m)
+	}
+	bad := good
+	bad.TTFTRelMedianPct, bad.GapErrP99MS, bad.TputErrPct, bad.CPUCores = f(-1.5), f(2), f(0.6), f(0.7)
+	if m := bad.targetsMissed(); len(m) != 4 {
+		t.Errorf("bad row: %q, want all four missed", m)
+	}
+	for _, r := range []Row{
+		{Gap: "10ms", Streams: 1024, Leg: "fake", CPUCores: f(2)},
+		{Gap: "20ms", Streams: 2048, Leg: "outside", CPUCores: f(2)},
+		{Gap: "20ms", Streams: 64, Leg: "proxy", CPUCores: f(2)},
+	} {
+		if m := r.targetsMissed(); len(m) != 0 {
+			t.Errorf("%+v: %q, want no guard", r, m)
+		}
+	}
 }
