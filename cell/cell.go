@@ -423,6 +423,9 @@ type Judge struct {
 	// CacheCheck is set when the cell's prompts are long enough that the
 	// prefix cache must serve them (context >= CacheCheckFrom).
 	CacheCheck bool
+	// Answering: the engine still answered its gauges in the window's
+	// second half (a window without a token is a queue's only then).
+	Answering bool
 	// EngineHits and EngineQueries are the engine's prefix-cache counters'
 	// growth over the window (vLLM prefix_cache_hits / _queries), for an
 	// engine whose usage has no cached tokens; EngineQueries 0: none.
@@ -481,7 +484,8 @@ func (c *RunningCache) Add(prompt, cached int) {
 // 002's 16K × 16 cell is Valid with an 11.7 s TTFT). Without one, the
 // engine ran all N at once only if at some instant all N were decoding.
 // A window without a token is Failed unless the engine queued requests
-// (its waiting gauge; without one, fewer slots than N): then the queue, not the
+// (its waiting gauge; without one, fewer slots than N) and still answered
+// its gauges in the window's second half: then the queue, not the
 // machine's prefill speed, decides, and the cell shows no figures.
 //
 // Cache missed: for a context of at least CacheCheckFrom tokens, a request
@@ -496,10 +500,11 @@ func Status(f Figures, j Judge) result.Status {
 		return result.OverCapacity
 	case f.Failed > 0 || j.Truncated > 0:
 		return result.Failed
-	case f.OutputTokens == 0 && (j.MaxWaiting > 0 || j.MaxWaiting < 0 && j.Slots > 0 && j.N > j.Slots):
-		// The engine queued requests, and those it ran were still in
-		// their prefill when the window closed: how long that takes is
-		// the machine's speed, the queue is the engine's own word.
+	case f.OutputTokens == 0 && j.Answering && (j.MaxWaiting > 0 || j.MaxWaiting < 0 && j.Slots > 0 && j.N > j.Slots):
+		// The engine queued requests and kept answering, and those it ran
+		// had no first token by the window's end: how long that takes is
+		// the machine's speed, the queue is the engine's own word. An
+		// engine that stopped answering is Failed below.
 		return result.RequestsQueued
 	case f.OutputTokens == 0:
 		return result.Failed
@@ -595,7 +600,7 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 		c.Reason = cacheReason(f, j) + ": TTFT includes prefill"
 	}
 	if c.Status == result.RequestsQueued && f.OutputTokens == 0 {
-		c.Reason += fmt.Sprintf("; no token arrived in the %.1f s window (the requests it ran were still in their prefill), so it shows no figures: a longer --window measures their decode", f.MeasuredFor.Seconds())
+		c.Reason += fmt.Sprintf("; no token arrived in the %.1f s window while the engine kept answering (the first tokens of the requests it ran took longer than the window), so it shows no figures: a longer --window measures their decode", f.MeasuredFor.Seconds())
 	}
 }
 

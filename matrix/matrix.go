@@ -866,7 +866,8 @@ func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record,
 // sampler scrapes the engine's gauges during a window.
 type sampler struct {
 	mu         sync.Mutex
-	maxWaiting int // -1 until a scrape succeeded
+	maxWaiting int       // -1 until a scrape succeeded
+	lastOK     time.Time // when the last good scrape came in
 	running    float64
 	samples    int
 	err        error
@@ -914,6 +915,7 @@ func (s *sampler) run(ctx context.Context, in *engines.Info, every time.Duration
 		}
 		if ok && ctx.Err() == nil {
 			s.maxWaiting = max(s.maxWaiting, waiting) // from -1 on the first good scrape
+			s.lastOK = time.Now()
 			s.running += float64(running)
 			s.samples++
 		}
@@ -1013,7 +1015,10 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	figs := cell.Decode(recs, w)
 	smp.mu.Lock()
 	j := cell.Judge{N: share, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold,
-		Between: r.between(c, n) && r.warmSlots(n) >= share}
+		Between: r.between(c, n) && r.warmSlots(n) >= share,
+		// Still answering its gauges in the window's second half: an
+		// engine that stopped answering is not merely slow.
+		Answering: !smp.lastOK.IsZero() && r.clock.At(smp.lastOK) >= w.Start+(w.End-w.Start)/2}
 	if !r.sharded() {
 		j.Slots = r.info.SlotsAtMost() // a shard's share is not the engine's load
 	}

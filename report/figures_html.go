@@ -77,7 +77,7 @@ func sloChart(r *result.Result, contexts []int, cols []result.Column) string {
 		}
 		for i, k := range cols {
 			cl := r.CellAt(c, k)
-			if cl == nil || !cl.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
+			if cl == nil || !cl.Status.ShowsFigures() || cl.SLO == nil || cl.SLO.Attainment == nil {
 				flush()
 				continue
 			}

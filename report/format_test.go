@@ -311,8 +311,12 @@ func TestGridAndTableAgree(t *testing.T) {
 			t.Errorf("%s: figures in the grid %v, in All measurements %v; METHOD says %v", statuses[i], inGrid, inTable, want)
 		}
 	}
-	if last := v.Grid[0].Cells[len(statuses)-1]; last.TokS != "" || last.TTFT != "" {
-		t.Errorf("queued cell without a token shows %q tok/s, TTFT %q", last.TokS, last.TTFT)
+	last := v.Grid[0].Cells[len(statuses)-1]
+	if last.TokS != "" || last.TTFT != "" || gridCellMD(last) != "Requests queued" {
+		t.Errorf("queued cell without a token shows %q tok/s, TTFT %q, Markdown %q", last.TokS, last.TTFT, gridCellMD(last))
+	}
+	if !strings.Contains(strings.Join(v.Failures, "\n"), "no token arrived in the 8.0 s window") {
+		t.Errorf("the reports' list of what went wrong does not say why it shows nothing: %q", v.Failures)
 	}
 }
 

@@ -51,6 +51,9 @@ func mdAlign(e *errWriter, right []bool) {
 // with "Requests queued" between the two for queued cells, or the status
 // alone.
 func gridCellMD(g gridCell) string {
+	if !g.shows() {
+		return g.Status.Label()
+	}
 	switch g.Status {
 	case result.Valid:
 		return g.TokS + "<br>" + g.TTFT + " " + ttftLabel(g.ttftKind())

@@ -95,7 +95,7 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 			switch {
 			case cl == nil:
 				row.Cells = append(row.Cells, "")
-			case !cl.ShowsFigures():
+			case !cl.Status.ShowsFigures():
 				row.Cells = append(row.Cells, textStatus(cl.Status))
 			case cl.SLO == nil:
 				row.Cells = append(row.Cells, dash)

@@ -301,7 +301,7 @@ func newViewWith(r *result.Result, o Options) *view {
 				if m := limitMark(cell); m != "" {
 					v.LimitMarks[cellKey{c, col}] = m
 				}
-				if (cell.Status == result.Failed || cell.Status == result.CacheMissed) && cell.Reason != "" {
+				if (cell.Status == result.Failed || cell.Status == result.CacheMissed || !cell.ShowsFigures() && cell.Status.ShowsFigures()) && cell.Reason != "" {
 					v.Failures = append(v.Failures, fmt.Sprintf("%s context, %s: %s", ctxLabel(c), atOnce(col), cell.Reason))
 				}
 			}

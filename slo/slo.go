@@ -527,7 +527,7 @@ func (s Spec) WindowUntil(recs []record.Record, start, end, until time.Duration)
 // whose cell shows no figures, or judged no request, is not met.
 func Capacity(res *result.Result, target float64) []result.SLOCapacity {
 	met := func(cl *result.Cell) bool {
-		return cl != nil && cl.ShowsFigures() && cl.SLO != nil && cl.SLO.Attainment != nil && *cl.SLO.Attainment >= target-1e-12
+		return cl != nil && cl.Status.ShowsFigures() && cl.SLO != nil && cl.SLO.Attainment != nil && *cl.SLO.Attainment >= target-1e-12
 	}
 	var out []result.SLOCapacity
 	for _, c := range res.Settings.Contexts {
@@ -585,7 +585,7 @@ func Totals(r *result.Result) {
 		c := &r.Decode[i]
 		switch {
 		case c.SLO == nil:
-		case c.ShowsFigures():
+		case c.Status.ShowsFigures():
 			add(&shown, c)
 		case c.Status == result.Failed:
 			add(&failed, c)

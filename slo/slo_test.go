@@ -317,17 +317,20 @@ func TestTotals(t *testing.T) {
 	fig := func(judged, good, undecided int, secs float64) *result.SLO {
 		return Tally{Judged: judged, Good: good, Undecided: undecided, GoodTokens: int64(10 * good)}.Figures(secs)
 	}
-	r := &result.Result{SLO: &result.SLORun{Spec: result.SLOSpec{Target: 0.9}}, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1, 2, 4, 8}},
+	r := &result.Result{SLO: &result.SLORun{Spec: result.SLOSpec{Target: 0.9}}, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1, 2, 4, 8, 16}},
 		Decode: []result.Cell{
 			{Context: 0, Concurrency: 1, Status: result.Valid, MeasuredForSeconds: 10, SLO: fig(10, 10, 0, 10)},
 			{Context: 0, Concurrency: 2, Status: result.RequestsQueued, MeasuredForSeconds: 5, SLO: fig(20, 5, 3, 5)},
 			{Context: 0, Concurrency: 4, Status: result.Failed, MeasuredForSeconds: 5, SLO: fig(8, 0, 1, 5)},
 			{Context: 0, Concurrency: 8, Status: result.OverCapacity},
+			// Queued, and no token in its window (no figures shown): its
+			// requests' verdicts are measurements all the same.
+			{Context: 0, Concurrency: 16, Status: result.RequestsQueued, Measured: true, MeasuredForSeconds: 5, SLO: fig(4, 0, 0, 5)},
 		}}
 	Totals(r)
 	o := r.SLO.Overall
-	// 15 good of 30 judged over 15 s: 1 good request/s, 10 tok/s.
-	if r.SLO.OverallCells != 2 || o.Judged != 30 || o.Good != 15 || o.Undecided != 3 || math.Abs(o.GoodputReqPerSec-1) > 1e-9 || math.Abs(o.GoodputTokPerSec-10) > 1e-9 {
+	// 15 good of 34 judged over 20 s: 0.75 good request/s, 7.5 tok/s.
+	if r.SLO.OverallCells != 3 || o.Judged != 34 || o.Good != 15 || o.Undecided != 3 || math.Abs(o.GoodputReqPerSec-0.75) > 1e-9 || math.Abs(o.GoodputTokPerSec-7.5) > 1e-9 {
 		t.Errorf("overall over %d cells: %+v", r.SLO.OverallCells, o)
 	}
 	if f := r.SLO.FailedCells; r.SLO.FailedCellCount != 1 || f == nil || f.Judged != 8 || f.Undecided != 1 || f.Good != 0 {

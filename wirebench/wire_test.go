@@ -224,7 +224,7 @@ func setup(t *testing.T) *config {
 	for _, f := range strings.Fields(envOr("WIRE_GAPS", "20ms 10ms")) {
 		d, err := time.ParseDuration(f)
 		if err != nil || d <= 0 {
-			t.Fatalf("WIRE_GAPS: %q is not a duration", f)
+			t.Fatalf("WIRE_GAPS: %q is not a positive duration such as 20ms", f)
 		}
 		cfg.gaps = append(cfg.gaps, d)
 	}
@@ -232,6 +232,13 @@ func setup(t *testing.T) *config {
 		t.Fatalf("WIRE_WINDOW: %q is not a duration of 1s or more", os.Getenv("WIRE_WINDOW"))
 	}
 	cfg.legs = strings.Fields(envOr("WIRE_LEGS", "fake outside proxy nginx"))
+	for _, leg := range cfg.legs { // before any run: a typo in the last leg wastes none
+		switch leg {
+		case "fake", "outside", "proxy", "nginx":
+		default:
+			t.Fatalf("WIRE_LEGS: unknown leg %q (fake, outside, proxy, nginx)", leg)
+		}
+	}
 	cfg.out = os.Getenv("WIRE_OUT")
 	cfg.bin = os.Getenv("TOKENTAP_BIN")
 	if cfg.bin == "" {
