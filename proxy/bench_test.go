@@ -25,6 +25,7 @@ import (
 
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/nginxref"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/tap"
 )
@@ -290,47 +291,15 @@ func (env *benchEnv) startNginx(b *testing.B, upstream string) (string, []int) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root;"
-	}
-	workers := "auto"
+	workers := 0 // one per CPU
 	if env.pinned {
-		workers = "1" // one CPU, as tokentap's proxy has
+		workers = 1 // one CPU, as tokentap's proxy has
 	}
-	conf := fmt.Sprintf(`%s
-worker_processes %[5]s;
-worker_rlimit_nofile 16384;
-daemon off;
-pid %[2]s/nginx.pid;
-error_log %[2]s/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path %[2]s/body;
-  proxy_temp_path %[2]s/proxy;
-  fastcgi_temp_path %[2]s/fastcgi;
-  uwsgi_temp_path %[2]s/uwsgi;
-  scgi_temp_path %[2]s/scgi;
-  upstream engine { server %[3]s; keepalive 2048; }
-  server {
-    listen %[4]s;
-    client_max_body_size 128m;
-    location / {
-      proxy_pass http://engine;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 600s;
-    }
-  }
-}
-`, user, dir, upstream, addr, workers)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
+	args, err := nginxref.Config{Dir: dir, Upstream: upstream, Listen: addr, Workers: workers, Keepalive: 2048}.Write()
+	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := env.command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
+	cmd := env.command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start nginx: %v", err)

@@ -38,6 +38,7 @@ import (
 
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/nginxref"
 	"github.com/tokentap/tokentap/internal/wire"
 	"github.com/tokentap/tokentap/record"
 )
@@ -819,47 +820,14 @@ func startNginx(t *testing.T, cfg *config, upstream string) (string, []int, func
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root;"
-	}
-	workers := "auto"
+	workers := 0 // one per CPU
 	if cfg.pinned {
-		workers = "1"
+		workers = 1
 	}
-	conf := fmt.Sprintf(`%s
-worker_processes %[5]s;
-worker_rlimit_nofile 16384;
-daemon off;
-pid %[2]s/nginx.pid;
-error_log %[2]s/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path %[2]s/body;
-  proxy_temp_path %[2]s/proxy;
-  fastcgi_temp_path %[2]s/fastcgi;
-  uwsgi_temp_path %[2]s/uwsgi;
-  scgi_temp_path %[2]s/scgi;
-  upstream engine { server %[3]s; keepalive 4096; }
-  server {
-    listen %[4]s;
-    client_max_body_size 128m;
-    location / {
-      proxy_pass http://engine;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 600s;
-    }
-  }
-}
-`, user, dir, upstream, addr, workers)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
+	args, err := nginxref.Config{Dir: dir, Upstream: upstream, Listen: addr, Workers: workers, Keepalive: 4096}.Write()
+	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log")}
 	cmd := exec.Command(bin, args...)
 	if cfg.pinned {
 		cmd = benchcpu.Command(1, bin, args...)
