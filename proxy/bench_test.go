@@ -295,7 +295,8 @@ func (env *benchEnv) startNginx(b *testing.B, upstream string) (string, []int) {
 	if env.pinned {
 		workers = 1 // one CPU, as tokentap's proxy has
 	}
-	args, err := nginxref.Config{Dir: dir, Upstream: upstream, Listen: addr, Workers: workers, Keepalive: 2048}.Write()
+	ng := nginxref.Config{Dir: dir, Upstream: upstream, Listen: addr, Workers: workers, Keepalive: 2048}
+	args, err := ng.Write()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -306,24 +307,9 @@ func (env *benchEnv) startNginx(b *testing.B, upstream string) (string, []int) {
 	}
 	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGQUIT); _ = cmd.Wait() })
 	url := "http://" + addr
-	for i := 0; ; i++ {
-		if resp, err := http.Get(url + "/v1/models"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if i > 100 {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			b.Fatalf("nginx did not come up on %s:\n%s", addr, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	pids := []int{cmd.Process.Pid}
-	if kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid)); err == nil {
-		for _, f := range strings.Fields(string(kids)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
-			}
-		}
+	pids, err := ng.WaitUp(url, cmd.Process.Pid, 5*time.Second)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return url, pids
 }

@@ -824,7 +824,8 @@ func startNginx(t *testing.T, cfg *config, upstream string) (string, []int, func
 	if cfg.pinned {
 		workers = 1
 	}
-	args, err := nginxref.Config{Dir: dir, Upstream: upstream, Listen: addr, Workers: workers, Keepalive: 4096}.Write()
+	ng := nginxref.Config{Dir: dir, Upstream: upstream, Listen: addr, Workers: workers, Keepalive: 4096}
+	args, err := ng.Write()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -842,24 +843,9 @@ func startNginx(t *testing.T, cfg *config, upstream string) (string, []int, func
 	}
 	t.Cleanup(stop)
 	u := "http://" + addr
-	for i := 0; ; i++ {
-		if resp, err := http.Get(u + "/v1/models"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if i > 200 {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not come up on %s:\n%s", addr, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	pids := []int{cmd.Process.Pid}
-	if kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid)); err == nil {
-		for _, f := range strings.Fields(string(kids)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
-			}
-		}
+	pids, err := ng.WaitUp(u, cmd.Process.Pid, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return u, pids, stop
 }

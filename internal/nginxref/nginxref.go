@@ -6,8 +6,12 @@ package nginxref
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Config is one nginx in front of Upstream, listening on Listen.
@@ -64,4 +68,29 @@ http {
 		return nil, err
 	}
 	return []string{"-p", c.Dir, "-c", path, "-e", filepath.Join(c.Dir, "error.log")}, nil
+}
+
+// WaitUp polls url+"/v1/models" until nginx (started with c's arguments
+// as process pid) answers, for at most timeout, and returns its master's
+// and workers' pids (for their CPU time). The error quotes its error log.
+func (c Config) WaitUp(url string, pid int, timeout time.Duration) ([]int, error) {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(url + "/v1/models"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(c.Dir, "error.log"))
+			return nil, fmt.Errorf("nginx did not come up on %s:\n%s", c.Listen, log)
+		}
+	}
+	pids := []int{pid}
+	if kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		for _, f := range strings.Fields(string(kids)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids, nil
 }
