@@ -2,13 +2,12 @@ package proxy
 
 import (
 	"bytes"
-
-	"github.com/valyala/fastjson"
+	"encoding/json"
 )
 
 // reqInfo is what the proxy reads from an OpenAI request body.
 type reqInfo struct {
-	valid        bool // the body is a JSON object
+	valid        bool // the body is one JSON object, nothing after it
 	model        string
 	stream       bool
 	maxTokens    int
@@ -17,7 +16,14 @@ type reqInfo struct {
 	hasOptions   bool // stream_options is present
 	optionsNull  bool // stream_options is null (the same as absent)
 	duplicate    bool // stream, stream_options or include_usage given twice
+	// Where the last stream_options value, and the last include_usage
+	// value inside it, lie in the body: injectUsage rewrites those bytes
+	// only.
+	options, usage span
 }
+
+// span is a value's bytes in a body: b[from:to].
+type span struct{ from, to int }
 
 // wantsInjection reports whether the proxy should ask the engine for usage
 // on the client's behalf (and strip it again): a stream whose client did not
@@ -26,87 +32,519 @@ type reqInfo struct {
 // the proxy leaves the request alone and the client gets what it would get.
 //
 // A body that gives one of those fields twice is never changed: parsers
-// disagree on which one counts (Python's json and Go's take the last,
-// fastjson's Get the first), and the proxy must not decide for the engine.
+// disagree on which one counts (Python's json and Go's take the last, some
+// the first), and the proxy must not decide for the engine.
 func (ri reqInfo) wantsInjection() bool {
 	return ri.valid && ri.stream && !ri.duplicate && (!ri.hasOptions || ri.optionsNull || ri.usageOff)
 }
 
-var parsers fastjson.ParserPool
+// maxModelName bounds the model name a record keeps: a name is a label,
+// and a client sending a megabyte of name must not make every record and
+// /stats carry it.
+const maxModelName = 256
 
 // inspect reads model, stream, max_tokens (or max_completion_tokens) and
 // stream_options.include_usage from a chat or completions request body. A
-// body that is not a JSON object gives valid false; the engine will answer
-// it with its own error, which the proxy passes on.
+// body that is not one JSON object gives valid false; the engine will
+// answer it with its own error, which the proxy passes on.
+//
+// It reads the body once, front to back, and keeps nothing but those
+// fields: a body of any shape (millions of array elements or keys, deep
+// nesting, long strings) costs no memory beyond a fixed nesting stack, so
+// inspecting one request never takes memory or pauses from the other
+// streams the proxy serves. Where a key comes twice the last counts, as in
+// the engines' parsers (Python's json, Go's encoding/json).
 func inspect(body []byte) reqInfo {
-	p := parsers.Get()
-	defer parsers.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	s := scanner{b: body}
+	var ri reqInfo
+	if !s.skipSpace() || s.b[s.i] != '{' {
 		return reqInfo{}
 	}
-	ri := reqInfo{valid: true}
-	if m := v.Get("model"); m != nil && m.Type() == fastjson.TypeString {
-		ri.model = string(m.GetStringBytes())
-	}
-	if o, err := v.Object(); err == nil {
-		// The last "stream" counts, as the engine's parser reads it.
-		o.Visit(func(k []byte, s *fastjson.Value) {
-			if string(k) == "stream" {
-				ri.stream = s.Type() == fastjson.TypeTrue
+	s.i++
+	streams, options := 0, 0
+	maxTokens, maxCompletion := 0, 0
+	for first := true; ; first = false {
+		if !s.skipSpace() {
+			return reqInfo{}
+		}
+		if s.b[s.i] == '}' && first {
+			s.i++
+			break
+		}
+		key, ok := s.key()
+		if !ok {
+			return reqInfo{}
+		}
+		from := s.i
+		switch string(key) {
+		case "model":
+			if s.b[s.i] == '"' {
+				raw, esc, ok := s.str()
+				if !ok {
+					return reqInfo{}
+				}
+				ri.model = modelName(raw, esc)
+			} else {
+				if !s.value() {
+					return reqInfo{}
+				}
+				ri.model = ""
 			}
-		})
-	}
-	for _, k := range [...]string{"max_tokens", "max_completion_tokens"} {
-		if n := v.Get(k); n != nil && n.Type() == fastjson.TypeNumber {
-			if i, err := n.Int(); err == nil && i > 0 {
-				ri.maxTokens = i
-				break
+		case "stream":
+			if !s.value() {
+				return reqInfo{}
+			}
+			streams++
+			ri.stream = string(s.b[from:s.i]) == "true"
+		case "max_tokens", "max_completion_tokens":
+			if !s.value() {
+				return reqInfo{}
+			}
+			n := count(s.b[from:s.i])
+			if string(key) == "max_tokens" {
+				maxTokens = n
+			} else {
+				maxCompletion = n
+			}
+		case "stream_options":
+			options++
+			if !s.options(&ri) {
+				return reqInfo{}
+			}
+			ri.options = span{from, s.i}
+		default:
+			if !s.value() {
+				return reqInfo{}
 			}
 		}
-	}
-	if so := v.Get("stream_options"); so != nil {
-		ri.hasOptions = true
-		ri.optionsNull = so.Type() == fastjson.TypeNull
-		if iu := so.Get("include_usage"); iu != nil {
-			ri.includeUsage = iu.Type() == fastjson.TypeTrue
-			ri.usageOff = iu.Type() == fastjson.TypeFalse
+		if !s.skipSpace() {
+			return reqInfo{}
 		}
-		if o, err := so.Object(); err == nil && count(o, "include_usage") > 1 {
-			ri.duplicate = true
+		if s.b[s.i] == '}' {
+			s.i++
+			break
 		}
+		if s.b[s.i] != ',' {
+			return reqInfo{}
+		}
+		s.i++
 	}
-	if o, err := v.Object(); err == nil && (count(o, "stream") > 1 || count(o, "stream_options") > 1) {
+	if s.skipSpace() {
+		return reqInfo{} // something after the object
+	}
+	ri.valid = true
+	ri.maxTokens = maxTokens
+	if ri.maxTokens == 0 {
+		ri.maxTokens = maxCompletion
+	}
+	ri.hasOptions = options > 0
+	if streams > 1 || options > 1 {
 		ri.duplicate = true
 	}
 	return ri
 }
 
-// count is how many members of o have the key k (JSON allows repeats).
-func count(o *fastjson.Object, k string) int {
-	n := 0
-	o.Visit(func(key []byte, _ *fastjson.Value) {
-		if string(key) == k {
-			n++
+// options reads a stream_options value into ri.
+func (s *scanner) options(ri *reqInfo) bool {
+	ri.optionsNull, ri.includeUsage, ri.usageOff, ri.usage = false, false, false, span{}
+	if s.b[s.i] != '{' {
+		from := s.i
+		if !s.value() {
+			return false
 		}
-	})
+		ri.optionsNull = string(s.b[from:s.i]) == "null"
+		return true
+	}
+	s.i++
+	usages := 0
+	for first := true; ; first = false {
+		if !s.skipSpace() {
+			return false
+		}
+		if s.b[s.i] == '}' && first {
+			s.i++
+			break
+		}
+		key, ok := s.key()
+		if !ok {
+			return false
+		}
+		from := s.i
+		if !s.value() {
+			return false
+		}
+		if string(key) == "include_usage" {
+			usages++
+			v := string(s.b[from:s.i])
+			ri.includeUsage, ri.usageOff = v == "true", v == "false"
+			ri.usage = span{from, s.i}
+		}
+		if !s.skipSpace() {
+			return false
+		}
+		if s.b[s.i] == '}' {
+			s.i++
+			break
+		}
+		if s.b[s.i] != ',' {
+			return false
+		}
+		s.i++
+	}
+	if usages > 1 {
+		ri.duplicate = true
+	}
+	return true
+}
+
+// count is the value of a JSON number that is a whole count (digits only,
+// below a billion), else 0.
+func count(b []byte) int {
+	if len(b) == 0 || len(b) > 9 {
+		return 0
+	}
+	n := 0
+	for _, c := range b {
+		if !isDigit(c) {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
 	return n
+}
+
+// modelName is a model string's text: escapes decoded (a rare name has
+// them), cut to maxModelName bytes.
+func modelName(raw []byte, esc bool) string {
+	if len(raw) > 4*maxModelName {
+		raw = raw[:4*maxModelName]
+		esc = true // decode what is kept, leniently: the cut may split an escape
+	}
+	name := string(raw)
+	if esc {
+		var s string
+		q := make([]byte, 0, len(raw)+2)
+		q = append(append(append(q, '"'), raw...), '"')
+		if json.Unmarshal(q, &s) == nil {
+			name = s
+		}
+	}
+	if len(name) > maxModelName {
+		name = name[:maxModelName]
+	}
+	return name
+}
+
+// maxDepth is the deepest nesting inspect follows; a deeper body is taken
+// as not JSON (Python's json, the engines' parser, stops near 1,000).
+const maxDepth = 4096
+
+// scanner walks one JSON text (RFC 8259) without building anything: it
+// validates as it skips, and hands back the bytes of the values asked for.
+type scanner struct {
+	b []byte
+	i int
+	// open is the stack of open containers, a bit each: set for an object.
+	open [maxDepth / 64]uint64
+	name [24]byte // a member name with escapes, decoded (key)
+}
+
+// skipSpace moves past white space; it reports whether a byte follows.
+func (s *scanner) skipSpace() bool {
+	for ; s.i < len(s.b); s.i++ {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// key reads an object member's name and the colon after it, leaving s at
+// the value. It returns the name's text when it may be one inspect looks
+// for (short, escapes decoded into the scanner's buffer), else nil.
+func (s *scanner) key() ([]byte, bool) {
+	if s.b[s.i] != '"' {
+		return nil, false
+	}
+	raw, esc, ok := s.str()
+	if !ok || !s.skipSpace() || s.b[s.i] != ':' {
+		return nil, false
+	}
+	s.i++
+	if !s.skipSpace() {
+		return nil, false
+	}
+	switch {
+	case len(raw) > 6*len(s.name):
+		return nil, true
+	case esc:
+		return unescapeName(raw, &s.name), true
+	}
+	return raw, true
+}
+
+// unescapeName decodes the escapes of a short member name into buf; a
+// name that does not decode to ASCII within buf gives nil: it is none of
+// the names inspect looks for.
+func unescapeName(raw []byte, buf *[24]byte) []byte {
+	n := 0
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c == '\\' {
+			if i+1 >= len(raw) {
+				return nil
+			}
+			switch raw[i+1] {
+			case 'u':
+				if i+6 > len(raw) {
+					return nil
+				}
+				v := 0
+				for _, h := range raw[i+2 : i+6] {
+					v = v<<4 | hexValue(h)
+				}
+				if v >= 0x80 { // also a bad digit (hexValue's 0xff)
+					return nil
+				}
+				c, i = byte(v), i+6
+			case '"', '\\', '/':
+				c, i = raw[i+1], i+2
+			default:
+				return nil // a control character: no name we look for has one
+			}
+		} else {
+			i++
+		}
+		if n == len(buf) {
+			return nil
+		}
+		buf[n] = c
+		n++
+	}
+	return buf[:n]
+}
+
+// str reads a string at s.i (its opening quote) and returns its raw bytes
+// between the quotes and whether it holds escapes.
+func (s *scanner) str() (raw []byte, esc, ok bool) {
+	i := s.i + 1
+	for i < len(s.b) {
+		j := bytes.IndexAny(s.b[i:], "\"\\")
+		if j < 0 {
+			return nil, false, false
+		}
+		for _, c := range s.b[i : i+j] {
+			if c < 0x20 {
+				return nil, false, false
+			}
+		}
+		i += j
+		if s.b[i] == '"' {
+			raw = s.b[s.i+1 : i]
+			s.i = i + 1
+			return raw, esc, true
+		}
+		esc = true
+		if i+1 >= len(s.b) {
+			return nil, false, false
+		}
+		switch s.b[i+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i += 2
+		case 'u':
+			if i+6 > len(s.b) {
+				return nil, false, false
+			}
+			for _, c := range s.b[i+2 : i+6] {
+				if !isHex(c) {
+					return nil, false, false
+				}
+			}
+			i += 6
+		default:
+			return nil, false, false
+		}
+	}
+	return nil, false, false
+}
+
+// hexValue is a hex digit's value, or 0xff for a byte that is none.
+func hexValue(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return 0xff
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// scalar reads a string, number, true, false or null at s.i.
+func (s *scanner) scalar() bool {
+	switch c := s.b[s.i]; {
+	case c == '"':
+		_, _, ok := s.str()
+		return ok
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || isDigit(c):
+		return s.number()
+	}
+	return false
+}
+
+func (s *scanner) literal(word string) bool {
+	if !bytes.HasPrefix(s.b[s.i:], []byte(word)) {
+		return false
+	}
+	s.i += len(word)
+	return true
+}
+
+// number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *scanner) number() bool {
+	b, i := s.b, s.i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && isDigit(b[i]):
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return false
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return false
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	s.i = i
+	return true
+}
+
+// value skips one value of any kind at s.i, checking its syntax, without
+// recursion: the open containers are a bit stack.
+func (s *scanner) value() bool {
+	depth := 0
+	for {
+		// A value starts here.
+		if !s.skipSpace() {
+			return false
+		}
+		switch c := s.b[s.i]; c {
+		case '{', '[':
+			if depth == maxDepth {
+				return false
+			}
+			if c == '{' {
+				s.open[depth/64] |= 1 << (depth % 64)
+			} else {
+				s.open[depth/64] &^= 1 << (depth % 64)
+			}
+			depth++
+			s.i++
+			if !s.skipSpace() {
+				return false
+			}
+			if s.b[s.i] == '}' && c == '{' || s.b[s.i] == ']' && c == '[' {
+				s.i++
+				depth--
+				break
+			}
+			if c == '{' {
+				if _, ok := s.key(); !ok {
+					return false
+				}
+			}
+			continue
+		default:
+			if !s.scalar() {
+				return false
+			}
+		}
+		// A value ended: close containers, or go on to the next member.
+		for {
+			if depth == 0 {
+				return true
+			}
+			if !s.skipSpace() {
+				return false
+			}
+			object := s.open[(depth-1)/64]&(1<<((depth-1)%64)) != 0
+			c := s.b[s.i]
+			s.i++
+			switch {
+			case c == ',':
+				if object {
+					if !s.skipSpace() {
+						return false
+					}
+					if _, ok := s.key(); !ok {
+						return false
+					}
+				}
+			case c == '}' && object, c == ']' && !object:
+				depth--
+				continue
+			default:
+				return false
+			}
+			break
+		}
+	}
 }
 
 var usageOption = []byte(`"stream_options":{"include_usage":true},`)
 
 // injectUsage returns body with stream_options.include_usage set to true, so
-// the engine sends its usage chunk at the end of the stream. When the body
-// has no stream_options (the usual case) the member is inserted right after
-// the opening brace and every other byte stays as the client sent it;
-// otherwise the object is re-encoded with include_usage set. ok is false when
-// the body cannot take the option (not an object, or stream_options is not an
-// object), in which case body is returned unchanged.
+// the engine sends its usage chunk at the end of the stream. Every other
+// byte stays as the client sent it: with no stream_options (the usual case)
+// the member is inserted right after the opening brace; a null
+// stream_options becomes {"include_usage":true}; an include_usage of false
+// becomes true. ok is false when the body cannot take the option, in which
+// case body is returned unchanged.
 func injectUsage(body []byte, ri reqInfo, dst []byte) (out []byte, ok bool) {
 	if !ri.valid {
 		return body, false
 	}
-	if !ri.hasOptions {
+	var at span
+	var with []byte
+	switch {
+	case !ri.hasOptions:
 		i := bytes.IndexByte(body, '{')
 		if i < 0 {
 			return body, false
@@ -118,25 +556,19 @@ func injectUsage(body []byte, ri reqInfo, dst []byte) (out []byte, ok bool) {
 			dst = dst[:len(dst)-1] // an empty object: no member follows, drop the comma
 		}
 		return append(dst, rest...), true
-	}
-	p := parsers.Get()
-	defer parsers.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return body, false
-	}
-	var a fastjson.Arena
-	switch so := v.Get("stream_options"); {
-	case so == nil || so.Type() == fastjson.TypeNull:
-		o := a.NewObject()
-		o.Set("include_usage", a.NewTrue())
-		v.Set("stream_options", o)
-	case so.Type() == fastjson.TypeObject:
-		so.Set("include_usage", a.NewTrue())
+	case ri.optionsNull:
+		at, with = ri.options, []byte(`{"include_usage":true}`)
+	case ri.usageOff:
+		at, with = ri.usage, []byte(`true`)
 	default:
 		return body, false
 	}
-	return v.MarshalTo(dst[:0]), true
+	if at.to <= at.from || at.to > len(body) {
+		return body, false
+	}
+	dst = append(dst[:0], body[:at.from]...)
+	dst = append(dst, with...)
+	return append(dst, body[at.to:]...), true
 }
 
 func firstNonSpace(b []byte) int {
