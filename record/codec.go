@@ -63,26 +63,32 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		w.EnginePrefillNS = &ns
 	}
 	if len(r.Arrivals) > 0 {
-		first := int64(r.First)
-		w.FirstNS = &first
+		var first int64
 		buf := make([]byte, 0, 3*len(r.Arrivals))
 		prev := r.Sent
 		for _, a := range r.Arrivals {
-			d := a - prev
-			if d < 0 {
-				return nil, fmt.Errorf("record %s: event arrivals go back in time (%v before the previous)", r.ID, -d)
-			}
-			buf = binary.AppendUvarint(buf, uint64(d))
+			// Arrivals never go back where they are taken (AddEvent); a
+			// record built by other means is written all the same, an
+			// arrival before the one before it at that one's time: a
+			// record is never refused.
+			a = max(a, prev)
+			buf = binary.AppendUvarint(buf, uint64(a-prev))
 			prev = a
 		}
+		first = max(int64(r.Arrivals[0]), int64(r.Sent))
+		w.FirstNS = &first
 		w.Arrivals = base64.RawStdEncoding.EncodeToString(buf)
 	}
 	if r.Tokens != nil {
-		if len(r.Tokens) != len(r.Arrivals) {
-			return nil, fmt.Errorf("record %s: %d token counts for %d events", r.ID, len(r.Tokens), len(r.Arrivals))
-		}
-		buf := make([]byte, 0, len(r.Tokens))
-		for _, t := range r.Tokens {
+		// One count per event: AddEvent keeps them parallel; a record
+		// built by other means with too few counts has its missing events
+		// at one token each, and extra counts are dropped.
+		buf := make([]byte, 0, len(r.Arrivals))
+		for i := range r.Arrivals {
+			t := int32(1)
+			if i < len(r.Tokens) && r.Tokens[i] > 0 {
+				t = r.Tokens[i]
+			}
 			buf = binary.AppendUvarint(buf, uint64(t))
 		}
 		w.Tokens = base64.RawStdEncoding.EncodeToString(buf)

@@ -200,9 +200,20 @@ func (r *Record) Last() (d time.Duration, ok bool) {
 // AddEvent appends a token event that arrived at offset at and carried n
 // tokens (n < 1 is taken as 1). It keeps Tokens nil while every event carries
 // one token, and sets First on the first event.
+//
+// Times within a record never go back (METHOD.md §2): an event stamped
+// before the previous one (stamps from two clocks, the kernel's wall-clock
+// receive stamp and a read's own monotonic return, can differ by
+// microseconds) is taken at the previous event's time, and the first event
+// no earlier than Sent.
 func (r *Record) AddEvent(at time.Duration, n int) {
 	if n < 1 {
 		n = 1
+	}
+	if k := len(r.Arrivals); k > 0 {
+		at = max(at, r.Arrivals[k-1])
+	} else {
+		at = max(at, r.Sent)
 	}
 	if len(r.Arrivals) == 0 {
 		r.First = at
@@ -217,6 +228,15 @@ func (r *Record) AddEvent(at time.Duration, n int) {
 	if r.Tokens != nil {
 		r.Tokens = append(r.Tokens, int32(n))
 	}
+}
+
+// SetEnd sets End to at, or to the last event's arrival (or Sent) where at
+// is before it: an end never comes before what it ends (see AddEvent).
+func (r *Record) SetEnd(at time.Duration) {
+	if last, ok := r.Last(); ok {
+		at = max(at, last)
+	}
+	r.End = max(at, r.Sent)
 }
 
 // DecodeRate is the per-request decode rate of METHOD.md §2: tokens after the

@@ -472,10 +472,10 @@ func (s *Stream) EndAt(err error, blame record.Blame, at time.Duration) {
 	if r == nil {
 		return
 	}
-	r.End = at
 	if s.done && r.Stream && s.statusOK() {
-		r.End = s.doneAt // METHOD §2: the end is [DONE], not the close after it
+		at = s.doneAt // METHOD §2: the end is [DONE], not the close after it
 	}
+	r.SetEnd(at)
 	if s.status != 0 {
 		r.Status = s.status
 	}
