@@ -172,6 +172,14 @@ func (l *clientListener) wrap(c net.Conn, ip string) net.Conn {
 	return cc
 }
 
+// bodyTimeout is the longest wait between two reads of a request body.
+func (l *clientListener) bodyTimeout() time.Duration {
+	if l.p == nil {
+		return 0
+	}
+	return l.p.cfg.BodyTimeout
+}
+
 // closed is called once for every connection Accept handed out.
 func (l *clientListener) closed(ip string) {
 	if l.p != nil {
@@ -320,6 +328,12 @@ type clientConn struct {
 	crlfs  int    // line ends in a row: 2 end the head
 	line   []byte // the head's request line (its first 256 bytes): for a refusal's record
 	lined  bool   // line is complete
+
+	// A request whose head is in and whose handler has not run: its body
+	// may be arriving (bodies.go). body is fasthttp's goroutine's; cut is
+	// set by a shutdown that ends the wait.
+	body bool
+	cut  atomic.Bool
 }
 
 // Read reads as the *net.TCPConn would, by recvmsg, and notes when the
@@ -332,6 +346,16 @@ type clientConn struct {
 func (c *clientConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if c.body {
+		if c.cut.Load() {
+			return 0, c.opErr("read", os.ErrDeadlineExceeded) // the shutdown's cut
+		}
+		if t := c.l.bodyTimeout(); t > 0 {
+			// Between reads of a body, not over the whole of it: a large
+			// body arriving steadily is never cut (nginx's client_body_timeout).
+			_ = c.SetReadDeadline(time.Now().Add(t))
+		}
 	}
 	c.rp, c.rn, c.rErr = p, 0, nil
 	err := c.rc.Read(c.rfn)
@@ -383,6 +407,10 @@ func (c *clientConn) bareLF(b []byte) bool {
 			}
 			if c.crlfs++; c.crlfs == 2 {
 				c.inHead = false
+				c.body = true
+				if c.l.p != nil {
+					c.l.p.bodies.arriving(c)
+				}
 				return false
 			}
 		case '\r':
@@ -398,6 +426,18 @@ func (c *clientConn) bareLF(b []byte) bool {
 // request was read whole.
 func (c *clientConn) nextHead() {
 	c.inHead, c.last, c.crlfs, c.line, c.lined = c.plain, 0, 0, c.line[:0], false
+	c.bodyIn()
+}
+
+// bodyIn: the request's body is in (or will not come); the handler or an
+// error answer has it.
+func (c *clientConn) bodyIn() {
+	if c.body {
+		c.body = false
+		if c.l.p != nil {
+			c.l.p.bodies.settled(c)
+		}
+	}
 }
 
 func (c *clientConn) readFD(fd uintptr) bool {
@@ -417,6 +457,9 @@ func (c *clientConn) readFD(fd uintptr) bool {
 func (c *clientConn) Close() error {
 	err := net.ErrClosed
 	c.once.Do(func() {
+		if c.l.p != nil {
+			c.l.p.bodies.settled(c)
+		}
 		if c.linger.Load() {
 			// The raw reads and writes are done: lingerClose reads the
 			// *net.TCPConn itself.

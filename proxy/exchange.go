@@ -507,6 +507,14 @@ func (x *exchange) WriteTo(w io.Writer) (n int64, err error) {
 			err = errInternal
 		}
 	}()
+	if x.direct {
+		// A body of known length goes straight to the client's connection
+		// (its head is out already): fasthttp's writer would hold it until
+		// the whole length had come, and drop it on a body the engine cuts
+		// short, where the client must get the status and the bytes that
+		// came, then the close (as nginx gives them).
+		w = x.client
+	}
 	x.mu.Lock()
 	ec, _ := x.conn.(*evloop.Conn)
 	x.mu.Unlock()
@@ -583,6 +591,14 @@ func (x *exchange) readFailed(err error) error {
 		return errShutdown
 	case isTimeout(err):
 		err = fmt.Errorf("no byte from the engine for %v (idle timeout): %w", x.p.cfg.IdleTimeout, err)
+		x.end(err, record.BlameEngine)
+		return err
+	case x.body.frame == frameLength:
+		// Say what the client got: the engine's status and the bytes that
+		// came, then a closed connection (the body is short of its length).
+		want := x.hdr.ContentLength()
+		err = fmt.Errorf("reading from the engine: the body ended after %d of the %d bytes its Content-Length announced; the client got the status, those %d bytes and a closed connection: %w",
+			int64(want)-x.body.left, want, int64(want)-x.body.left, err)
 		x.end(err, record.BlameEngine)
 		return err
 	default:
@@ -686,7 +702,7 @@ func (x *exchange) end(err error, blame record.Blame) {
 	}
 	if !x.measure {
 		// The tap failed: keep what is known, say why.
-		x.rec.End = x.p.clock.Now()
+		x.rec.SetEnd(x.p.clock.Now())
 		x.rec.Outcome, x.rec.Blame = record.Broken, record.BlameTokentap
 		x.rec.Error = "measurement failed inside tokentap; the client's stream was passed on unmeasured"
 		return

@@ -26,11 +26,14 @@ const (
 	rejectBadTarget                           // CONNECT, or a target that is not a path or an http(s) URL
 	rejectConnsPerIP                          // a connection over Config.MaxConnsPerIP
 	rejectClientConns                         // a connection over Config.MaxClientConns
+	rejectBodyMemory                          // a body over what is left of Config.MaxBodyMemory
+	rejectShutdown                            // a body still arriving when the proxy shut down
 	nRejectReasons
 )
 
 var rejectReasonNames = [nRejectReasons]string{
 	"read_timeout", "headers_too_large", "body_too_large", "bad_request", "bad_target", "conns_per_ip", "max_client_conns",
+	"body_memory", "shutdown",
 }
 
 // reservedFDs are the descriptors kept free of client connections: the
@@ -39,14 +42,32 @@ var rejectReasonNames = [nRejectReasons]string{
 const reservedFDs = 64
 
 // defaultMaxClientConns is the client connection ceiling for a process
-// allowed limit descriptors: half of what the reserve leaves, since every
-// client streaming holds a connection to the engine too. 0 (no ceiling)
-// where the limit is unknown.
-func defaultMaxClientConns(limit int) int {
-	if limit <= 0 {
+// allowed limit descriptors and memory bytes: half of the descriptors the
+// reserve leaves, since every client streaming holds a connection to the
+// engine too, and no more than half the memory holds at connMemory each.
+// 0 (no ceiling) where neither is known.
+func defaultMaxClientConns(limit int, memory int64) int {
+	n := 0
+	if limit > 0 {
+		n = max(8, (limit-reservedFDs)/2)
+	}
+	if memory > 0 {
+		m := int(max(8, memory/2/connMemory))
+		if n == 0 || m < n {
+			n = m
+		}
+	}
+	return n
+}
+
+// defaultMaxConnsPerIP leaves a tenth of the client connection ceiling
+// (at least 8) to the other addresses: one client, however many streams
+// it opens, cannot take every connection. 0 (no cap) without a ceiling.
+func defaultMaxConnsPerIP(maxClientConns int) int {
+	if maxClientConns <= 0 {
 		return 0
 	}
-	return max(8, (limit-reservedFDs)/2)
+	return max(1, maxClientConns-max(maxClientConns/10, 8))
 }
 
 // clientError is the server's ErrorHandler: it answers a request fasthttp
@@ -56,10 +77,26 @@ func defaultMaxClientConns(limit int) int {
 // body over the limit, a body that did not come in time) becomes a record
 // blamed on the client.
 func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
+	overBudget := p.bodies.give(&ctx.Request.Header)
+	cc := baseConn(ctx.Conn())
+	if cc != nil {
+		cc.bodyIn()
+	}
 	status, reason := fasthttp.StatusBadRequest, rejectBadRequest
+	blame := record.BlameClient
 	var msg string
 	var small *fasthttp.ErrSmallBuffer
 	switch {
+	case cc != nil && cc.cut.Load():
+		status, reason, blame = fasthttp.StatusServiceUnavailable, rejectShutdown, record.BlameTokentap
+		msg = "tokentap proxy: the proxy shut down while this request's body was still arriving; it was not sent to the engine: send it again (to another replica)"
+		ctx.Response.Header.Set("Retry-After", "1")
+	case overBudget && errors.Is(err, fasthttp.ErrBodyTooLarge):
+		// Refused at its head for want of body budget (HeaderReceived).
+		status, reason, blame = fasthttp.StatusServiceUnavailable, rejectBodyMemory, record.BlameTokentap
+		msg = fmt.Sprintf("tokentap proxy: request bodies still arriving hold %d MiB, and this one's %d bytes would take them over the proxy's budget (--max-body-memory %d MiB); it was not read: retry shortly",
+			p.bodies.used.Load()>>20, ctx.Request.Header.ContentLength(), p.cfg.MaxBodyMemory>>20)
+		ctx.Response.Header.Set("Retry-After", "1")
 	case errors.As(err, &small):
 		status, reason = fasthttp.StatusRequestHeaderFieldsTooLarge, rejectHeadersTooLarge
 		msg = fmt.Sprintf("tokentap proxy: the request line and headers exceed %d KiB; send shorter headers", MaxHeaderBytes>>10)
@@ -70,8 +107,8 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 		msg = "tokentap proxy: the request is not valid HTTP/1.1: " + errBareLF.Error()
 	case isTimeout(err):
 		status, reason = fasthttp.StatusRequestTimeout, rejectReadTimeout
-		msg = fmt.Sprintf("tokentap proxy: the request did not arrive in time: headers within --read-header-timeout (%v), the body within --idle-timeout (%v)",
-			p.cfg.ReadHeaderTimeout, p.cfg.IdleTimeout)
+		msg = fmt.Sprintf("tokentap proxy: the request did not arrive in time: headers within --read-header-timeout (%v), the body with at most --body-timeout (%v) between two reads",
+			p.cfg.ReadHeaderTimeout, p.cfg.BodyTimeout)
 	default:
 		// fasthttp's text, with SecureErrorLogMessage, names the fault
 		// without the request's bytes; redact is for safety.
@@ -81,9 +118,13 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	p.log.Debug().Str("client", ctx.RemoteAddr().String()).Str("reason", rejectReasonNames[reason]).Int("status", status).Msg(msg)
 	setLinger(ctx.Conn())
 	if measuredRequest(ctx) {
-		p.refusedRecord(ctx, status, msg)
+		p.refusedRecord(ctx, status, blame, msg)
 	}
+	retry := ctx.Response.Header.Peek("Retry-After")
 	ctx.Response.Reset()
+	if len(retry) > 0 {
+		ctx.Response.Header.SetBytesV("Retry-After", retry)
+	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
@@ -117,7 +158,7 @@ func requestLine(ctx *fasthttp.RequestCtx) (method, path string) {
 // refusedRecord records a chat or completions request the proxy refused
 // before sending it to the engine: the client's fault, with the status the
 // client got.
-func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, msg string) {
+func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, blame record.Blame, msg string) {
 	now := p.clock.Now()
 	rec := recordPool.Get().(*record.Record)
 	rec.ID = p.idPrefix + strconv.FormatUint(p.seq.Add(1), 10)
@@ -130,7 +171,7 @@ func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, msg string) 
 		rec.Sent = cc.sent(p.clock, now)
 	}
 	rec.Wall = p.clock.Wall(rec.Sent)
-	rec.Status, rec.Outcome, rec.Blame, rec.Error = status, record.HTTPError, record.BlameClient, msg
+	rec.Status, rec.Outcome, rec.Blame, rec.Error = status, record.HTTPError, blame, msg
 	p.emit(rec)
 }
 
@@ -138,10 +179,18 @@ func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, msg string) 
 // closed).
 func (p *Proxy) emit(rec *record.Record) {
 	p.recMu.RLock()
-	if !p.recClosed {
+	closed := p.recClosed
+	if !closed {
 		p.recs <- rec
 	}
 	p.recMu.RUnlock()
+	if closed {
+		// Close waited for every open request and then some: a record
+		// finished after it is counted and logged, never dropped unseen.
+		p.m.recordsLate.Add(1)
+		p.log.Error().Str("request", rec.ID).Str("outcome", string(rec.Outcome)).
+			Msg("a request ended after the proxy had shut down its recorder; its record is lost (counted in tokentap_records_lost_total; please report)")
+	}
 }
 
 // setLinger marks a client connection to close lingering (lingerClose).

@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +93,11 @@ type metrics struct {
 	swept     time.Time     // when expired models were last looked for
 	recPanics atomic.Uint64 // records whose bookkeeping panicked (recorder)
 
+	capturing     bool          // the proxy has a capture (set before serving)
+	captured      atomic.Uint64 // records written to the capture file
+	captureFailed atomic.Uint64 // records the capture could not take (recorder)
+	recordsLate   atomic.Uint64 // records finished after the recorder closed
+
 	clientConns atomic.Int64                  // open client connections
 	acceptErrs  atomic.Uint64                 // accepts that failed for want of descriptors (retried)
 	rejects     [nRejectReasons]atomic.Uint64 // refused requests and connections, by reason
@@ -135,6 +142,12 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.staleConns.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_upstream_out_of_step_connections_total", Help: "Connections to the engine closed, not reused, because the engine sent bytes past the end of a response: an answer no request asked for."},
 			func() float64 { return float64(m.outOfStep.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_capture_records_total", Help: "Records written to the capture file (--capture)."},
+			func() float64 { return float64(m.captured.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_capture_errors_total", Help: "Records that could not be written to the capture file (--capture); each is logged with the reason."},
+			func() float64 { return float64(m.captureFailed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_records_lost_total", Help: "Records of requests that ended after the proxy's recorder had shut down (not counted elsewhere); each is logged."},
+			func() float64 { return float64(m.recordsLate.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_client_connections", Help: "Client connections open now."},
 			func() float64 { return float64(m.clientConns.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_client_accept_errors_total", Help: "Client connections that could not be accepted for want of file descriptors (or kernel buffers); the proxy waits and accepts again."},
@@ -149,13 +162,26 @@ func newMetrics() *metrics {
 }
 
 // labelValue makes a client's model name a valid, bounded label value:
-// valid UTF-8 (client_golang panics on anything else) and at most
+// valid UTF-8 (client_golang panics on anything else), control characters
+// written as escapes (an ESC in a scrape would reach a terminal that shows
+// it; the exposition format escapes only \, " and newline), and at most
 // maxLabelLen bytes.
 func labelValue(name string) string {
-	if len(name) <= maxLabelLen && utf8.ValidString(name) {
+	if len(name) <= maxLabelLen && utf8.ValidString(name) && !hasControl(name) {
 		return name
 	}
 	name = strings.ToValidUTF8(name, "\uFFFD")
+	if hasControl(name) {
+		var b strings.Builder
+		for _, r := range name {
+			if unicode.IsControl(r) {
+				fmt.Fprintf(&b, "\\x%02x", r) // C0, DEL and C1: all below 0x100
+				continue
+			}
+			b.WriteRune(r)
+		}
+		name = b.String()
+	}
 	if len(name) <= maxLabelLen {
 		return name
 	}
@@ -165,6 +191,16 @@ func labelValue(name string) string {
 		cut--
 	}
 	return name[:cut] + mark
+}
+
+// hasControl says whether s holds a control character (C0, DEL or C1).
+func hasControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // model returns the stats of a model and the label it is kept under.
@@ -315,6 +351,18 @@ type Stats struct {
 	Models   map[string]*ModelStats `json:"models"`
 	// SLO is the objectives each model's requests are judged against.
 	SLO *result.SLOSpec `json:"slo,omitempty"`
+	// Capture counts the records written to the capture file and those it
+	// could not take, since the proxy started (present with --capture).
+	Capture *CaptureStats `json:"capture,omitempty"`
+	// RecordsLost counts records of requests that ended after the proxy's
+	// recorder shut down, since it started (0 but for a fault).
+	RecordsLost uint64 `json:"records_lost"`
+}
+
+// CaptureStats counts what became of the records meant for the capture.
+type CaptureStats struct {
+	Written uint64 `json:"written"`
+	Failed  uint64 `json:"failed"`
 }
 
 // ModelStats summarises one model's measured requests. Percentiles come
@@ -349,7 +397,10 @@ func (m *metrics) stats(reset bool) *Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	st := &Stats{Since: m.since, Until: now, InFlight: m.inFlight.Load(), Models: map[string]*ModelStats{}}
+	st := &Stats{Since: m.since, Until: now, InFlight: m.inFlight.Load(), Models: map[string]*ModelStats{}, RecordsLost: m.recordsLate.Load()}
+	if m.capturing {
+		st.Capture = &CaptureStats{Written: m.captured.Load(), Failed: m.captureFailed.Load()}
+	}
 	if !m.slo.IsZero() {
 		spec := m.slo.Result()
 		st.SLO = &spec

@@ -51,6 +51,8 @@ const (
 	// (the command's --shutdown-timeout): below Kubernetes' default 30 s
 	// grace period, so the cut requests are recorded before a SIGKILL.
 	DefaultShutdownTimeout = 25 * time.Second
+	// DefaultBodyTimeout is nginx's client_body_timeout.
+	DefaultBodyTimeout = 60 * time.Second
 	// MaxHeaderBytes bounds a request's line and headers, and a response's
 	// status line and headers, each way: a large JWT or an engine's long
 	// headers pass, as they would reach the engine without tokentap.
@@ -78,6 +80,16 @@ type Config struct {
 	// MaxBodySize is the largest request body accepted (default 128 MiB: a
 	// batch of 248K-token prompts fits).
 	MaxBodySize int
+	// MaxBodyMemory bounds the request bodies still arriving, added up by
+	// their Content-Length (bodies.go); a body that would go over gets a
+	// 503 at once. Zero: DefaultMaxBodyMemory of the memory the process may
+	// use; negative: none.
+	MaxBodyMemory int64
+	// BodyTimeout is the longest wait between two reads of a request body
+	// (nginx's client_body_timeout); a stalled body gets a 408. Default
+	// DefaultBodyTimeout. Over TLS the wait is for the whole body, and
+	// IdleTimeout.
+	BodyTimeout time.Duration
 	// MaxConns caps connections to the engine (default 4096); requests
 	// beyond it wait for a free connection.
 	MaxConns int
@@ -95,8 +107,10 @@ type Config struct {
 	// process may open (RLIMIT_NOFILE) less a reserve, so the proxy sheds
 	// load before it runs out of them; negative: no cap.
 	MaxClientConns int
-	// MaxConnsPerIP caps a client address's open connections; 0: no cap.
-	// A connection over it gets a 429 and is closed.
+	// MaxConnsPerIP caps a client address's open connections; a
+	// connection over it gets a 429 and is closed. Zero:
+	// DefaultMaxConnsPerIP of MaxClientConns, so that one address cannot
+	// take every connection; negative: no cap.
 	MaxConnsPerIP int
 	// UpstreamCAs, when set, are the roots an https engine's certificate
 	// must chain to (in place of the system's). Verification is never off.
@@ -128,25 +142,30 @@ type Config struct {
 // with Serve (or Handler in a fasthttp.Server of your own) and the admin
 // endpoints with AdminHandler, and stop it with Close.
 type Proxy struct {
-	cfg      Config
-	shown    string // the upstream as messages show it: any password in it redacted
-	hc       *fasthttp.HostClient
-	lister   *http.Client // GET /v1/models (models.go)
-	host     string
-	prefix   []byte
-	clock    record.Clock
-	log      zerolog.Logger
-	m        *metrics
-	recs     chan *record.Record
-	recDone  chan struct{}
-	capture  *record.Writer
-	idPrefix string
-	seq      atomic.Uint64
-	active   atomic.Int64 // requests being served
-	closing  atomic.Bool
+	cfg     Config
+	shown   string // the upstream as messages show it: any password in it redacted
+	hc      *fasthttp.HostClient
+	lister  *http.Client // GET /v1/models (models.go)
+	host    string
+	prefix  []byte
+	clock   record.Clock
+	log     zerolog.Logger
+	m       *metrics
+	recs    chan *record.Record
+	recDone chan struct{}
+	capture *record.Writer
+	// capturePending is how many records the capture writer holds that
+	// have not reached the file yet (recorder only).
+	capturePending int
+	idPrefix       string
+	seq            atomic.Uint64
+	active         atomic.Int64 // requests being served
+	closing        atomic.Bool
 
 	recMu     sync.RWMutex // guards sending on recs against closing it
 	recClosed bool
+
+	bodies *bodyBudget // request bodies arriving (bodies.go)
 
 	liveMu   sync.Mutex
 	open     map[*exchange]struct{} // the requests being served, for a shutdown's cut
@@ -159,7 +178,6 @@ type Proxy struct {
 
 	panicLogged    atomic.Bool
 	internalLogged atomic.Bool
-	writeLogged    atomic.Bool
 	failLogged     atomic.Int64 // unix ns of the last "engine did not answer" line
 }
 
@@ -193,11 +211,27 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.KeepAliveTimeout <= 0 {
 		cfg.KeepAliveTimeout = DefaultKeepAliveTimeout
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	memory := MemoryLimit()
 	switch {
 	case cfg.MaxClientConns == 0:
-		cfg.MaxClientConns = defaultMaxClientConns(openFileLimit())
+		cfg.MaxClientConns = defaultMaxClientConns(openFileLimit(), memory)
 	case cfg.MaxClientConns < 0:
 		cfg.MaxClientConns = 0
+	}
+	switch {
+	case cfg.MaxConnsPerIP == 0:
+		cfg.MaxConnsPerIP = defaultMaxConnsPerIP(cfg.MaxClientConns)
+	case cfg.MaxConnsPerIP < 0:
+		cfg.MaxConnsPerIP = 0
+	}
+	switch {
+	case cfg.MaxBodyMemory == 0:
+		cfg.MaxBodyMemory = defaultMaxBodyMemory(memory, cfg.MaxBodySize)
+	case cfg.MaxBodyMemory < 0:
+		cfg.MaxBodyMemory = 0
 	}
 	if cfg.UpstreamCAs != nil && u.Scheme != "https" {
 		return nil, fmt.Errorf("upstream %q is plain http: a CA for the engine's certificate needs an https:// upstream", u.Redacted())
@@ -250,6 +284,7 @@ func New(cfg Config) (*Proxy, error) {
 		recDone:  make(chan struct{}),
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 		open:     map[*exchange]struct{}{},
+		bodies:   newBodyBudget(cfg.MaxBodyMemory),
 	}
 	p.m.slo = cfg.SLO
 	// The model list is read every few minutes: no connection is kept
@@ -263,6 +298,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Capture != nil {
 		p.capture = record.NewWriter(cfg.Capture)
+		p.m.capturing = true
 	}
 	go p.recorder()
 	return p, nil
@@ -304,7 +340,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 			if ctx.Request.Header.ContentLength() > p.cfg.MaxBodySize {
 				p.m.rejected(rejectBodyTooLarge)
 				if ctx.IsPost() && measuredPath(ctx.Path()) {
-					p.refusedRecord(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf(
+					p.refusedRecord(ctx, fasthttp.StatusRequestEntityTooLarge, record.BlameClient, fmt.Sprintf(
 						"tokentap proxy: the request body is over --max-body-size (%d bytes); refused before the client sent it (Expect: 100-continue)", p.cfg.MaxBodySize))
 				}
 				return fasthttp.StatusRequestEntityTooLarge
@@ -318,10 +354,21 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 	}
 	if t := p.cfg.ReadHeaderTimeout; t > 0 {
 		srv.ReadTimeout = t
-		// The body has the idle timeout, from the end of the headers.
-		srv.HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			return fasthttp.RequestConfig{ReadTimeout: p.cfg.IdleTimeout}
+	}
+	// The head is in: the body gets its share of the body budget, or a
+	// refusal before it is read (clientError: 503), and its timeout. On a
+	// plain connection that is the first wait; every read then moves it
+	// (clientConn.Read). Over TLS the body has IdleTimeout in all.
+	bodyWait := p.cfg.BodyTimeout
+	if p.cfg.TLS != nil {
+		bodyWait = p.cfg.IdleTimeout
+	}
+	srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		rc := fasthttp.RequestConfig{ReadTimeout: bodyWait}
+		if n := h.ContentLength(); n > 0 && n <= p.cfg.MaxBodySize && !p.bodies.take(h, int64(n)) {
+			rc.MaxRequestBodySize = 1 // refused unread: ErrBodyTooLarge under --max-body-size
 		}
+		return rc
 	}
 	return srv
 }
@@ -394,6 +441,14 @@ func (p *Proxy) Close(ctx context.Context) error {
 	for p.active.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
+	// A request whose body is still arriving has not reached the handler:
+	// it is cut here, answered 503 and recorded (clientError).
+	if n := p.bodies.cutArriving(); n > 0 {
+		p.log.Warn().Int("requests", n).Msg("shutting down: cutting requests whose bodies are still arriving; each gets a 503 and a record")
+		for deadline := time.Now().Add(time.Second); p.bodies.waiting() > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	if n := p.active.Load(); n > 0 {
 		p.log.Warn().Int64("open", n).Msg("shutting down: cutting the requests still open; each keeps its record")
 		p.eachOpen((*exchange).cutShutdown)
@@ -418,7 +473,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	p.recMu.Unlock()
 	<-p.recDone
 	if p.capture != nil {
-		if ferr := p.capture.Flush(); ferr != nil && err == nil {
+		if ferr := p.flushCapture(); ferr != nil && err == nil {
 			err = fmt.Errorf("capture: %w", ferr)
 		}
 	}
@@ -443,13 +498,9 @@ func (p *Proxy) recorder() {
 		// gets the record.
 		p.guard("metrics", func() { p.m.add(r) })
 		if p.capture != nil {
-			if err := p.capture.Write(r); err != nil && !p.writeLogged.Swap(true) {
-				p.log.Error().Err(err).Msg("capture: writing a record failed; further failures are not logged")
-			}
+			p.captureRecord(r)
 			if len(p.recs) == 0 {
-				if err := p.capture.Flush(); err != nil && !p.writeLogged.Swap(true) {
-					p.log.Error().Err(err).Msg("capture: flushing failed; further failures are not logged")
-				}
+				p.flushCapture()
 			}
 		}
 		if p.cfg.OnRecord != nil {
@@ -458,6 +509,39 @@ func (p *Proxy) recorder() {
 		r.Reset()
 		recordPool.Put(r)
 	}
+}
+
+// captureRecord writes one record to the capture. A record the capture
+// cannot take is counted (tokentap_capture_errors_total, /stats) and
+// logged, each one, with the reason: a capture never loses a record in
+// silence. Records wait in the writer's buffer until flushCapture; a
+// failure there loses them too, and counts them.
+func (p *Proxy) captureRecord(r *record.Record) {
+	if err := p.capture.Write(r); err != nil {
+		lost := p.capturePending + 1
+		p.capturePending = 0
+		p.m.captureFailed.Add(uint64(lost))
+		p.log.Error().Err(err).Str("request", r.ID).Int("records_lost", lost).
+			Msg("capture: a record could not be written; it is counted in tokentap_capture_errors_total")
+		return
+	}
+	p.capturePending++
+}
+
+// flushCapture writes the buffered records to the capture file.
+func (p *Proxy) flushCapture() error {
+	n := p.capturePending
+	p.capturePending = 0
+	if err := p.capture.Flush(); err != nil {
+		if n > 0 {
+			p.m.captureFailed.Add(uint64(n))
+			p.log.Error().Err(err).Int("records_lost", n).
+				Msg("capture: flushing records to the file failed; they are counted in tokentap_capture_errors_total")
+		}
+		return err
+	}
+	p.m.captured.Add(uint64(n))
+	return nil
 }
 
 // guard runs fn, recovering a panic: counted in
@@ -515,6 +599,7 @@ type exchange struct {
 	scrubFn func(string) string
 
 	head     bool // HEAD request: no body
+	direct   bool // the body has a Content-Length: WriteTo writes it to the client's connection
 	handed   bool // fasthttp has the body stream: it finishes the exchange
 	finished bool // finish ran
 
@@ -526,15 +611,14 @@ type exchange struct {
 	endErr   error
 	endBlame record.Blame
 
-	out        []byte
-	pending    []byte
-	readDL     time.Time
-	writeDL    time.Time
-	at         time.Duration // in feed mode, when the bytes being passed on arrived
-	endLater   bool          // the body ended with a backlog to write: writeToLoop ends the record
-	overrun    bool          // bytes came after the response's end: the connection is out of step
-	held       []byte        // piece: what the tap held back before the current piece
-	wroteBytes int64
+	out      []byte
+	pending  []byte
+	readDL   time.Time
+	writeDL  time.Time
+	at       time.Duration // in feed mode, when the bytes being passed on arrived
+	endLater bool          // the body ended with a backlog to write: writeToLoop ends the record
+	overrun  bool          // bytes came after the response's end: the connection is out of step
+	held     []byte        // piece: what the tap held back before the current piece
 }
 
 func (p *Proxy) getExchange() *exchange {
@@ -552,7 +636,7 @@ func (x *exchange) put() {
 	x.req.Reset()
 	x.hdr.Reset()
 	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
-	x.head, x.wroteBytes, x.resends, x.handed, x.finished = false, 0, 0, false, false
+	x.head, x.direct, x.resends, x.handed, x.finished = false, false, 0, false, false
 	if x.br != nil && x.br.Size() > upstreamBufferSize {
 		x.br = nil // a long response head's buffer
 	}
@@ -600,6 +684,10 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 // it refused the request), for serve's recovery.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	sent := p.clock.Now()
+	p.bodies.give(&ctx.Request.Header)
+	if cc := baseConn(ctx.Conn()); cc != nil {
+		cc.bodyIn()
+	}
 	if ctx.IsConnect() {
 		p.refuse(ctx, fasthttp.StatusMethodNotAllowed, rejectBadTarget,
 			"tokentap proxy: CONNECT is for forward proxies; tokentap is a reverse proxy in front of one engine: send requests such as POST /v1/chat/completions to it")
@@ -613,6 +701,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	if !ok {
 		p.refuse(ctx, fasthttp.StatusBadRequest, rejectBadTarget,
 			"tokentap proxy: the request target is not a path (/v1/...) or an http(s):// URL; send requests such as POST /v1/chat/completions")
+		return nil
+	}
+	if aboveRoot(target) {
+		p.refuse(ctx, fasthttp.StatusBadRequest, rejectBadTarget,
+			"tokentap proxy: the request path climbs above the root with /../ segments; send requests such as POST /v1/chat/completions")
 		return nil
 	}
 	p.active.Add(1)
@@ -692,10 +785,13 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	size := -1
 	if x.body.frame == frameLength && !x.stripping() {
 		size = int(x.body.left)
+		x.direct = true
 	}
-	// A stream's headers go out at once, as the engine sent them before its
-	// prefill: a client waiting for headers must not wait for the first token.
-	resp.ImmediateHeaderFlush = x.body.frame != frameLength
+	// The head goes out at once: a stream's, as the engine sent it before
+	// its prefill (a client waiting for headers must not wait for the first
+	// token); a body of known length's, since WriteTo then writes the body
+	// to the connection itself (x.direct).
+	resp.ImmediateHeaderFlush = true
 	// fasthttp calls WriteTo (which streams the body, flushing every
 	// upstream read) after this handler returns, then CloseWithError.
 	x.handed = true
@@ -820,11 +916,57 @@ func originForm(t []byte) (target []byte, slash, ok bool) {
 	return rest[j:], rest[j] == '?', true
 }
 
+// aboveRoot says whether a target's path climbs above the root with dot
+// segments ("/../etc/passwd", "/v1/../../x"; %2e and %2f count as the
+// characters they encode): nginx answers those 400, and an engine behind a
+// path prefix must not be reached outside it.
+func aboveRoot(target []byte) bool {
+	if i := bytes.IndexByte(target, '?'); i >= 0 {
+		target = target[:i]
+	}
+	depth := 0
+	seg := make([]byte, 0, 8)
+	end := func() bool {
+		switch string(seg) {
+		case "..":
+			depth--
+		case ".", "":
+		default:
+			depth++
+		}
+		seg = seg[:0]
+		return depth < 0
+	}
+	for i := 0; i < len(target); i++ {
+		c := target[i]
+		if c == '%' && i+2 < len(target) {
+			switch string(bytes.ToLower(target[i+1 : i+3])) {
+			case "2e":
+				c, i = '.', i+2
+			case "2f":
+				c, i = '/', i+2
+			}
+		}
+		if c == '/' {
+			if end() {
+				return true
+			}
+			continue
+		}
+		if len(seg) < 3 {
+			seg = append(seg, c)
+		} else {
+			seg = append(seg[:0], "xxx"...) // longer than "..": a name
+		}
+	}
+	return end()
+}
+
 // refuse answers a request the proxy will not send to the engine.
 func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, reason rejectReason, msg string) {
 	p.m.rejected(reason)
 	if ctx.IsPost() && measuredPath(ctx.Path()) {
-		p.refusedRecord(ctx, status, msg) // every measured request has a record
+		p.refusedRecord(ctx, status, record.BlameClient, msg) // every measured request has a record
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)

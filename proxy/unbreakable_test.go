@@ -112,6 +112,8 @@ func TestLabelValue(t *testing.T) {
 		{long, long[:maxLabelLen-len("…")] + "…"},
 		{strings.Repeat("é", 100), strings.Repeat("é", (maxLabelLen-len("…"))/2) + "…"},
 		{"", ""},
+		{"esc\x1b[31mred", `esc\x1b[31mred`},
+		{"tab\tdel\x7fc1\u0085", `tab\x09del\x7fc1\x85`},
 	} {
 		got := labelValue(tt.in)
 		if got != tt.want {
@@ -381,7 +383,7 @@ func TestShutdownDrainsThenCutsAndRecordsAll(t *testing.T) {
 // once and are counted; the ones under it are served.
 func TestShedOverMaxClientConns(t *testing.T) {
 	e := keylessEngine(t)
-	h := startProxy(t, e.url, func(c *Config) { c.MaxClientConns = 4 })
+	h := startProxy(t, e.url, func(c *Config) { c.MaxClientConns, c.MaxConnsPerIP = 4, -1 })
 	addr := strings.TrimPrefix(h.url, "http://")
 	var held []net.Conn
 	defer func() {
@@ -746,7 +748,7 @@ func TestScrubEveryValueOfEveryKeyHeader(t *testing.T) {
 // with the status the client got, blamed on the client.
 func TestEveryRefusedMeasuredRequestIsRecorded(t *testing.T) {
 	e := startScriptEngine(t, func(c net.Conn, r seenRequest) bool { writeJSON(c, 200, `{}`); return true })
-	h := startProxy(t, e.url, func(c *Config) { c.MaxBodySize = 1000; c.IdleTimeout = 500 * time.Millisecond })
+	h := startProxy(t, e.url, func(c *Config) { c.MaxBodySize = 1000; c.BodyTimeout = 500 * time.Millisecond })
 	addr := strings.TrimPrefix(h.url, "http://")
 	const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
 	for i, raw := range []string{

@@ -13,10 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tokentap/tokentap/proxy"
 )
@@ -31,6 +34,8 @@ type proxyConfig struct {
 	NoInject       bool          `env:"NO_INJECT"`
 	IdleTimeout    time.Duration `env:"IDLE_TIMEOUT"`
 	MaxBodySize    byteSize      `env:"MAX_BODY_SIZE"`
+	MaxBodyMemory  byteSize      `env:"MAX_BODY_MEMORY"`
+	BodyTimeout    time.Duration `env:"BODY_TIMEOUT"`
 	MaxConns       int           `env:"MAX_CONNS"`
 	Procs          int           `env:"PROCS"`
 	SLO            string        `env:"SLO"`
@@ -52,6 +57,7 @@ func defaultProxyConfig() proxyConfig {
 		Admin:       "127.0.0.1:8081",
 		IdleTimeout: proxy.DefaultIdleTimeout,
 		MaxBodySize: proxy.DefaultMaxBodySize,
+		BodyTimeout: proxy.DefaultBodyTimeout,
 		MaxConns:    proxy.DefaultMaxConns,
 
 		ReadHeaderTimeout: proxy.DefaultReadHeaderTimeout,
@@ -75,6 +81,20 @@ func defaultProxyConfig() proxyConfig {
 // --procs raises it. Streams from a plain-HTTP engine on Linux are passed
 // on by an event loop (package evloop), which keeps a P of its own beside
 // these: GOMAXPROCS is one more once the first stream runs.
+// setMemoryLimit gives the Go runtime the cgroup's memory limit (less a
+// tenth for what the runtime does not count) where GOMEMLIMIT is unset, as
+// it does with the CPU quota for GOMAXPROCS: the collector then works
+// harder near the limit instead of letting the kernel end the process.
+func setMemoryLimit(log zerolog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if l, ok := proxy.CgroupMemoryLimit(); ok {
+		debug.SetMemoryLimit(l - l/10)
+		log.Debug().Int64("cgroup_limit", l).Int64("gomemlimit", l-l/10).Msg("GOMEMLIMIT from the cgroup's memory limit")
+	}
+}
+
 func setProcs(n int) {
 	switch {
 	case n > 0:
@@ -142,12 +162,16 @@ Admin (loopback by default): GET /metrics (Prometheus), GET /stats (JSON percent
 model; POST with the header X-Tokentap-Reset: 1 resets), GET /healthz. --capture appends
 every record as JSONL for report and replay. Authorization headers and API keys pass through and are never logged or captured.
 
-A request is sent to the engine again only when that cannot run it twice: none of it had
-been written, or it carries an Idempotency-Key (or is a GET/HEAD without a body) and no
-answer had begun. A POST the engine read and then dropped gets a 502, and a record.
-Client limits: headers must arrive within --read-header-timeout, a body within
---idle-timeout; idle connections close after --keep-alive-timeout; request and response
-headers up to 72 KiB each way; a body over --max-body-size gets a 413.
+A request is sent to the engine again only when a reused keep-alive connection failed under
+it and that cannot run it twice: none of it had been written, or it carries an
+Idempotency-Key (or is a GET/HEAD without a body) and no answer had begun; never after a
+fresh connection failed. A POST the engine read and then dropped gets a 502, and a record.
+Client limits: headers must arrive within --read-header-timeout, a body with at most
+--body-timeout between two reads; idle connections close after --keep-alive-timeout; request
+and response headers up to 72 KiB each way; a body over --max-body-size gets a 413, and one
+that would take the bodies still arriving over --max-body-memory a 503. The defaults of
+--max-client-conns and --max-body-memory come from the memory the proxy may use (GOMEMLIMIT,
+else the cgroup's limit, which also sets GOMEMLIMIT when it is unset) as well as ulimit -n.
 TLS: --tls-cert/--tls-key serve clients over HTTPS; an https --upstream is verified against
 the system's roots ($SSL_CERT_FILE / $SSL_CERT_DIR replace them) or --upstream-ca.
 Prints the proxy's URL on stdout. On Ctrl-C or SIGTERM it stops accepting, answers 503 on
@@ -169,13 +193,15 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.NoInject, "no-inject", cfg.NoInject, "never add stream_options.include_usage for clients; output tokens are then counted [TOKENTAP_NO_INJECT]")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "longest wait for the next byte from the engine (prefill and non-streaming generation included) or for the client to read; there is no whole-response deadline [TOKENTAP_IDLE_TIMEOUT]")
 	fs.Var(&cfg.MaxBodySize, "max-body-size", "largest request body accepted, bytes with optional K/M/G [TOKENTAP_MAX_BODY_SIZE]")
+	fs.Var(&cfg.MaxBodyMemory, "max-body-memory", "most memory the request bodies still arriving may hold, added up by their Content-Length; a body over what is left gets a 503 at once, unread; 0: a quarter of the memory the proxy may use, at least --max-body-size [TOKENTAP_MAX_BODY_MEMORY]")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "longest wait between two reads of a request body (as nginx's client_body_timeout); a body that stalls longer gets a 408 [TOKENTAP_BODY_TIMEOUT]")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "most connections to the engine; more requests wait for one [TOKENTAP_MAX_CONNS]")
 	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "threads running the proxy's Go code at once (GOMAXPROCS), besides the event loop that passes streams on; 0 means $GOMAXPROCS when set, else 1: the least CPU per event; 2 or more lower the latency added when hundreds of streams get their tokens at the same moment [TOKENTAP_PROCS]")
 	fs.StringVar(&cfg.SLO, "slo", cfg.SLO, sloHelp+"; live good and judged request counts per model on /metrics and /stats")
 	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "a client must send a request's headers within this of the request's first byte, else it gets a 408 and is closed; a new connection that sends nothing for this long is closed; 0 turns it off [TOKENTAP_READ_HEADER_TIMEOUT]")
 	fs.DurationVar(&cfg.KeepAliveTimeout, "keep-alive-timeout", cfg.KeepAliveTimeout, "how long an idle client connection stays open between requests [TOKENTAP_KEEP_ALIVE_TIMEOUT]")
-	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", cfg.MaxConnsPerIP, "most open connections from one client address; more get a 429 and are closed; 0: unlimited [TOKENTAP_MAX_CONNS_PER_IP]")
-	fs.IntVar(&cfg.MaxClientConns, "max-client-conns", cfg.MaxClientConns, "most client connections open at once; more get a 503 and are closed at once, so the proxy never runs out of file descriptors; 0: half of the open-file limit (ulimit -n), less a reserve; -1: no ceiling [TOKENTAP_MAX_CLIENT_CONNS]")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", cfg.MaxConnsPerIP, "most open connections from one client address; more get a 429 and are closed; 0: the client connection ceiling less a tenth (at least 8), so one address cannot take every connection; -1: unlimited [TOKENTAP_MAX_CONNS_PER_IP]")
+	fs.IntVar(&cfg.MaxClientConns, "max-client-conns", cfg.MaxClientConns, "most client connections open at once; more get a 503 and are closed at once, so the proxy never runs out of file descriptors or memory; 0: half of the open-file limit (ulimit -n) less a reserve, and at most one per 256 KiB of the memory the proxy may use; -1: no ceiling [TOKENTAP_MAX_CLIENT_CONNS]")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "on SIGTERM or Ctrl-C: stop accepting, answer 503 on /healthz, and let open requests finish for up to this long; then cut the rest (every request keeps its record) [TOKENTAP_SHUTDOWN_TIMEOUT]")
 	fs.StringVar(&cfg.UpstreamCA, "upstream-ca", cfg.UpstreamCA, "PEM file of the CA certificate(s) an https --upstream's certificate must chain to, instead of the system's roots (verification is never turned off) [TOKENTAP_UPSTREAM_CA]")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate (chain) to serve clients over HTTPS, with --tls-key; for a proxy clients reach over a network [TOKENTAP_TLS_CERT]")
@@ -188,8 +214,16 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
 		return 2
 	}
-	if cfg.MaxConnsPerIP < 0 || cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip, --read-header-timeout, --keep-alive-timeout and --shutdown-timeout cannot be negative\n")
+	if cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.MaxBodyMemory < 0 {
+		fmt.Fprintf(stderr, "tokentap proxy: --read-header-timeout, --keep-alive-timeout, --shutdown-timeout and --max-body-memory cannot be negative\n")
+		return 2
+	}
+	if cfg.MaxConnsPerIP < -1 {
+		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip %d: want a positive cap, 0 (from --max-client-conns) or -1 (none)\n", cfg.MaxConnsPerIP)
+		return 2
+	}
+	if cfg.BodyTimeout <= 0 {
+		fmt.Fprintf(stderr, "tokentap proxy: --body-timeout %v: want a positive duration, e.g. 60s (the longest wait between two reads of a request body)\n", cfg.BodyTimeout)
 		return 2
 	}
 	if cfg.IdleTimeout <= 0 {
@@ -232,7 +266,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		Upstream: cfg.Upstream, IdleTimeout: cfg.IdleTimeout, MaxBodySize: int(cfg.MaxBodySize),
 		MaxConns: cfg.MaxConns, NoInject: cfg.NoInject, CapturePrompts: cfg.CapturePrompts, Logger: log,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout, KeepAliveTimeout: cfg.KeepAliveTimeout, MaxConnsPerIP: cfg.MaxConnsPerIP,
-		MaxClientConns: cfg.MaxClientConns,
+		MaxClientConns: cfg.MaxClientConns, MaxBodyMemory: int64(cfg.MaxBodyMemory), BodyTimeout: cfg.BodyTimeout,
 	}
 	if pc.ReadHeaderTimeout == 0 {
 		pc.ReadHeaderTimeout = -1 // the flag's 0 is "off"; the Config's 0 is the default
@@ -281,6 +315,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	setProcs(cfg.Procs)
+	setMemoryLimit(log)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: --listen: %v\n", err)

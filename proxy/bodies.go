@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Request bodies still arriving. fasthttp reads a request's whole body
+// before the handler runs, into a buffer it sizes from Content-Length when
+// the body starts, so a body holds its memory from its first byte until
+// the request ends. Three rules bound what clients can make the proxy hold
+// (METHOD.md has none of this: it is the proxy's own safety):
+//
+//   - the body budget (Config.MaxBodyMemory): the bodies announced by
+//     Content-Length and still arriving add up to at most it; a body that
+//     would go over is refused at once with a 503 (reason body_memory), not
+//     read. A chunked body announces no length: it is bounded by
+//     --max-body-size alone.
+//   - the body timeout (Config.BodyTimeout): the longest wait between two
+//     reads of a body, as nginx's client_body_timeout; a body that stalls
+//     gets a 408. The deadline moves with every read, so a large body
+//     arriving slowly but steadily is never cut.
+//   - at shutdown a body still arriving is cut: the client gets a 503, and
+//     the request a record, as every request the proxy accepted has one.
+
+// bodyBudget is the memory of request bodies in flight.
+type bodyBudget struct {
+	max  int64 // 0: no budget
+	used atomic.Int64
+
+	mu    sync.Mutex
+	held  map[*fasthttp.RequestHeader]int64 // a request's share, taken at its head (HeaderReceived)
+	over  map[*fasthttp.RequestHeader]bool  // requests refused for want of budget (take), until answered
+	cut   map[*clientConn]struct{}          // connections whose head was read and whose handler has not run
+	total atomic.Int64                      // the most held at once, for tests and /stats
+}
+
+func newBodyBudget(max int64) *bodyBudget {
+	return &bodyBudget{max: max, held: map[*fasthttp.RequestHeader]int64{}, over: map[*fasthttp.RequestHeader]bool{},
+		cut: map[*clientConn]struct{}{}}
+}
+
+// take reserves n bytes for the body of the request with head h; false
+// when they would take the bodies in flight over the budget.
+func (b *bodyBudget) take(h *fasthttp.RequestHeader, n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	if b.max > 0 {
+		for {
+			used := b.used.Load()
+			if used+n > b.max {
+				b.mu.Lock()
+				b.over[h] = true
+				b.mu.Unlock()
+				return false
+			}
+			if b.used.CompareAndSwap(used, used+n) {
+				break
+			}
+		}
+	} else {
+		b.used.Add(n)
+	}
+	b.mu.Lock()
+	b.held[h] += n
+	b.mu.Unlock()
+	if u := b.used.Load(); u > b.total.Load() {
+		b.total.Store(u)
+	}
+	return true
+}
+
+// give returns the share of the request with head h: its body is in (the
+// handler runs) or will not come (an error answer). over says the request
+// was refused for want of budget.
+func (b *bodyBudget) give(h *fasthttp.RequestHeader) (over bool) {
+	b.mu.Lock()
+	n, ok := b.held[h]
+	delete(b.held, h)
+	over = b.over[h]
+	delete(b.over, h)
+	b.mu.Unlock()
+	if ok {
+		b.used.Add(-n)
+	}
+	return over
+}
+
+// arriving notes a connection whose request head is in and whose body
+// may be arriving (until settled), for the shutdown's cut.
+func (b *bodyBudget) arriving(c *clientConn) {
+	b.mu.Lock()
+	b.cut[c] = struct{}{}
+	b.mu.Unlock()
+}
+
+// settled: the connection's request reached the handler or an error
+// answer, or the connection closed.
+func (b *bodyBudget) settled(c *clientConn) {
+	b.mu.Lock()
+	delete(b.cut, c)
+	b.mu.Unlock()
+}
+
+// cutArriving ends the wait for every body still arriving: the read in
+// progress fails at once and fasthttp calls the error handler, which sees
+// the connection marked and answers 503 with a record (clientError). It
+// returns how many it cut.
+func (b *bodyBudget) cutArriving() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.cut {
+		c.cut.Store(true)
+		_ = c.SetReadDeadline(time.Now())
+	}
+	return len(b.cut)
+}
+
+// waiting is how many connections have a body arriving.
+func (b *bodyBudget) waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.cut)
+}
