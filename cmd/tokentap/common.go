@@ -277,13 +277,26 @@ func (l *LogFlags) register(fs *cli) {
 // logger builds the zerolog logger: human-readable on a terminal, JSON
 // otherwise, to stderr; quiet (warn) by default.
 func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
+	return l.loggerBeside(stderr, false)
+}
+
+// loggerBeside is logger for a command whose progress lines go to stderr
+// too (progress true): there a log line is a text line like them, on a
+// terminal or not (a JSON object among progress lines in a file reads as
+// noise), unless --log-json asks for JSON.
+func (l *LogFlags) loggerBeside(stderr io.Writer, progress bool) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(l.Level))
 	if err != nil || l.Level == "" {
 		return zerolog.Nop(), fmt.Errorf("unknown log level %q (use debug, info, warn or error)", l.Level)
 	}
 	var w io.Writer = stderr
-	if f, ok := stderr.(*os.File); ok && !l.JSON && isatty.IsTerminal(f.Fd()) {
+	f, isFile := stderr.(*os.File)
+	switch {
+	case l.JSON:
+	case isFile && isatty.IsTerminal(f.Fd()):
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
+	case progress:
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000", NoColor: true}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }

@@ -156,7 +156,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(exitUsage, "unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
-	log, err := f.logger(stderr)
+	log, err := f.loggerBeside(stderr, !f.Quiet)
 	if err != nil {
 		return fail(exitUsage, "%s: %v", fs.source("log-level"), err)
 	}
