@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -339,3 +341,24 @@ func cutOnSignal(ctx context.Context, cancel context.CancelFunc) (stop func()) {
 		close(done)
 	}
 }
+
+// checkListen refuses an address to listen on that is not host:port
+// before anything starts (a usage error, exit 2), with the address it
+// probably meant: a bare port 8080 is 127.0.0.1:8080 (this machine) or
+// :8080 (every address).
+func checkListen(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if n, aerr := strconv.Atoi(addr); aerr == nil && n >= 0 && n <= 65535 {
+			return fmt.Errorf("%s %s: want host:port, e.g. 127.0.0.1:%d (this machine only) or :%d (every address)", flag, addr, n, n)
+		}
+		return fmt.Errorf("%s %q: want host:port, e.g. 127.0.0.1:8080: %v", flag, addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		if _, lerr := net.LookupPort("tcp", port); lerr != nil {
+			return fmt.Errorf("%s %q: port %q is not a port number (0 to 65535)", flag, addr, port)
+		}
+	}
+	return nil
+}
+

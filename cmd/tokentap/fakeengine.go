@@ -209,6 +209,10 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 		}
 		fl = append(fl, f)
 	}
+	if err := checkListen(fs.source("listen"), cfg.Listen); err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return setup, 2, true
+	}
 	given := func(name, env string) bool {
 		_, set := os.LookupEnv(env)
 		return set || fs.given(name)

@@ -74,6 +74,7 @@ func TestParseFakeEngine(t *testing.T) {
 			}
 		}},
 		{name: "bad fault", args: []string{"--fault", "explode=1"}, code: 2, msg: "--fault"},
+		{name: "bare port", args: []string{"--listen", "8000"}, code: 2, msg: "--listen 8000: want host:port, e.g. 127.0.0.1:8000"},
 		{name: "invalid model names the flag", args: []string{"--kv-capacity", "1000"}, code: 2, msg: "--kv-capacity 1000: must be > 0 and a multiple of --block-size 16"},
 		// The flavours start with the real engines' defaults (they failed:
 		// "the number of slots (Slots) 0 must be > 0").
