@@ -361,4 +361,3 @@ func checkListen(flag, addr string) error {
 	}
 	return nil
 }
-
