@@ -1,6 +1,6 @@
 module github.com/tokentap/tokentap
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0

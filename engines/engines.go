@@ -568,3 +568,17 @@ func sumEither(m Metrics, names ...string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// Reachable asks the engine for its model list (every OpenAI-compatible
+// engine answers it from memory) and returns nil when any HTTP answer
+// comes, or an error wrapping ErrUnreachable when none does: the engine
+// went away (refused, reset, no answer within the probe's timeout). A
+// matrix asks it after a failed cell, to tell an engine that broke off
+// the run from a cell whose requests failed.
+func (in *Info) Reachable(ctx context.Context) error {
+	if in.c == nil {
+		return nil
+	}
+	_, err := in.c.get(ctx, "/v1/models")
+	return err
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/tokentap/tokentap/bandwidth"
 	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
@@ -81,6 +82,9 @@ func (r *runner) finishBeyond() {
 	}
 	slo.Totals(r.res)
 	r.splitNotes()
+	if n := tbtWithinJitter(r.cfg.SLO, r.res.Decode); n != "" {
+		r.res.Notes = append(r.res.Notes, n)
+	}
 	if b := r.res.Bandwidth; b != nil && len(b.Missing) > 0 {
 		r.res.Notes = append(r.res.Notes, "No decode cell is put against the GPU's bandwidth limit: missing "+strings.Join(b.Missing, "; ")+".")
 	}
@@ -97,4 +101,29 @@ func beyondSummary(c *result.Cell) string {
 		s += fmt.Sprintf("  %.0f%% of bandwidth limit", 100*c.DecodeLimit.ShareOfBandwidthLimit)
 	}
 	return s
+}
+
+// tbtWithinJitter says, when a tbt objective lies within the engine's own
+// gaps between tokens (above the median gap of a measured cell, below its
+// p99), that it judges the engine's jitter: tbt holds every gap of a
+// request to it, so one slow gap in a long output misses it, where vLLM's
+// bench serve --goodput tpot: (tokentap's tpot) judges the request's mean.
+// Empty when there is no such objective or cell.
+func tbtWithinJitter(spec slo.Spec, cells []result.Cell) string {
+	if spec.TBT <= 0 {
+		return ""
+	}
+	for _, c := range cells {
+		if !c.ShowsFigures() || c.Histograms == nil || c.Histograms.TBT == nil {
+			continue
+		}
+		p50, ok50 := histo.Latency(c.Histograms.TBT, 0.50)
+		p99, ok99 := histo.Latency(c.Histograms.TBT, 0.99)
+		if !ok50 || !ok99 || spec.TBT <= p50 || spec.TBT >= p99 {
+			continue
+		}
+		return fmt.Sprintf("The tbt objective (%v) lies within the engine's own jitter: in cell %s × %s the gaps between tokens run from %.1f ms (p50) to %.1f ms (p99). tbt holds every gap of a request to it, so one slow gap misses it; vLLM's bench serve --goodput tpot: judges a request's mean time per output token, which is tokentap's tpot=.",
+			spec.TBT, TokenLabel(c.Context), ColumnLabel(c), float64(p50)/1e6, float64(p99)/1e6)
+	}
+	return ""
 }

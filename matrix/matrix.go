@@ -59,6 +59,12 @@ var ErrInterrupted = errors.New("matrix run interrupted; the result holds the ce
 // settings asked for are wrong for this engine; the error says why.
 var ErrNothingToMeasure = errors.New("nothing to measure")
 
+// ErrEngineGone is returned with the result of the cells finished so far
+// when the engine stopped answering in the middle of the run (killed,
+// crashed, restarted): after a failed step the engine no longer answered
+// its model list. The step it broke off stays Failed, the rest Not run.
+var ErrEngineGone = errors.New("the engine broke off the run")
+
 // Config is one matrix run. Zero values mean defaults.
 type Config struct {
 	// Target is the engine. Target.Model empty: the model the engine serves
@@ -371,6 +377,10 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		return res, ErrInterrupted
 	}
 	if err != nil {
+		if errors.Is(err, engines.ErrUnreachable) && !errors.Is(err, ErrEngineGone) {
+			// A step that needed the engine (a token count) found it gone.
+			err = fmt.Errorf("%w: %w", ErrEngineGone, err)
+		}
 		res.StoppedEarly = err.Error()
 		return res, err
 	}
@@ -554,6 +564,9 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	r.emit(recs)
 	if len(recs) == 1 {
 		r.setPrefill(pc, &recs[0], p.Tokens)
+		if recs[0].Outcome.Failed() {
+			return r.stillThere(ctx, result.Failed, "the "+TokenLabel(pc)+" prefill row")
+		}
 	}
 	return nil
 }
@@ -751,6 +764,9 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 			}
 			return nil, false, nil
 		case rec.Outcome.Failed():
+			if err := r.stillThere(ctx, result.Failed, "the "+TokenLabel(c)+" row's cold prefill"); err != nil {
+				return nil, false, err // its cells stay Not run
+			}
 			r.log.Info().Int("context", c).Str("error", rec.Error).Msg("matrix: warm-up failed")
 			if !r.isPrefillRow(c) {
 				r.prog.note(fmt.Sprintf("warm-up %s: failed: %s", TokenLabel(c), clip(rec.Error, 160)))
@@ -1074,7 +1090,22 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	if r.cfg.OnCell != nil {
 		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: j.MaxWaiting})
 	}
-	return nil
+	return r.stillThere(ctx, out.Status, "cell "+label)
+}
+
+// stillThere, after a step whose status is st, asks whether the engine
+// still answers when the step Failed: an engine gone (killed, crashed)
+// broke off the run, and measuring the cells left would only fail them
+// all (ErrEngineGone; exit 1, not the failed cells' 3).
+func (r *runner) stillThere(ctx context.Context, st result.Status, step string) error {
+	if st != result.Failed || ctx.Err() != nil {
+		return nil
+	}
+	err := r.info.Reachable(ctx)
+	if err == nil || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("%w during %s: %v", ErrEngineGone, step, err)
 }
 
 // ending is how the requests still running at a window's end end (METHOD.md

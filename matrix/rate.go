@@ -149,7 +149,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	if r.cfg.OnCell != nil {
 		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: j.MaxWaiting})
 	}
-	return nil
+	return r.stillThere(ctx, out.Status, "cell "+label)
 }
 
 // rateFigures puts an arrival-rate cell's own definitions over the

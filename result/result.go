@@ -397,11 +397,19 @@ func (r *Result) WriteFile(path string) error {
 	return t.Write(os.Stdout, r.Write)
 }
 
-// Read decodes a result document, refusing a newer schema.
+// requiredFields are what a document needs besides "schema" to be read as
+// a run: what it ran and what it measured.
+var requiredFields = []string{"settings", "decode"}
+
+// Read decodes a result document, refusing a newer schema and a document
+// without requiredFields.
 func Read(rd io.Reader) (*Result, error) {
+	var raw json.RawMessage
+	if err := json.NewDecoder(rd).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("not a tokentap result document: %w", err)
+	}
 	var r Result
-	dec := json.NewDecoder(rd)
-	if err := dec.Decode(&r); err != nil {
+	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("not a tokentap result document: %w", err)
 	}
 	switch {
@@ -409,6 +417,15 @@ func Read(rd io.Reader) (*Result, error) {
 		return nil, errors.New("not a tokentap result document: it has no \"schema\" field (a result is the JSON file tokentap matrix writes with --out)")
 	case r.Schema < 0 || r.Schema > SchemaVersion:
 		return nil, fmt.Errorf("result schema %d; this tokentap reads 1 to %d (a newer tokentap wrote it?)", r.Schema, SchemaVersion)
+	}
+	// A "schema" alone does not make a run: one without the settings it
+	// ran and its table of cells would render as an empty, unknown run.
+	var top map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &top) // it decoded as an object above
+	for _, k := range requiredFields {
+		if v, ok := top[k]; !ok || string(v) == "null" {
+			return nil, fmt.Errorf("not a tokentap result document: it has no %q field (a result is the JSON file tokentap matrix writes with --out)", k)
+		}
 	}
 	r.oldSLO()
 	return &r, nil

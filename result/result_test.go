@@ -59,6 +59,10 @@ func TestReadRefuses(t *testing.T) {
 		{"no schema", `{"decode": []}`, `it has no "schema" field`},
 		{"empty object", `{}`, `it has no "schema" field`},
 		{"not json", `<html>`, "not a tokentap result document"},
+		// A schema alone rendered as a run of an "Unknown model", exit 0.
+		{"schema alone", `{"schema":1}`, `it has no "settings" field`},
+		{"no cells", `{"schema":1,"settings":{}}`, `it has no "decode" field`},
+		{"null cells", `{"schema":1,"settings":{},"decode":null}`, `it has no "decode" field`},
 	}
 	for _, tt := range tests {
 		_, err := Read(strings.NewReader(tt.doc))

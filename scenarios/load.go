@@ -111,6 +111,10 @@ func Parse(data []byte, name string) (Scenario, error) {
 		case "rate":
 			sc.Rates, err = rateList(v)
 		case "prefill":
+			if v.Kind == yaml.ScalarNode && strings.EqualFold(strings.TrimSpace(v.Value), "none") {
+				sc.Prefill = nil // prefill: none, as --prefill none
+				break
+			}
 			sc.Prefill, err = tokenList(v, 1, true) // prefill: [] means no prefill rows
 		case "window":
 			sc.Window, err = duration(v)

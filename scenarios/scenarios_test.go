@@ -183,6 +183,8 @@ func TestParseSettings(t *testing.T) {
 		}},
 		{"block lists, sorted and deduplicated", "concurrency:\n  - 8\n  - 1\n  - 8\n", func(s *Scenario) { s.Concurrency = []int{1, 8} }},
 		{"no prefill rows", "prefill: []\n", func(s *Scenario) { s.Prefill = nil }},
+		{"no prefill rows, as --prefill none", "prefill: none\n", func(s *Scenario) { s.Prefill = nil }},
+		{"no prefill rows, None", "prefill: None\n", func(s *Scenario) { s.Prefill = nil }},
 		{"completions API, any case", "api: Completions\n", func(s *Scenario) { s.API = "completions" }},
 		{"max output with k", "max_output: 1k\n", func(s *Scenario) { s.MaxOutput = 1024 }},
 		{"overrides", "kv_capacity: 96k\nmax_model_len: 262144\nshared_prefix: 4k\n", func(s *Scenario) {

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -277,13 +279,26 @@ func (l *LogFlags) register(fs *cli) {
 // logger builds the zerolog logger: human-readable on a terminal, JSON
 // otherwise, to stderr; quiet (warn) by default.
 func (l *LogFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
+	return l.loggerBeside(stderr, false)
+}
+
+// loggerBeside is logger for a command whose progress lines go to stderr
+// too (progress true): there a log line is a text line like them, on a
+// terminal or not (a JSON object among progress lines in a file reads as
+// noise), unless --log-json asks for JSON.
+func (l *LogFlags) loggerBeside(stderr io.Writer, progress bool) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(l.Level))
 	if err != nil || l.Level == "" {
 		return zerolog.Nop(), fmt.Errorf("unknown log level %q (use debug, info, warn or error)", l.Level)
 	}
 	var w io.Writer = stderr
-	if f, ok := stderr.(*os.File); ok && !l.JSON && isatty.IsTerminal(f.Fd()) {
+	f, isFile := stderr.(*os.File)
+	switch {
+	case l.JSON:
+	case isFile && isatty.IsTerminal(f.Fd()):
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
+	case progress:
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000", NoColor: true}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
@@ -325,4 +340,24 @@ func cutOnSignal(ctx context.Context, cancel context.CancelFunc) (stop func()) {
 		signal.Stop(again)
 		close(done)
 	}
+}
+
+// checkListen refuses an address to listen on that is not host:port
+// before anything starts (a usage error, exit 2), with the address it
+// probably meant: a bare port 8080 is 127.0.0.1:8080 (this machine) or
+// :8080 (every address).
+func checkListen(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if n, aerr := strconv.Atoi(addr); aerr == nil && n >= 0 && n <= 65535 {
+			return fmt.Errorf("%s %s: want host:port, e.g. 127.0.0.1:%d (this machine only) or :%d (every address)", flag, addr, n, n)
+		}
+		return fmt.Errorf("%s %q: want host:port, e.g. 127.0.0.1:8080: %v", flag, addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		if _, lerr := net.LookupPort("tcp", port); lerr != nil {
+			return fmt.Errorf("%s %q: port %q is not a port number (0 to 65535)", flag, addr, port)
+		}
+	}
+	return nil
 }

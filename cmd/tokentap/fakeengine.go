@@ -94,6 +94,13 @@ func (c *fakeEngineConfig) flavorDefaults(given func(flag, env string) bool) err
 	if err != nil {
 		return fmt.Errorf("--%w", err)
 	}
+	if !given("strict-model", "TOKENTAP_FAKE_STRICT_MODEL") {
+		// vLLM answers a model it does not serve with 404 (serving_engine.py,
+		// _check_model: "The model `x` does not exist.", NotFoundError), as
+		// Ollama does ("model \"x\" not found"); llama-server and TGI serve
+		// the request with the model they have, whatever it names.
+		c.StrictModel = fl == fixtures.FlavorVLLM || fl == fixtures.FlavorOllama
+	}
 	switch fl {
 	case fixtures.FlavorOllama:
 		if !given("slots", "TOKENTAP_FAKE_SLOTS") {
@@ -165,8 +172,8 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 	fs.IntVar(&cfg.TrainedLen, "trained-len", cfg.TrainedLen, "ollama: the trained context /api/show reports; --max-model-len is the one it runs at [TOKENTAP_FAKE_TRAINED_LEN]")
 	fs.BoolVar(&cfg.NumCtxListed, "num-ctx-listed", cfg.NumCtxListed, "ollama: /api/show lists num_ctx (the model was created with it) [TOKENTAP_FAKE_NUM_CTX_LISTED]")
 	fs.IntVar(&cfg.HoldBack, "hold-back", cfg.HoldBack, "ollama: every Nth output token starts with '<' and is sent with the next one, unannounced; 0: never [TOKENTAP_FAKE_HOLD_BACK]")
-	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name, as /v1/models lists it; requests naming another model are served as this one, as llama-server, SGLang and TGI do (see --strict-model) [TOKENTAP_FAKE_MODEL]")
-	fs.BoolVar(&cfg.StrictModel, "strict-model", cfg.StrictModel, "answer requests naming another model than --model with vLLM's 404 (\"The model ... does not exist.\") [TOKENTAP_FAKE_STRICT_MODEL]")
+	fs.StringVar(&cfg.Name, "model", cfg.Name, "served model name, as /v1/models lists it (see --strict-model for requests naming another) [TOKENTAP_FAKE_MODEL]")
+	fs.BoolVar(&cfg.StrictModel, "strict-model", cfg.StrictModel, "answer a request naming another model than --model with 404, as vLLM (\"The model ... does not exist.\") and Ollama do; =false serves it as --model, as llama-server, SGLang and TGI do (default: on for --flavor vllm and ollama, off for llama.cpp and tgi) [TOKENTAP_FAKE_STRICT_MODEL]")
 	fs.StringVar(&cfg.Version, "engine-version", cfg.Version, "version GET /version reports [TOKENTAP_FAKE_VERSION]")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens of one request; longer gets HTTP 400 (llama.cpp: one slot's context, /props n_ctx; the KV cache follows unless --kv-capacity is given) [TOKENTAP_FAKE_MAX_MODEL_LEN]")
 	fs.Float64Var(&cfg.PrefillTokPerSec, "prefill-tok-per-sec", cfg.PrefillTokPerSec, "prefill speed P for short prompts, tokens/s [TOKENTAP_FAKE_PREFILL_TOK_PER_SEC]")
@@ -201,6 +208,10 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 			return setup, 2, true
 		}
 		fl = append(fl, f)
+	}
+	if err := checkListen(fs.source("listen"), cfg.Listen); err != nil {
+		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
+		return setup, 2, true
 	}
 	given := func(name, env string) bool {
 		_, set := os.LookupEnv(env)

@@ -18,9 +18,8 @@ func TestParseFakeEngine(t *testing.T) {
 		code  int // when done
 		msg   string
 	}{
-		{name: "defaults are DefaultModel, answering to any model name", check: func(t *testing.T, s fakeEngineSetup) {
+		{name: "defaults are DefaultModel, answering another model name with 404 as vLLM", check: func(t *testing.T, s fakeEngineSetup) {
 			m := fixtures.DefaultModel()
-			m.AnyModel = true
 			if s.model != m || s.cfg.Listen != "127.0.0.1:8000" || s.cfg.Ledger || len(s.faults) != 0 {
 				t.Fatalf("setup %+v, want DefaultModel %+v", s, m)
 			}
@@ -39,12 +38,43 @@ func TestParseFakeEngine(t *testing.T) {
 					t.Fatalf("model %+v faults %+v", m, s.faults)
 				}
 			}},
-		{name: "strict model names", args: []string{"--strict-model"}, check: func(t *testing.T, s fakeEngineSetup) {
-			if s.model.AnyModel {
-				t.Fatalf("--strict-model: model %+v answers any name", s.model)
+		{name: "vllm: strict model names", args: []string{"--flavor", "vllm"}, env: nil, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != false {
+				t.Fatalf("model %+v: AnyModel %v, want false", s.model, s.model.AnyModel)
+			}
+		}},
+		{name: "vllm: any model name when asked", args: []string{"--strict-model=false"}, env: nil, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != true {
+				t.Fatalf("model %+v: AnyModel %v, want true", s.model, s.model.AnyModel)
+			}
+		}},
+		{name: "vllm: any model name when the variable asks", args: nil, env: map[string]string{"TOKENTAP_FAKE_STRICT_MODEL": "false"}, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != true {
+				t.Fatalf("model %+v: AnyModel %v, want true", s.model, s.model.AnyModel)
+			}
+		}},
+		{name: "ollama: strict model names", args: []string{"--flavor", "ollama"}, env: nil, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != false {
+				t.Fatalf("model %+v: AnyModel %v, want false", s.model, s.model.AnyModel)
+			}
+		}},
+		{name: "llama.cpp: any model name", args: []string{"--flavor", "llama.cpp"}, env: nil, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != true {
+				t.Fatalf("model %+v: AnyModel %v, want true", s.model, s.model.AnyModel)
+			}
+		}},
+		{name: "tgi: any model name", args: []string{"--flavor", "tgi"}, env: nil, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != true {
+				t.Fatalf("model %+v: AnyModel %v, want true", s.model, s.model.AnyModel)
+			}
+		}},
+		{name: "llama.cpp: strict model names when asked", args: []string{"--flavor", "llama.cpp", "--strict-model"}, env: nil, check: func(t *testing.T, s fakeEngineSetup) {
+			if s.model.AnyModel != false {
+				t.Fatalf("model %+v: AnyModel %v, want false", s.model, s.model.AnyModel)
 			}
 		}},
 		{name: "bad fault", args: []string{"--fault", "explode=1"}, code: 2, msg: "--fault"},
+		{name: "bare port", args: []string{"--listen", "8000"}, code: 2, msg: "--listen 8000: want host:port, e.g. 127.0.0.1:8000"},
 		{name: "invalid model names the flag", args: []string{"--kv-capacity", "1000"}, code: 2, msg: "--kv-capacity 1000: must be > 0 and a multiple of --block-size 16"},
 		// The flavours start with the real engines' defaults (they failed:
 		// "the number of slots (Slots) 0 must be > 0").

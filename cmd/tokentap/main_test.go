@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -277,5 +279,43 @@ func TestHelpValueNames(t *testing.T) {
 				t.Errorf("%s --help: %q names its value %q (a backtick in its usage?)", c.name, strings.TrimSpace(line), f[1])
 			}
 		}
+	}
+}
+
+// TestLogBesideProgress: where stderr is a file (not a terminal), a
+// command's log lines among its progress lines are text lines like them;
+// JSON where there is no progress, or when --log-json asks for it.
+func TestLogBesideProgress(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		progress bool
+		json     bool
+		wantJSON bool
+	}{
+		{"beside progress", true, false, false},
+		{"beside progress, --log-json", true, true, true},
+		{"no progress", false, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			lf := LogFlags{Level: "warn", JSON: tt.json}
+			log, err := lf.loggerBeside(f, tt.progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Warn().Str("why", "gone").Msg("matrix: scraping the engine's gauges failed")
+			b, _ := os.ReadFile(f.Name())
+			line := strings.TrimSpace(string(b))
+			if isJSON := strings.HasPrefix(line, "{"); isJSON != tt.wantJSON || !strings.Contains(line, "scraping the engine's gauges failed") {
+				t.Errorf("log line %q; want JSON %v", line, tt.wantJSON)
+			}
+			if !tt.wantJSON && strings.Contains(line, "\x1b[") {
+				t.Errorf("log line %q: colours in a file", line)
+			}
+		})
 	}
 }

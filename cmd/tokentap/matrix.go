@@ -156,7 +156,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(exitUsage, "unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
-	log, err := f.logger(stderr)
+	log, err := f.loggerBeside(stderr, !f.Quiet)
 	if err != nil {
 		return fail(exitUsage, "%s: %v", fs.source("log-level"), err)
 	}
@@ -365,7 +365,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, matrix.ErrInterrupted) {
 			code = exitInterrupted
 		}
-		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
+		fmt.Fprintf(stderr, "tokentap matrix: %v\n", interruptedWord(err, f.Out))
 	}
 	if f.Out != "" {
 		if werr := out.Write(stdout, res.Write); werr != nil {
@@ -540,4 +540,14 @@ func startDemoEngine() (*fixtures.Engine, error) {
 
 func demoHardware() result.Hardware {
 	return result.Hardware{Type: "Simulated GPU (tokentap fake engine)", GPU: "simulated, shaped like an RTX 3060", VRAM: "12 GB (simulated)"}
+}
+
+// interruptedWord is what an interrupted run says: ErrInterrupted speaks
+// of the result holding the cells finished, and a run that writes no
+// result (the demo, without --out) says what it showed instead.
+func interruptedWord(err error, out string) error {
+	if out == "" && errors.Is(err, matrix.ErrInterrupted) {
+		return errors.New("matrix run interrupted; the report above shows the cells finished so far (no result file: give --out to keep one)")
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log"
 	"net"
@@ -447,4 +448,24 @@ func TestReplayFaithful(t *testing.T) {
 		}
 	}
 	t.Log(so.String())
+}
+
+// TestInterruptedWord: an interrupted demo (no --out) does not speak of a
+// result it never writes; a run with --out keeps saying its result holds
+// the cells finished; other errors pass unchanged.
+func TestInterruptedWord(t *testing.T) {
+	gone := errors.New("the engine broke off the run")
+	for _, tc := range []struct {
+		err  error
+		out  string
+		want string
+	}{
+		{matrix.ErrInterrupted, "", "no result file: give --out to keep one"},
+		{matrix.ErrInterrupted, "run.json", "the result holds the cells finished so far"},
+		{gone, "", "the engine broke off the run"},
+	} {
+		if got := interruptedWord(tc.err, tc.out).Error(); !strings.Contains(got, tc.want) {
+			t.Errorf("%v, --out %q: %q; want %q", tc.err, tc.out, got, tc.want)
+		}
+	}
 }

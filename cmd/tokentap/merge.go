@@ -20,7 +20,7 @@ import (
 // mergeConfig holds the merge command's settings.
 type mergeConfig struct {
 	Out       string `env:"MERGE_OUT"`
-	Records   string `env:"MERGE_RECORDS"`
+	Records   string `env:"MERGE_RECORDS_OUT"`
 	Quiet     bool   `env:"QUIET"`
 	Overwrite bool   `env:"OVERWRITE"`
 }
@@ -32,11 +32,12 @@ status of its shards (docs/METHOD.md §10). Shards of different runs, with diffe
 or engine facts, or whose windows do not overlap are refused, with the reason.
 
   tokentap merge shard-0.json shard-1.json shard-2.json -o run.json
-  tokentap merge shard-*.json shard-*.jsonl -o run.json --records run.jsonl
+  tokentap merge shard-*.json shard-*.jsonl -o run.json --records-out run.jsonl
 
-Record files (tokentap matrix --records) given among the files are concatenated into
---records. Without -o (or with -o -) the merged document goes to stdout. An existing
-file is kept unless --overwrite, and no output may be one of the files merged.`
+The shards' record files (tokentap matrix --records) go among the files to merge, beside
+their results; --records-out names the one file they are concatenated into. Without -o
+(or with -o -) the merged document goes to stdout. An existing file is kept unless
+--overwrite, no output may be one of the files merged, and each output is named once.`
 
 func runMerge(args []string, stdout, stderr io.Writer) int {
 	var cfg mergeConfig
@@ -45,9 +46,16 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fset := newCLI("merge", mergeSummary, stdout, stderr)
-	fset.StringVar(&cfg.Out, "o", cfg.Out, "write the merged result document here (default: stdout) [TOKENTAP_MERGE_OUT]")
-	fset.StringVar(&cfg.Out, "out", cfg.Out, "same as -o")
-	fset.StringVar(&cfg.Records, "records", cfg.Records, "write the shards' records, concatenated, here (JSONL) [TOKENTAP_MERGE_RECORDS]")
+	out1 := &onceString{p: &cfg.Out, name: "-o/--out"}
+	fset.Var(out1, "o", "write the merged result document here (default: stdout) [TOKENTAP_MERGE_OUT]")
+	fset.Var(out1, "out", "same as -o")
+	// --records was this flag's name; it read as taking the shards'
+	// record files, which go among the files merged. Kept as a synonym:
+	// an output is never one of the files merged, and an existing file is
+	// kept unless --overwrite, so the misreading cannot lose a file.
+	rec1 := &onceString{p: &cfg.Records, name: "--records-out"}
+	fset.Var(rec1, "records-out", "write the merged records here (JSONL): the shards' record files, given among the files to merge, concatenated [TOKENTAP_MERGE_RECORDS_OUT]")
+	fset.Var(rec1, "records", "old name of --records-out")
 	fset.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no summary on stderr [TOKENTAP_QUIET]")
 	fset.BoolVar(&cfg.Overwrite, "overwrite", cfg.Overwrite, "let -o and --records replace existing files (never one of the files merged) [TOKENTAP_OVERWRITE]")
 	files, code, done := fset.parseArgs(args)
@@ -60,7 +68,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	}
 	// The outputs are checked before anything is read: never a file
 	// merged, never each other, an existing file kept unless --overwrite.
-	if err := distinct(cfg.Out, fset.source("o"), cfg.Records, fset.source("records")); err != nil {
+	if err := distinct(cfg.Out, fset.source("o"), cfg.Records, recSource(fset)); err != nil {
 		fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
 		return exitUsage
 	}
@@ -75,7 +83,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Records != "" {
 		var err error
-		if recOut, err = output(cfg.Records, fset.source("records"), cfg.Overwrite, files...); err != nil {
+		if recOut, err = output(cfg.Records, recSource(fset), cfg.Overwrite, files...); err != nil {
 			fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
 			return exitUsage
 		}
@@ -106,11 +114,11 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 		ins = append(ins, merge.Input{Name: f, Doc: doc})
 	}
 	if len(recFile) > 0 && cfg.Records == "" {
-		fmt.Fprintf(stderr, "tokentap merge: record files given (%s): name the merged records file with --records FILE\n", strings.Join(recFile, ", "))
+		fmt.Fprintf(stderr, "tokentap merge: record files given (%s): name the one file they are merged into with --records-out FILE\n", strings.Join(recFile, ", "))
 		return exitUsage
 	}
 	if len(recFile) == 0 && cfg.Records != "" {
-		fmt.Fprintf(stderr, "tokentap merge: %s %s: no record files among the files to merge: give the shards' record files (tokentap matrix --records) too, or leave --records out\n", fset.source("records"), cfg.Records)
+		fmt.Fprintf(stderr, "tokentap merge: %s %s: no record files among the files to merge: it is where they are merged into, and the shards' record files (tokentap matrix --records, .jsonl) go among the files to merge, e.g. tokentap merge shard-*.json shard-*.jsonl -o run.json --records-out run.jsonl\n", recSource(fset), cfg.Records)
 		return exitUsage
 	}
 	if len(ins) == 0 {
@@ -217,4 +225,37 @@ func (c *checkedWriter) Write(p []byte) (int, error) {
 		c.err = err
 	}
 	return n, err
+}
+
+// recSource names the flag (or variable) the merged records' file came
+// from: --records-out, its old name --records, or the variable.
+func recSource(fs *cli) string {
+	if fs.given("records") {
+		return "--records"
+	}
+	return fs.source("records-out")
+}
+
+// onceString is a string flag that refuses to be given twice (under any
+// of its names): of an output repeated, the flag package kept the last
+// and said nothing.
+type onceString struct {
+	p    *string
+	name string
+	set  bool
+}
+
+func (o *onceString) String() string {
+	if o == nil || o.p == nil {
+		return ""
+	}
+	return *o.p
+}
+
+func (o *onceString) Set(v string) error {
+	if o.set {
+		return fmt.Errorf("%s given twice (%s and %s): name one output file", o.name, *o.p, v)
+	}
+	o.set, *o.p = true, v
+	return nil
 }

@@ -238,6 +238,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: --procs %d: want 0 (default) or a positive number of threads\n", cfg.Procs)
 		return 2
 	}
+	err := checkListen(fs.source("listen"), cfg.Listen)
+	if err == nil && cfg.Admin != "" { // empty turns the admin address off
+		err = checkListen(fs.source("admin"), cfg.Admin)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
+		return exitUsage
+	}
 	if cfg.Upstream == "" {
 		fmt.Fprintf(stderr, "tokentap proxy: --upstream is required: the engine's base URL, e.g. --upstream http://127.0.0.1:8000\n")
 		return 2

@@ -44,6 +44,13 @@ func TestProxyFlagErrors(t *testing.T) {
 		{"bad size env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_MAX_BODY_SIZE": "huge"}, "TOKENTAP_MAX_BODY_SIZE"},
 		{"negative procs", []string{"--upstream", "http://127.0.0.1:1", "--procs", "-1"}, nil, "--procs -1"},
 		{"bad procs env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_PROCS": "many"}, "TOKENTAP_PROCS"},
+		// A bare port is not an address to listen on: a usage error, with
+		// the host:port it probably meant (it exited 1 "missing port").
+		{"bare port", []string{"--upstream", "http://127.0.0.1:1", "--listen", "24014"}, nil, "--listen 24014: want host:port, e.g. 127.0.0.1:24014"},
+		{"bare port env", []string{"--upstream", "http://127.0.0.1:1"}, map[string]string{"TOKENTAP_LISTEN": "24014"}, "TOKENTAP_LISTEN 24014: want host:port"},
+		{"admin bare port", []string{"--upstream", "http://127.0.0.1:1", "--admin", "8081"}, nil, "--admin 8081: want host:port, e.g. 127.0.0.1:8081"},
+		{"listen no port", []string{"--upstream", "http://127.0.0.1:1", "--listen", "localhost"}, nil, `--listen "localhost": want host:port`},
+		{"listen bad port", []string{"--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:99999"}, nil, "is not a port number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

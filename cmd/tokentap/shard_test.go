@@ -147,15 +147,45 @@ func TestMergeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	se.Reset()
-	if code := run([]string{"merge", a, b, recs, "-o", out, "--overwrite"}, &so, &se); code != 2 || !strings.Contains(se.String(), "--records") {
-		t.Errorf("record files without --records: exit %d, %q", code, se.String())
+	if code := run([]string{"merge", a, b, recs, "-o", out, "--overwrite"}, &so, &se); code != 2 || !strings.Contains(se.String(), "--records-out FILE") {
+		t.Errorf("record files without --records-out: exit %d, %q", code, se.String())
 	}
-	merged := filepath.Join(dir, "run.jsonl")
-	if code := run([]string{"merge", a, b, recs, "-o", out, "--overwrite", "--records", merged}, &so, &se); code != 0 {
-		t.Errorf("merge with records: exit %d, %q", code, se.String())
+	// --records-out names the output; --records, its old name, still does.
+	for _, flag := range []string{"--records-out", "--records"} {
+		merged := filepath.Join(dir, "run"+flag+".jsonl")
+		se.Reset()
+		if code := run([]string{"merge", a, b, recs, "-o", out, "--overwrite", flag, merged}, &so, &se); code != 0 {
+			t.Errorf("merge with %s: exit %d, %q", flag, code, se.String())
+		}
+		if got, _ := os.ReadFile(merged); !strings.Contains(string(got), "s0/C=0 N=4#1") {
+			t.Errorf("%s: merged records %q", flag, got)
+		}
 	}
-	if got, _ := os.ReadFile(merged); !strings.Contains(string(got), "s0/C=0 N=4#1") {
-		t.Errorf("merged records %q", got)
+	// An output named twice was the last one, in silence: refused, with
+	// nothing written.
+	for _, tc := range []struct {
+		args  []string
+		words string
+	}{
+		{[]string{"-o", out, "-o", filepath.Join(dir, "other.json")}, "-o/--out given twice"},
+		{[]string{"-o", out, "--out", filepath.Join(dir, "other.json")}, "-o/--out given twice"},
+		{[]string{"--records-out", filepath.Join(dir, "x.jsonl"), "--records", filepath.Join(dir, "y.jsonl")}, "--records-out given twice"},
+	} {
+		se.Reset()
+		if code := run(append([]string{"merge", a, b, recs, "--overwrite"}, tc.args...), &so, &se); code != 2 || !strings.Contains(se.String(), tc.words) {
+			t.Errorf("merge %v: exit %d, %q; want 2 saying %q", tc.args, code, se.String(), tc.words)
+		}
+	}
+	for _, f := range []string{"other.json", "x.jsonl", "y.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("a refused merge wrote %s", f)
+		}
+	}
+	// An output for records with no record files says where they go.
+	se.Reset()
+	if code := run([]string{"merge", a, b, "-o", out, "--overwrite", "--records-out", filepath.Join(dir, "none.jsonl")}, &so, &se); code != 2 ||
+		!strings.Contains(se.String(), "go among the files to merge, e.g. tokentap merge shard-*.json shard-*.jsonl") {
+		t.Errorf("--records-out without record files: exit %d, %q", code, se.String())
 	}
 }
 
