@@ -99,7 +99,7 @@ soak-fd: build
 # against the built proxy for FUZZ_PROXY_TIME (TOKENTAP_FUZZ_SEED replays).
 fuzz-proxy: build
 	TOKENTAP_BIN=$(CURDIR)/$(BIN) TOKENTAP_FUZZ_TIME=$(FUZZ_PROXY_TIME) \
-	  $(GO) test -count=1 -timeout 0 -tags 'e2e fuzzproxy' -run '^TestFuzzProxy$$' -v ./e2e/
+	  $(GO) test -count=1 -timeout 0 -tags 'e2e fuzzproxy' -run '^TestFuzzProxy' -v ./e2e/
 
 # The live tier (build tag live): probes, proxy and matrix against a real
 # llama-server and Ollama serving a tiny model tokentap writes. The full log

@@ -94,7 +94,7 @@ func (x *exchange) replayable() bool {
 	if h.Peek("Idempotency-Key") != nil || h.Peek("X-Idempotency-Key") != nil {
 		return true
 	}
-	if len(x.req.Body()) > 0 {
+	if x.spliced || len(x.req.Body()) > 0 {
 		return false
 	}
 	switch string(h.Method()) {
@@ -213,6 +213,10 @@ func (x *exchange) send() (written bool, err error) {
 		x.bw = bufio.NewWriterSize(&x.cw, upstreamBufferSize)
 	} else {
 		x.bw.Reset(&x.cw)
+	}
+	if x.spliced {
+		x.sp.rewind()
+		x.req.SetBodyStream(&x.sp, x.sp.size())
 	}
 	err = x.req.Write(x.bw)
 	if err == nil {

@@ -579,7 +579,10 @@ type exchange struct {
 	hdr    fasthttp.ResponseHeader
 	body   bodyReader
 	uri    []byte
-	inj    []byte
+	// The body with the usage option inserted, when spliced: sent as the
+	// request's body stream, rewound for each send (request.go).
+	sp      splice
+	spliced bool
 
 	mu      sync.Mutex // guards conn and release against the watcher
 	conn    net.Conn
@@ -647,9 +650,7 @@ func (x *exchange) put() {
 	x.cut.Store(false)
 	x.early = false
 	x.body = bodyReader{}
-	if cap(x.inj) > 1<<20 {
-		x.inj = nil
-	}
+	x.sp, x.spliced = splice{}, false
 	if cap(x.held) > 64<<10 {
 		x.held = nil
 	}
@@ -1022,9 +1023,9 @@ func (x *exchange) begin(body, path []byte, sent time.Duration) {
 	}
 	strip := false
 	if ri.wantsInjection() && !p.cfg.NoInject {
-		if nb, ok := injectUsage(body, ri, x.inj); ok {
-			x.inj = nb
-			x.req.SetBodyRaw(nb)
+		if head, insert, tail, ok := usageSplice(body, ri); ok {
+			x.spliced = true
+			x.sp.set(head, insert, tail)
 			strip = true
 		}
 	}
@@ -1043,6 +1044,6 @@ func (x *exchange) begin(body, path []byte, sent time.Duration) {
 	})
 	x.strip = strip && x.measure
 	if strip && !x.measure {
-		x.req.SetBodyRaw(body) // unmeasured: nothing would remove the usage chunk
+		x.sp, x.spliced = splice{}, false // unmeasured: nothing would remove the usage chunk
 	}
 }
