@@ -86,7 +86,7 @@ func shardFile(t *testing.T, dir string, i, count int, run string) string {
 		Decode:   []result.Cell{{Context: 0, Concurrency: 4, Status: result.OverCapacity, Reason: "4 × 64 > 100", MaxWaiting: -1}},
 		Sharding: &result.Sharding{Run: run, Count: count, StartAt: start, GapSeconds: 5, Shards: []result.ShardInfo{{Index: i}}}}
 	p := filepath.Join(dir, "shard-"+run+"-"+string(rune('0'+i))+".json")
-	if err := r.WriteFile(p); err != nil {
+	if err := writeResult(r, p); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -249,4 +249,13 @@ func TestMergeOutputs(t *testing.T) {
 	if _, err := result.ReadFile(target); err != nil {
 		t.Errorf("the link's target does not hold the merged run: %v", err)
 	}
+}
+
+// writeResult writes r as a document at path.
+func writeResult(r *result.Result, path string) error {
+	var b bytes.Buffer
+	if err := r.Write(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
