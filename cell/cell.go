@@ -28,9 +28,16 @@
 //     restricted to the window so that it and TBT describe the same tokens.
 //     Requests active in the window with a single in-window event and no
 //     earlier one have no rate. The column is the median over requests.
-//   - TTFT: the median of First − Sent over requests sent inside the window
-//     that received a token event (at any time; a request cancelled before
-//     its first token has no TTFT).
+//   - TTFT: the median of First − Sent over every request sent inside the
+//     window. One that received a token event (at any time) has its TTFT;
+//     one cut or ended before its first token (cancelled at the window's
+//     close, failed) is right-censored at its wait, End − Sent: its TTFT is
+//     at least that. The median is the Kaplan–Meier estimate over both
+//     (histo.Quantile); where it lies among the censored it is a lower
+//     bound, flagged (TTFTAtLeast).
+//   - End to end: End − Sent of every request completed inside the window
+//     (outcome OK, End inside it); every other request sent inside the
+//     window is censored at its wait, as for TTFT.
 //   - Decoding: a request decodes from First to End, or to the window's end
 //     for a request still running (End before its last event, i.e. not set).
 //     AvgDecoding is the time each request spent decoding inside the window,
@@ -139,9 +146,12 @@ type Figures struct {
 	// PerRequestTokPerSec is the median per-request decode rate; 0 when no
 	// request had a gap inside the window.
 	PerRequestTokPerSec float64
-	// TTFT is the median time to first token of requests sent in the window;
-	// 0 when none received a token.
-	TTFT time.Duration
+	// TTFT is the median time to first token of requests sent in the window,
+	// every one of them (Kaplan–Meier, those without a first token censored
+	// at their wait); 0 when none was sent. TTFTAtLeast: the median lies
+	// among the censored, and TTFT is only a lower bound of it.
+	TTFT        time.Duration
+	TTFTAtLeast bool
 	// TBT is the median time between tokens inside the window; 0 when no gap
 	// fell inside it.
 	TBT time.Duration
@@ -240,6 +250,11 @@ func DecodeAll(parts []Part) Figures {
 				f.Sent++
 				if ttft, ok := r.TTFT(); ok {
 					f.Hist.RecordTTFT(ttft)
+				} else {
+					f.Hist.RecordTTFTCensored(wait(r, w.End))
+				}
+				if !(r.Outcome == record.OK && w.Contains(r.End)) {
+					f.Hist.RecordE2ECensored(wait(r, w.End))
 				}
 				if r.PromptTokens > 0 {
 					prompts = append(prompts, r.PromptTokens)
@@ -317,7 +332,7 @@ func DecodeAll(parts []Part) Figures {
 	for _, st := range f.Decoding {
 		f.PeakDecoding = max(f.PeakDecoding, st.N)
 	}
-	f.TTFT, _ = histo.Latency(f.Hist.TTFT, 0.5)
+	f.TTFT, f.TTFTAtLeast, _ = f.Hist.TTFTAt(0.5)
 	f.TBT, _ = histo.Latency(f.Hist.TBT, 0.5)
 	f.PerRequestTokPerSec, _ = f.Hist.RateAt(0.5)
 	if len(prompts) > 0 {
@@ -343,6 +358,16 @@ func eventTokens(r *record.Record, j int) int {
 		return 1
 	}
 	return int(r.Tokens[j])
+}
+
+// Wait is how long r had waited when it was cut or ended, without the
+// first token (or the end) it is censored for: End − Sent, or cut − Sent
+// for a request not ended (no End recorded).
+func wait(r *record.Record, cut time.Duration) time.Duration {
+	if r.End >= r.Sent && r.End > 0 {
+		return r.End - r.Sent
+	}
+	return max(cut-r.Sent, 0)
 }
 
 // overlap is the length of [from, to) inside w.
@@ -545,6 +570,7 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.TotalTokPerSec = f.TotalTokPerSec
 	c.PerRequestTokPerSec = f.PerRequestTokPerSec
 	c.TTFTms = millis(f.TTFT)
+	c.TTFTAtLeast = f.TTFTAtLeast
 	c.TBTms = millis(f.TBT)
 	c.AvgActive = f.AvgActive
 	c.AvgActiveSource = result.ActiveClient

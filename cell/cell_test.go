@@ -88,12 +88,15 @@ type want struct {
 	total     float64
 	perReq    float64
 	ttft, tbt time.Duration
-	active    float64
-	completed int
-	sent      int
-	failed    int
-	peak      int
-	status    result.Status
+	// ttftAtLeast: the median TTFT lies among requests without a first
+	// token, censored at their wait (End − Sent).
+	ttftAtLeast bool
+	active      float64
+	completed   int
+	sent        int
+	failed      int
+	peak        int
+	status      result.Status
 }
 
 func TestDecode(t *testing.T) {
@@ -145,7 +148,8 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name: "HTTP error, no token", recs: []record.Record{recHTTP500}, w: w10, n: 1, maxWaiting: -1,
-			want: want{sent: 1, failed: 1, status: result.Failed},
+			// No first token: censored at its wait, 13,050 − 13,000 ms.
+			want: want{sent: 1, failed: 1, ttft: 50 * ms, ttftAtLeast: true, status: result.Failed},
 		},
 		{
 			name: "multi-token events", recs: []record.Record{recMulti}, w: w10, n: 1, maxWaiting: -1,
@@ -155,7 +159,7 @@ func TestDecode(t *testing.T) {
 		{
 			name: "window with no token", w: w10, n: 1, maxWaiting: -1,
 			recs: []record.Record{recEarlier, mk(10000, 20000, record.Cancelled, record.BlameClient)},
-			want: want{sent: 1, status: result.Failed},
+			want: want{sent: 1, ttft: 10 * time.Second, ttftAtLeast: true, status: result.Failed},
 		},
 		{
 			name: "no records at all", w: w10, n: 4, maxWaiting: -1,
@@ -240,8 +244,8 @@ func TestDecode(t *testing.T) {
 			if !hdrNear(f.PerRequestTokPerSec, g.perReq, 1e-3) {
 				t.Errorf("per-request tok/s = %v, want %v", f.PerRequestTokPerSec, g.perReq)
 			}
-			if !hdrNear(f.TTFT.Seconds(), g.ttft.Seconds(), 1e-6) {
-				t.Errorf("TTFT = %v, want %v", f.TTFT, g.ttft)
+			if !hdrNear(f.TTFT.Seconds(), g.ttft.Seconds(), 1e-6) || f.TTFTAtLeast != g.ttftAtLeast {
+				t.Errorf("TTFT = %v (at least: %v), want %v (%v)", f.TTFT, f.TTFTAtLeast, g.ttft, g.ttftAtLeast)
 			}
 			if !hdrNear(f.TBT.Seconds(), g.tbt.Seconds(), 1e-6) {
 				t.Errorf("TBT = %v, want %v", f.TBT, g.tbt)
@@ -647,5 +651,40 @@ func TestBetweenReason(t *testing.T) {
 	if c.Status != result.OverCapacity || !strings.Contains(c.Reason, "could not hold the cell's 4 prompts together") ||
 		!strings.Contains(c.Reason, "1 of 3 requests") {
 		t.Errorf("%s: %q", c.Status, c.Reason)
+	}
+}
+
+// TestDecodeCensoredTTFT: an overloaded cell, by hand. Window [0, 1 s);
+// four requests sent at 0, 100, 200 and 300 ms: two had their first token
+// after 100 and 200 ms; two were cut at the close (1,000 ms) without one,
+// having waited 800 and 700 ms. Kaplan–Meier over the four: S(100) = 3/4,
+// S(200) = 3/4 × 2/3 = 1/2, so the median (nearest rank 2 of 4, level 1/2)
+// is 200 ms; over the seen two alone it read 100 ms. p90 (rank 4, level
+// 1): never reached, at least the largest wait, 800 ms. End to end: none
+// completed, all four censored (at 1,000, 900, 800, 700 ms).
+func TestDecodeCensoredTTFT(t *testing.T) {
+	w := Window{0, time.Second}
+	recs := []record.Record{
+		mk(0, 1000, record.Cancelled, record.BlameClient, ev{100, 1}, ev{600, 1}),
+		mk(100, 1000, record.Cancelled, record.BlameClient, ev{300, 1}),
+		mk(200, 1000, record.Cancelled, record.BlameClient),
+		mk(300, 1000, record.Cancelled, record.BlameClient),
+	}
+	f := Decode(recs, w)
+	if !hdrNear(f.TTFT.Seconds(), 0.2, 1e-6) || f.TTFTAtLeast {
+		t.Errorf("median TTFT = %v (at least %v), want 200ms", f.TTFT, f.TTFTAtLeast)
+	}
+	p := result.PercentilesOf(f.Hist, []float64{50, 90})
+	d := p.TTFTms
+	if d.N != 2 || d.Sent != 4 || !d.Censored(90) || d.Censored(50) {
+		t.Fatalf("TTFT dist %+v: want n 2 of 4 sent, p90 censored", d)
+	}
+	if v, _ := d.Value(90); !hdrNear(v, 800, 1e-6) {
+		t.Errorf("p90 = %v, want ≥ 800", v)
+	}
+	if e := p.E2Ems; e == nil || e.N != 0 || e.Sent != 4 || !e.Censored(50) {
+		t.Fatalf("e2e dist %+v: want 0 of 4, p50 at least", e)
+	} else if v, _ := e.Value(50); !hdrNear(v, 1000, 1e-6) {
+		t.Errorf("e2e p50 = %v, want ≥ 1000 (the largest wait)", v)
 	}
 }

@@ -40,6 +40,12 @@ type Set struct {
 	TBT  *hdr.Histogram // time between tokens, µs (a multi-token event's gap split evenly, per token)
 	E2E  *hdr.Histogram // request end-to-end, µs
 	Rate *hdr.Histogram // per-request decode rate, milli-tokens/s
+	// TTFTCensored and E2ECensored hold, µs, the waits of requests that
+	// had no first token (no end) when they were cut or ended: each a lower
+	// bound of a TTFT (end-to-end time) that was never seen. Quantile reads
+	// a latency over every request from both.
+	TTFTCensored *hdr.Histogram
+	E2ECensored  *hdr.Histogram
 	// Clamped counts values outside a histogram's range: latencies below 0
 	// or above MaxLatency and rates below 0 or above MaxRate (recorded at the
 	// nearest bound), and NaN rates (dropped).
@@ -51,7 +57,8 @@ func newRate() *hdr.Histogram    { return hdr.New(1, int64(MaxRate*rateScale), s
 
 // New returns an empty set.
 func New() *Set {
-	return &Set{TTFT: newLatency(), TBT: newLatency(), E2E: newLatency(), Rate: newRate()}
+	return &Set{TTFT: newLatency(), TBT: newLatency(), E2E: newLatency(), Rate: newRate(),
+		TTFTCensored: newLatency(), E2ECensored: newLatency()}
 }
 
 func (s *Set) recordLatency(h *hdr.Histogram, d time.Duration, n int64) {
@@ -116,6 +123,12 @@ func (s *Set) Merge(o *Set) {
 	// Same geometry by construction, so nothing is dropped; count it anyway
 	// should a hand-built Set ever break that.
 	s.Clamped += s.TTFT.Merge(o.TTFT) + s.TBT.Merge(o.TBT) + s.E2E.Merge(o.E2E) + s.Rate.Merge(o.Rate)
+	if o.TTFTCensored != nil {
+		s.Clamped += s.TTFTCensored.Merge(o.TTFTCensored)
+	}
+	if o.E2ECensored != nil {
+		s.Clamped += s.E2ECensored.Merge(o.E2ECensored)
+	}
 	s.Clamped += o.Clamped
 }
 
@@ -153,8 +166,9 @@ type histPair struct {
 	a, b *hdr.Histogram
 }
 
-func (s *Set) pairs(o *Set) [4]histPair {
-	return [4]histPair{{"ttft_us", s.TTFT, o.TTFT}, {"tbt_us", s.TBT, o.TBT}, {"e2e_us", s.E2E, o.E2E}, {"rate_mtok_s", s.Rate, o.Rate}}
+func (s *Set) pairs(o *Set) [6]histPair {
+	return [6]histPair{{"ttft_us", s.TTFT, o.TTFT}, {"tbt_us", s.TBT, o.TBT}, {"e2e_us", s.E2E, o.E2E}, {"rate_mtok_s", s.Rate, o.Rate},
+		{"ttft_censored_us", s.TTFTCensored, o.TTFTCensored}, {"e2e_censored_us", s.E2ECensored, o.E2ECensored}}
 }
 
 func sameSettings(a, b *hdr.Histogram) bool {
@@ -168,6 +182,8 @@ func (s *Set) Reset() {
 	s.TBT.Reset()
 	s.E2E.Reset()
 	s.Rate.Reset()
+	s.TTFTCensored.Reset()
+	s.E2ECensored.Reset()
 	s.Clamped = 0
 }
 
@@ -189,11 +205,15 @@ func (s *Set) RateAt(q float64) (rate float64, ok bool) {
 }
 
 type wireSet struct {
-	TTFT    string `json:"ttft_us"`
-	TBT     string `json:"tbt_us"`
-	E2E     string `json:"e2e_us"`
-	Rate    string `json:"rate_mtok_s"`
-	Clamped int64  `json:"clamped,omitempty"`
+	TTFT string `json:"ttft_us"`
+	TBT  string `json:"tbt_us"`
+	E2E  string `json:"e2e_us"`
+	Rate string `json:"rate_mtok_s"`
+	// Written only where a request was censored, so a document without
+	// them reads as none censored.
+	TTFTCensored string `json:"ttft_censored_us,omitempty"`
+	E2ECensored  string `json:"e2e_censored_us,omitempty"`
+	Clamped      int64  `json:"clamped,omitempty"`
 }
 
 // MarshalJSON encodes each histogram as HDR V2 compressed, base64.
@@ -203,6 +223,19 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 		h   *hdr.Histogram
 		dst *string
 	}{{s.TTFT, &w.TTFT}, {s.TBT, &w.TBT}, {s.E2E, &w.E2E}, {s.Rate, &w.Rate}} {
+		b, err := p.h.Encode(hdr.V2CompressedEncodingCookieBase)
+		if err != nil {
+			return nil, fmt.Errorf("histo: encode: %w", err)
+		}
+		*p.dst = string(b)
+	}
+	for _, p := range []struct {
+		h   *hdr.Histogram
+		dst *string
+	}{{s.TTFTCensored, &w.TTFTCensored}, {s.E2ECensored, &w.E2ECensored}} {
+		if p.h == nil || p.h.TotalCount() == 0 {
+			continue
+		}
 		b, err := p.h.Encode(hdr.V2CompressedEncodingCookieBase)
 		if err != nil {
 			return nil, fmt.Errorf("histo: encode: %w", err)
@@ -239,6 +272,12 @@ func (s *Set) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	if n.Rate, err = decodeHist("rate_mtok_s", w.Rate, rateHighest, newRate); err != nil {
+		return err
+	}
+	if n.TTFTCensored, err = decodeHist("ttft_censored_us", w.TTFTCensored, latencyHighest, newLatency); err != nil {
+		return err
+	}
+	if n.E2ECensored, err = decodeHist("e2e_censored_us", w.E2ECensored, latencyHighest, newLatency); err != nil {
 		return err
 	}
 	n.Clamped = w.Clamped

@@ -144,15 +144,23 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 // closed-loop ones cell.Decode gave: end to end and completed count every
 // request sent in the window that completed, in the window or in the grace
 // after it (an open loop's requests are not cut at the window's end to
-// make room for the next).
+// make room for the next); every other request sent in the window is
+// censored at its wait (cut at the grace's end, or failed: End − Sent),
+// so the end-to-end percentiles are over every request sent (METHOD §3).
 func rateFigures(f *cell.Figures, recs []record.Record, w cell.Window) {
 	f.Hist.E2E.Reset()
+	f.Hist.E2ECensored.Reset()
 	f.Completed = 0
 	for i := range recs {
 		r := &recs[i]
-		if w.Contains(r.Sent) && r.Outcome == record.OK {
+		if !w.Contains(r.Sent) {
+			continue
+		}
+		if r.Outcome == record.OK {
 			f.Completed++
 			f.Hist.RecordE2E(r.End - r.Sent)
+		} else {
+			f.Hist.RecordE2ECensored(max(r.End-r.Sent, 0))
 		}
 	}
 }

@@ -445,7 +445,8 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 			}
 		}
 	}
-	out.TTFTms = msOf(histo.Latency(out.Histograms.TTFT, 0.5))
+	ttft, atLeast, ok := out.Histograms.TTFTAt(0.5)
+	out.TTFTms, out.TTFTAtLeast = msOf(ttft, ok), atLeast
 	out.TBTms = msOf(histo.Latency(out.Histograms.TBT, 0.5))
 	out.PerRequestTokPerSec, _ = out.Histograms.RateAt(0.5)
 	if len(prompts) > 0 {

@@ -21,7 +21,9 @@ var csvColumns = []string{"phase", "context_tokens", "concurrency", "status", "t
 
 // csvPercentileColumns are, for TTFT, time between tokens and end-to-end,
 // the sample count and the value at each percentile (ms), then the
-// percentiles read from too few samples ("ttft_p99 tbt_p99.9").
+// percentiles read from too few samples ("ttft_p99 tbt_p99.9"), then, for
+// TTFT and end to end, the requests they are over (seen and censored,
+// METHOD §3) and the percentiles that are lower bounds ("ttft_p50 e2e_p90").
 func csvPercentileColumns(ps []float64) []string {
 	var cols []string
 	for _, m := range []string{"ttft", "tbt", "e2e"} {
@@ -30,7 +32,7 @@ func csvPercentileColumns(ps []float64) []string {
 			cols = append(cols, m+"_"+result.Label(p)+"_ms")
 		}
 	}
-	return append(cols, "low_count")
+	return append(cols, "low_count", "ttft_sent", "e2e_sent", "at_least")
 }
 
 // num is a figure to 3 decimals (tok/s, ms, seconds: no more precision
@@ -71,7 +73,7 @@ func csvPercentiles(c *result.Cell, ps []float64) []string {
 	if c != nil && c.ShowsFigures() {
 		p = result.PercentilesOf(c.Histograms, ps)
 	}
-	var low []string
+	var low, atLeast []string
 	for _, m := range []string{"ttft", "tbt", "e2e"} {
 		d := pctDist(p, m)
 		if d == nil {
@@ -88,9 +90,20 @@ func csvPercentiles(c *result.Cell, ps []float64) []string {
 			if d.Low(q) {
 				low = append(low, m+"_"+result.Label(q))
 			}
+			if d.Censored(q) {
+				atLeast = append(atLeast, m+"_"+result.Label(q))
+			}
 		}
 	}
-	return append(out, strings.Join(low, " "))
+	out = append(out, strings.Join(low, " "))
+	for _, m := range []string{"ttft", "e2e"} {
+		s := ""
+		if d := pctDist(p, m); d != nil {
+			s = strconv.FormatInt(d.Total(), 10)
+		}
+		out = append(out, s)
+	}
+	return append(out, strings.Join(atLeast, " "))
 }
 
 // writeCSV writes one row per prefill row and decode cell, raw numbers

@@ -75,6 +75,22 @@ func fmtMs(ms float64) string {
 	return fmtFixed(ms, 0) + " ms"
 }
 
+// fmtTTFT is a median TTFT, "≥ 12,954 ms" where it lies among the requests
+// without a first token and is only a lower bound (METHOD §3).
+func fmtTTFT(ms float64, atLeast bool) string {
+	s := fmtMs(ms)
+	if atLeast && s != dash {
+		s = atLeastMark + s
+	}
+	return s
+}
+
+// atLeastMark prefixes a percentile that lies among censored requests.
+const atLeastMark = "≥ "
+
+// atLeastNote explains atLeastMark and "n of sent" under a table.
+const atLeastNote = atLeastMark + "the percentile lies among requests that had no first token (or no end) when they were cut or failed: it is a lower bound, the longest such wait. TTFT and end to end count every request sent in the window (n of sent: those seen of all sent), each one without a first token or an end counted as at least its wait (Kaplan–Meier, METHOD §3)."
+
 // fmtTBT is time between tokens, one decimal: "6.2 ms".
 func fmtTBT(ms float64) string {
 	if ms <= 0 || math.IsNaN(ms) || math.IsInf(ms, 0) {

@@ -323,18 +323,27 @@ func fmtLatency(d time.Duration) string {
 // percentileChart draws one histogram's percentiles ps as an inline SVG
 // bar chart with the values written on the bars and the sample count in
 // its title; a percentile read from too few samples (result.LowCount) is
-// drawn pale and marked. "" when the histogram holds no values.
-func percentileChart(name string, hist *hdr.Histogram, colour string, ps []float64) string {
+// drawn pale and marked, one that lies among the censored requests
+// (censored: the waits of those without a first token or an end; nil for
+// none) is a lower bound, marked "≥" (METHOD §3). "" when the histograms
+// hold no values.
+func percentileChart(name string, hist, censored *hdr.Histogram, colour string, ps []float64) string {
 	var vals []time.Duration
+	var atLeast []bool
 	for _, p := range ps {
-		d, ok := histo.Latency(hist, p/100)
+		d, al, ok := histo.Quantile(hist, censored, p/100)
 		if !ok {
 			return ""
 		}
 		vals = append(vals, d)
+		atLeast = append(atLeast, al)
 	}
 	n := hist.TotalCount()
 	shown := name + " · n=" + fmtInt(int(n))
+	if censored != nil && censored.TotalCount() > 0 {
+		shown += " of " + fmtInt(int(n+censored.TotalCount())) + " sent"
+		n += censored.TotalCount()
+	}
 	top := vals[len(vals)-1]
 	for _, d := range vals {
 		if d > top {
@@ -358,7 +367,10 @@ func percentileChart(name string, hist *hdr.Histogram, colour string, ps []float
 		}
 		y := float64(base) - bh
 		fill, label := colour, fmtLatency(d)
-		if result.LowCount(n, ps[i]) {
+		switch {
+		case atLeast[i]:
+			fill, label = "#d8dde3", atLeastMark+label // a lower bound: among the censored
+		case result.LowCount(n, ps[i]):
 			fill, label = "#d8dde3", label+lowMark // too few samples: no tail estimate
 		}
 		fmt.Fprintf(&b, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" rx=\"2\" fill=\"%s\"/>", x, y, barW, bh, fill)
@@ -378,9 +390,9 @@ func (e *htmlWriter) percentileCards(v *view) {
 			if g.Cell == nil || g.Cell.Histograms == nil || !g.shows() {
 				continue
 			}
-			ttft := percentileChart(ttftLabel(g.ttftKind()), g.Cell.Histograms.TTFT, "#6ba4da", v.Percentiles)
-			tbt := percentileChart("Time between tokens", g.Cell.Histograms.TBT, "#3f8f6b", v.Percentiles)
-			e2e := percentileChart("End to end", g.Cell.Histograms.E2E, "#8a6bb8", v.Percentiles)
+			ttft := percentileChart(ttftLabel(g.ttftKind()), g.Cell.Histograms.TTFT, g.Cell.Histograms.TTFTCensored, "#6ba4da", v.Percentiles)
+			tbt := percentileChart("Time between tokens", g.Cell.Histograms.TBT, nil, "#3f8f6b", v.Percentiles)
+			e2e := percentileChart("End to end", g.Cell.Histograms.E2E, g.Cell.Histograms.E2ECensored, "#8a6bb8", v.Percentiles)
 			if ttft == "" && tbt == "" && e2e == "" {
 				continue
 			}

@@ -295,7 +295,7 @@ func newViewWith(r *result.Result, o Options) *view {
 			if cell := r.CellAt(c, col); cell != nil {
 				g.Cell, g.Status = cell, cell.Status
 				if g.shows() {
-					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtMs(cell.TTFTms), cell.TotalTokPerSec
+					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtTTFT(cell.TTFTms, cell.TTFTAtLeast), cell.TotalTokPerSec
 				}
 				v.All = append(v.All, append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...))
 				if m := limitMark(cell); m != "" {
@@ -331,7 +331,7 @@ func (v *view) percentiles(r *result.Result, o Options) {
 	if len(v.Percentiles) == 0 {
 		v.Percentiles = result.DefaultPercentiles
 	}
-	perReqAbove, anyShown, anyDone := false, false, false
+	perReqAbove, anyShown, anyDone, anyCensored := false, false, false, false
 	maxOut := r.Settings.MaxOutput
 	for _, row := range v.Grid {
 		for _, g := range row.Cells {
@@ -370,9 +370,16 @@ func (v *view) percentiles(r *result.Result, o Options) {
 					if ok && m.d.Low(q) {
 						pr.Values[len(pr.Values)-1] += lowMark
 					}
+					if ok && m.d.Censored(q) {
+						pr.Values[len(pr.Values)-1] = atLeastMark + pr.Values[len(pr.Values)-1]
+					}
 				}
 				if m.d != nil {
 					pr.N = fmtInt(int(m.d.N))
+					if m.d.Sent > m.d.N {
+						pr.N += " of " + fmtInt(int(m.d.Sent))
+						anyCensored = true
+					}
 				}
 				v.PctRows = append(v.PctRows, pr)
 			}
@@ -380,6 +387,9 @@ func (v *view) percentiles(r *result.Result, o Options) {
 	}
 	if perReqAbove {
 		v.Explain = append(v.Explain, perRequestNote)
+	}
+	if anyCensored {
+		v.Explain = append(v.Explain, atLeastNote)
 	}
 	if anyShown && !anyDone && len(v.PctRows) > 0 {
 		note := "No request completed inside its window"
@@ -490,7 +500,7 @@ func cellColumns(c *result.Cell, rate, withCache bool) []string {
 		active, window = 0, 0
 	}
 	cols := []string{"Sustained decode", ctxLabel(c.Context), colHead(c.Column()), c.Status.Label(),
-		fmtRate(f.TotalTokPerSec), fmtRate(f.PerRequestTokPerSec), fmtMs(f.TTFTms), fmtTBT(f.TBTms),
+		fmtRate(f.TotalTokPerSec), fmtRate(f.PerRequestTokPerSec), fmtTTFT(f.TTFTms, f.TTFTAtLeast), fmtTBT(f.TBTms),
 		fmtActive(active), completed, output, fmtSeconds(window)}
 	if rate {
 		peak := dash

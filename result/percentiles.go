@@ -35,10 +35,32 @@ type Percentiles struct {
 // percentile, encoded as {"n": 40, "p50": 34.1, "p90": 35.2, "p99": 36,
 // "low_count": ["p99"]}. LowCount names the percentiles the samples are
 // too few for (LowCount): such a value is the largest sample, not a tail.
+//
+// TTFT and end to end are over every request sent (METHOD §3): Sent is N
+// plus the requests censored (no first token, no end when cut or ended;
+// 0 when none was, and then Sent is N), and AtLeast names the percentiles
+// that lie among the censored, whose value is a lower bound (histo.Quantile).
 type Dist struct {
 	N        int64
+	Sent     int64
 	At       []Point
 	LowCount []string
+	AtLeast  []string
+}
+
+// Total is the requests the distribution is over: Sent where some were
+// censored, else N.
+func (d *Dist) Total() int64 {
+	if d == nil {
+		return 0
+	}
+	return max(d.N, d.Sent)
+}
+
+// Censored reports whether percentile p lies among the censored: its
+// value is a lower bound, shown as "≥".
+func (d *Dist) Censored(p float64) bool {
+	return d != nil && slices.Contains(d.AtLeast, Label(p))
 }
 
 // Point is one percentile: P in percent (99.9) and its value.
@@ -83,6 +105,10 @@ func (d Dist) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"n":`)
 	b.WriteString(strconv.FormatInt(d.N, 10))
+	if d.Sent > d.N {
+		b.WriteString(`,"sent":`)
+		b.WriteString(strconv.FormatInt(d.Sent, 10))
+	}
 	for _, pt := range d.At {
 		if math.IsNaN(pt.Value) || math.IsInf(pt.Value, 0) {
 			return nil, fmt.Errorf("result: %s is %v", Label(pt.P), pt.Value)
@@ -98,12 +124,20 @@ func (d Dist) MarshalJSON() ([]byte, error) {
 		b.WriteString(`,"low_count":`)
 		b.Write(lc)
 	}
+	if len(d.AtLeast) > 0 {
+		al, err := json.Marshal(d.AtLeast)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(`,"at_least":`)
+		b.Write(al)
+	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
 }
 
-// UnmarshalJSON reads what MarshalJSON wrote; keys other than n,
-// low_count and pNN are errors.
+// UnmarshalJSON reads what MarshalJSON wrote; keys other than n, sent,
+// low_count, at_least and pNN are errors.
 func (d *Dist) UnmarshalJSON(data []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -115,6 +149,14 @@ func (d *Dist) UnmarshalJSON(data []byte) error {
 		case k == "n":
 			if err := json.Unmarshal(v, &out.N); err != nil || out.N < 0 {
 				return fmt.Errorf("percentiles: n %s is not a sample count", v)
+			}
+		case k == "sent":
+			if err := json.Unmarshal(v, &out.Sent); err != nil || out.Sent < 0 {
+				return fmt.Errorf("percentiles: sent %s is not a request count", v)
+			}
+		case k == "at_least":
+			if err := json.Unmarshal(v, &out.AtLeast); err != nil {
+				return fmt.Errorf("percentiles: at_least: %w", err)
 			}
 		case k == "low_count":
 			if err := json.Unmarshal(v, &out.LowCount); err != nil {
@@ -168,17 +210,32 @@ func ParsePercentiles(s string) ([]float64, error) {
 	return slices.Compact(out), nil
 }
 
-// latencyDist reads a latency histogram (µs) at ps, in milliseconds; nil
-// when it holds no value.
-func latencyDist(h *hdr.Histogram, ps []float64) *Dist {
-	if h == nil || h.TotalCount() == 0 {
+// latencyDist reads a latency histogram (µs) at ps, in milliseconds, over
+// the values it holds and the censored ones beside it (nil: none), with
+// histo.Quantile; nil when neither holds a value. A percentile's samples
+// are too few (LowCount) by the count of every request, seen or censored.
+func latencyDist(h, censored *hdr.Histogram, ps []float64) *Dist {
+	var n, nc int64
+	if h != nil {
+		n = h.TotalCount()
+	}
+	if censored != nil {
+		nc = censored.TotalCount()
+	}
+	if n+nc == 0 {
 		return nil
 	}
-	d := &Dist{N: h.TotalCount()}
+	d := &Dist{N: n}
+	if nc > 0 {
+		d.Sent = n + nc
+	}
 	for _, p := range ps {
-		v, _ := histo.Latency(h, p/100)
+		v, atLeast, _ := histo.Quantile(h, censored, p/100)
 		d.At = append(d.At, Point{P: p, Value: round3(float64(v) / float64(time.Millisecond))})
-		if LowCount(d.N, p) {
+		switch {
+		case atLeast:
+			d.AtLeast = append(d.AtLeast, Label(p))
+		case LowCount(n+nc, p):
 			d.LowCount = append(d.LowCount, Label(p))
 		}
 	}
@@ -189,7 +246,8 @@ func latencyDist(h *hdr.Histogram, ps []float64) *Dist {
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
 // PercentilesOf reads a histogram set at ps (in percent): TTFT, time
-// between tokens and end-to-end in milliseconds, per-request decode rate
+// between tokens and end-to-end in milliseconds (TTFT and end to end over
+// every request, the censored included), per-request decode rate
 // in tokens per second. nil when the set is nil or empty.
 func PercentilesOf(s *histo.Set, ps []float64) *Percentiles {
 	if s == nil {
@@ -198,7 +256,8 @@ func PercentilesOf(s *histo.Set, ps []float64) *Percentiles {
 	if len(ps) == 0 {
 		ps = DefaultPercentiles
 	}
-	out := &Percentiles{TTFTms: latencyDist(s.TTFT, ps), TBTms: latencyDist(s.TBT, ps), E2Ems: latencyDist(s.E2E, ps)}
+	out := &Percentiles{TTFTms: latencyDist(s.TTFT, s.TTFTCensored, ps), TBTms: latencyDist(s.TBT, nil, ps),
+		E2Ems: latencyDist(s.E2E, s.E2ECensored, ps)}
 	if n := s.Rate.TotalCount(); n > 0 {
 		d := &Dist{N: n}
 		for _, p := range ps {
