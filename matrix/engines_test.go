@@ -479,3 +479,36 @@ func TestLlamaSplitByVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestSGLangMultiTokenEvents: an SGLang-shaped engine that sends 4 tokens
+// per event (speculative decoding, --stream-interval) is detected as SGLang
+// and asked for per-event counts (continuous_usage_stats, which SGLang
+// honours), so its cut requests count every token: the cell's total tok/s
+// is within 5% of the fake's own rate (4 streams, a token every 10 ms each:
+// 400 tok/s), where counting events would read a quarter of it.
+func TestSGLangMultiTokenEvents(t *testing.T) {
+	t.Parallel()
+	sc := scenarios.Scenario{Name: "spec", Contexts: []int{0}, Concurrency: []int{4},
+		Window: 3 * time.Second, MaxOutput: 4096, API: "chat"}
+	m := fixtures.DefaultModel()
+	m.Flavor, m.TokensPerEvent = fixtures.FlavorSGLang, 4
+	m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 10*time.Millisecond, 0, 0
+	res, recs := runFake(t, m, sc, Config{})
+	if res.Engine.Name != "sglang" {
+		t.Fatalf("engine detected as %q, want sglang", res.Engine.Name)
+	}
+	for _, r := range recs {
+		if r.Tag == "C=0 N=4" && len(r.Arrivals) > 2 && r.ArrivedTokens() < 3*r.Events() {
+			t.Fatalf("record %s: %d tokens over %d events; the engine sent 4 per event", r.ID, r.ArrivedTokens(), r.Events())
+		}
+	}
+	c := res.Cell(0, 4)
+	if c == nil {
+		t.Fatal("no cell 0 × 4")
+	}
+	// The first token comes after FirstEventDelay, not counted in the
+	// rate: the window holds a little less than 3 s of decoding.
+	if r := c.TotalTokPerSec / 400; r < 0.95 || r > 1.05 {
+		t.Errorf("SGLang-shaped, 4 tokens per event: %.1f tok/s, want 400 within 5%%", c.TotalTokPerSec)
+	}
+}

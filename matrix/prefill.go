@@ -108,7 +108,9 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 		MinTokens: maxTokens > 1 && (r.info.Kind == "vllm" || r.info.Kind == "sglang"),
 		// vLLM says per event how many tokens it carried; SGLang does so
 		// in meta_info without being asked.
-		ContinuousUsage: r.info.Kind == "vllm",
+		// Per-event token counts from every engine that gives them: vLLM and
+		// SGLang (continuous_usage_stats, METHOD §2).
+		ContinuousUsage: r.info.Kind == "vllm" || r.info.Kind == "sglang",
 		Extra:           extra,
 	}
 }
