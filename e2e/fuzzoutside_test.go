@@ -47,12 +47,7 @@ const (
 // proxy's peak memory within outsideMemory, and a probe stream beside it
 // all never stalled by more than outsideGap.
 func TestFuzzProxyOutside(t *testing.T) {
-	duration := envDuration(t, "TOKENTAP_FUZZ_TIME", 10*time.Minute)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("TOKENTAP_FUZZ_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
-	}
-	workers := envInt(t, "TOKENTAP_FUZZ_WORKERS", 8)
+	duration, seed, workers := fuzzSettings(t)
 	t.Logf("seed %d, %d workers, %v", seed, workers, duration)
 	eng := pyEngine(t)
 	p := startProxyProc(t, eng, "--max-body-size", "8M", "--idle-timeout", "30s")

@@ -56,12 +56,7 @@ import (
 // Findings are written to a directory with
 // the bytes that caused them; TOKENTAP_FUZZ_SEED replays a run's choices.
 func TestFuzzProxy(t *testing.T) {
-	duration := envDuration(t, "TOKENTAP_FUZZ_TIME", 10*time.Minute)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("TOKENTAP_FUZZ_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
-	}
-	workers := envInt(t, "TOKENTAP_FUZZ_WORKERS", 8)
+	duration, seed, workers := fuzzSettings(t)
 	findingsDir := os.Getenv("TOKENTAP_FUZZ_FINDINGS")
 	if findingsDir == "" {
 		findingsDir = filepath.Join(os.TempDir(), "tokentap-fuzz-proxy", strconv.FormatUint(seed, 10))
@@ -983,4 +978,15 @@ func (e *fuzzEngine) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// fuzzSettings are a fuzz run's length (TOKENTAP_FUZZ_TIME, default 10m),
+// its seed (TOKENTAP_FUZZ_SEED replays a run's choices; else the clock)
+// and its workers (TOKENTAP_FUZZ_WORKERS, default 8).
+func fuzzSettings(t *testing.T) (time.Duration, uint64, int) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("TOKENTAP_FUZZ_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	return envDuration(t, "TOKENTAP_FUZZ_TIME", 10*time.Minute), seed, envInt(t, "TOKENTAP_FUZZ_WORKERS", 8)
 }
