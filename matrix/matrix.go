@@ -1012,9 +1012,9 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		return ctx.Err() // interrupted mid-cell: the cell stays Not run
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
-	figs := cell.Decode(recs, w)
+	figs := cell.DecodeAll([]cell.Part{{Records: recs, Window: w, CacheBlock: r.info.CacheBlock}})
 	smp.mu.Lock()
-	j := cell.Judge{N: share, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold,
+	j := cell.Judge{N: share, CacheBlock: r.info.CacheBlock, MaxWaiting: smp.maxWaiting, AvgRunning: -1, CacheCheck: c >= cell.CacheCheckFrom, ColdTTFT: rw.cold,
 		Between: r.between(c, n) && r.warmSlots(n) >= share,
 		// Still answering its gauges in the window's second half: an
 		// engine that stopped answering is not merely slow.
@@ -1031,6 +1031,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 			j.AvgRunning = engineRunning
 		}
 	}
+	j.Running.Block = r.info.CacheBlock
 	for _, sc := range smp.slots {
 		j.Running.Add(sc.Processed+sc.Cached, sc.Cached)
 	}

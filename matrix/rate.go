@@ -113,7 +113,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 		return ctx.Err()
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
-	figs := cell.Decode(recs, w)
+	figs := cell.DecodeAll([]cell.Part{{Records: recs, Window: w, CacheBlock: r.info.CacheBlock}})
 	rateFigures(&figs, recs, w)
 	smp.mu.Lock()
 	// N 0: an open loop has no N to hold decoding at once; queueing is the
