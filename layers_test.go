@@ -16,7 +16,7 @@ const module = "github.com/tokentap/tokentap"
 
 // buildTags are the build tags some packages hide behind (ARCHITECTURE.md):
 // with all of them every package and file is listed.
-const buildTags = "e2e,live,wire,soak,fuzzproxy"
+const buildTags = "e2e,live,wire,soak,fuzzproxy,peers"
 
 // impure are what the base types and the pure arithmetic (layers 1 and 2)
 // do not import: the network's protocols, processes, system calls.

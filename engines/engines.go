@@ -87,6 +87,11 @@ type Info struct {
 	// --max-model-len (Target.MaxModelLen) overrode it; 0 = it said none.
 	EngineMaxModelLen int
 	KVCapacity        int // KV cache capacity in tokens; 0 = unknown (see KVMin, KVMax)
+	// CacheBlock is the block, in tokens, the engine's prefix cache keeps
+	// whole (vLLM's cache_config_info block_size: 16 on GPUs by default,
+	// 128 on its CPU build); 0 = unknown. A fully cached prompt finds its
+	// whole blocks before its last token in the cache, no more.
+	CacheBlock int
 	// KVMin and KVMax bound the KV capacity where the engine says only
 	// enough to bound it (0: no bound). llama-server tells each slot's
 	// context and the number of slots, not whether the slots share one
@@ -293,6 +298,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		if vllmVer != "" {
 			in.Version = vllmVer
 			in.add(FactVersion, vllmVer, "GET /version version")
+		}
+		if kv, _ := parseCacheConfig(metric); kv.BlockSize > 0 {
+			in.CacheBlock = kv.BlockSize
 		}
 		if kv, ok := parseCacheConfig(metric); ok {
 			in.KVCapacity = kv.Tokens

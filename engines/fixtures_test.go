@@ -25,7 +25,7 @@ func TestProbeFakeEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in.Kind != KindVLLM || in.Model != m.Name || in.MaxModelLen != m.MaxModelLen ||
-		in.KVCapacity != m.KVCapacity || in.Version != m.Version || !in.Tokenize || !in.Gauges {
+		in.KVCapacity != m.KVCapacity || in.CacheBlock != m.BlockSize || in.Version != m.Version || !in.Tokenize || !in.Gauges {
 		t.Fatalf("probe of the fake: %+v\nfacts %+v", in, in.Facts)
 	}
 	text := strings.Repeat("alpha beta gamma-delta-epsilon ", 50)

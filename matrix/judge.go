@@ -56,8 +56,11 @@ type observations struct {
 	// unknown); Between, the cell lies between the KV capacity's bounds
 	// with all its prompts warmed just before its window; EngineSlots, the
 	// most requests the engine runs at once (0 unknown).
-	ColdTTFT    time.Duration
-	Between     bool
+	ColdTTFT time.Duration
+	Between  bool
+	// CacheBlock is the engine's prefix-cache block in tokens (0: not
+	// known): a cached prompt finds its whole blocks before its last token.
+	CacheBlock  int
 	EngineSlots int
 	// Shard, in one shard of a sharded run, is when this shard's window
 	// was scheduled and opened; nil otherwise.
@@ -81,7 +84,7 @@ func judge(o observations) (out result.Cell, notes []string) {
 	out = o.Planned
 	w := o.Window
 	open := out.Rate > 0
-	figs := cell.Decode(o.Records, w)
+	figs := cell.DecodeAll([]cell.Part{{Records: o.Records, Window: w, CacheBlock: o.CacheBlock}})
 	var j cell.Judge
 	if open {
 		rateFigures(&figs, o.Records, w)
@@ -94,7 +97,7 @@ func judge(o observations) (out result.Cell, notes []string) {
 			// Still answering its gauges in the window's second half: an
 			// engine that stopped answering is not merely slow.
 			Answering:  o.Gauged && o.LastGauge >= w.Start+(w.End-w.Start)/2,
-			EngineHits: o.EngineHits, EngineQueries: o.EngineQueries}
+			EngineHits: o.EngineHits, EngineQueries: o.EngineQueries, CacheBlock: o.CacheBlock}
 		if o.Shard == nil {
 			// A shard's share is not the engine's load, and its average
 			// active requests are its own: the gauge counts every
@@ -102,6 +105,7 @@ func judge(o observations) (out result.Cell, notes []string) {
 			j.Slots = o.EngineSlots
 			j.AvgRunning = o.AvgRunning
 		}
+		j.Running.Block = o.CacheBlock
 		for _, sc := range o.SlotCaches {
 			j.Running.Add(sc.Processed+sc.Cached, sc.Cached)
 		}

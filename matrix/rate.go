@@ -113,7 +113,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 		return ctx.Err()
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
-	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, Heard: w.End,
+	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: w.End,
 		PromptTokens: shortestPrompt(bodies), Estimated: r.build.Estimate}
 	_ = smp.observe(&o, r.clock) // an open loop's queueing is the waiting gauge's to say; without it, not judged
 	judged, notes := judge(o)

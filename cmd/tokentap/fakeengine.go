@@ -169,7 +169,7 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 	}
 	fs := newCLI("fake-engine", fakeEngineSummary, stdout, stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port (port 0 picks a free one) [TOKENTAP_FAKE_LISTEN]")
-	fs.StringVar(&cfg.Flavor, "flavor", cfg.Flavor, "which engine to look and schedule like: vllm, llama.cpp, ollama or tgi [TOKENTAP_FAKE_FLAVOR]")
+	fs.StringVar(&cfg.Flavor, "flavor", cfg.Flavor, "which engine to look and schedule like: vllm, llama.cpp, ollama, tgi or sglang [TOKENTAP_FAKE_FLAVOR]")
 	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "llama.cpp/ollama: requests run at once (--parallel, OLLAMA_NUM_PARALLEL); each slot caches its last prompt (default: llama.cpp 4, sharing a unified KV cache; ollama 1) [TOKENTAP_FAKE_SLOTS]")
 	fs.BoolVar(&cfg.UnifiedKV, "kv-unified", cfg.UnifiedKV, "llama.cpp: the slots share one KV cache of --kv-capacity tokens (-kvu) instead of an equal share each (default: on when --slots is not given, as llama-server's -kvu without --parallel) [TOKENTAP_FAKE_KV_UNIFIED]")
 	fs.IntVar(&cfg.TrainedLen, "trained-len", cfg.TrainedLen, "ollama: the trained context /api/show reports; --max-model-len is the one it runs at [TOKENTAP_FAKE_TRAINED_LEN]")

@@ -106,7 +106,7 @@ func TestParseFakeEngine(t *testing.T) {
 			}
 		}},
 		{name: "slots named by flag", args: []string{"--flavor", "ollama", "--slots", "0"}, code: 2, msg: "--slots 0: ollama needs at least one slot"},
-		{name: "unknown flavour named by flag", args: []string{"--flavor", "sglang"}, code: 2, msg: `--flavor "sglang": use vllm, llama.cpp, ollama or tgi`},
+		{name: "unknown flavour named by flag", args: []string{"--flavor", "trtllm"}, code: 2, msg: `"trtllm": use vllm, llama.cpp, ollama, tgi or sglang`},
 		{name: "bad env", env: map[string]string{"TOKENTAP_FAKE_TBT_BASE": "soon"}, code: 2, msg: "TOKENTAP_FAKE_TBT_BASE"},
 		{name: "stray argument", args: []string{"extra"}, code: 2, msg: "unexpected arguments"},
 		{name: "help", args: []string{"--help"}, code: 0, msg: "--tbt-per-ktokens"},
