@@ -273,7 +273,9 @@ func DecodeAll(parts []Part) Figures {
 				f.Sent++
 				if ttft, ok := r.TTFT(); ok {
 					f.Hist.RecordTTFT(ttft)
-				} else {
+				} else if r.Stream {
+					// A request that asked for no stream has no first
+					// token to wait for (a proxy's capture mixes both).
 					f.Hist.RecordTTFTCensored(wait(r, w.End))
 				}
 				if !(r.Outcome == record.OK && w.Contains(r.End)) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,16 +32,25 @@ type bodyBudget struct {
 	max  int64 // 0: no budget
 	used atomic.Int64
 
-	mu    sync.Mutex
-	held  map[*fasthttp.RequestHeader]int64 // a request's share, taken at its head (HeaderReceived)
-	over  map[*fasthttp.RequestHeader]bool  // requests refused for want of budget (take), until answered
-	cut   map[*clientConn]struct{}          // connections whose head was read and whose handler has not run
-	total atomic.Int64                      // the most held at once, for tests and /stats
+	mu   sync.Mutex
+	held map[*fasthttp.RequestHeader]int64 // a request's share, taken at its head (HeaderReceived)
+	over map[*fasthttp.RequestHeader]bool  // requests refused for want of budget (take), until answered
+	// posts are the measured requests (POST to chat or completions) whose
+	// head is in, by head, with their path: fasthttp may reset a head
+	// before its error handler runs, which then still knows to record it.
+	posts map[*fasthttp.RequestHeader]string
+	cut   map[*clientConn]struct{} // connections whose head was read and whose handler has not run
+	// active are the client connections reading or answering a request
+	// (fasthttp's ConnState): over TLS, where no head is scanned, the
+	// shutdown's cut finds a body arriving among them.
+	active map[net.Conn]struct{}
+	total  atomic.Int64 // the most held at once, for tests and /stats
 }
 
 func newBodyBudget(max int64) *bodyBudget {
 	return &bodyBudget{max: max, held: map[*fasthttp.RequestHeader]int64{}, over: map[*fasthttp.RequestHeader]bool{},
-		cut: map[*clientConn]struct{}{}}
+		posts: map[*fasthttp.RequestHeader]string{},
+		cut:   map[*clientConn]struct{}{}, active: map[net.Conn]struct{}{}}
 }
 
 // take reserves n bytes for the body of the request with head h; false
@@ -77,17 +87,26 @@ func (b *bodyBudget) take(h *fasthttp.RequestHeader, n int64) bool {
 // give returns the share of the request with head h: its body is in (the
 // handler runs) or will not come (an error answer). over says the request
 // was refused for want of budget.
-func (b *bodyBudget) give(h *fasthttp.RequestHeader) (over bool) {
+func (b *bodyBudget) give(h *fasthttp.RequestHeader) (over bool, post string) {
 	b.mu.Lock()
 	n, ok := b.held[h]
 	delete(b.held, h)
 	over = b.over[h]
 	delete(b.over, h)
+	post = b.posts[h]
+	delete(b.posts, h)
 	b.mu.Unlock()
 	if ok {
 		b.used.Add(-n)
 	}
-	return over
+	return over, post
+}
+
+// posted notes a measured request whose head is in (HeaderReceived).
+func (b *bodyBudget) posted(h *fasthttp.RequestHeader, path string) {
+	b.mu.Lock()
+	b.posts[h] = path
+	b.mu.Unlock()
 }
 
 // arriving notes a connection whose request head is in and whose body
@@ -106,23 +125,59 @@ func (b *bodyBudget) settled(c *clientConn) {
 	b.mu.Unlock()
 }
 
-// cutArriving ends the wait for every body still arriving: the read in
-// progress fails at once and fasthttp calls the error handler, which sees
-// the connection marked and answers 503 with a record (clientError). It
-// returns how many it cut.
-func (b *bodyBudget) cutArriving() int {
+// connState is fasthttp's ConnState hook: it keeps the active set.
+func (b *bodyBudget) connState(c net.Conn, state fasthttp.ConnState) {
+	b.mu.Lock()
+	if state == fasthttp.StateActive {
+		b.active[c] = struct{}{}
+	} else {
+		delete(b.active, c)
+	}
+	b.mu.Unlock()
+}
+
+// cutArriving ends the wait for every body still arriving: on a plain
+// connection, one whose head is in and whose handler has not run; over
+// TLS, an active connection no handler serves (serving: the connections
+// of the requests being served). The read in progress fails at once and
+// fasthttp calls the error handler, which sees the connection marked and
+// answers 503 with a record (clientError). It returns the connections cut.
+func (b *bodyBudget) cutArriving(serving map[net.Conn]bool) []net.Conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var cut []net.Conn
 	for c := range b.cut {
 		c.cut.Store(true)
 		_ = c.SetReadDeadline(time.Now())
+		cut = append(cut, c)
 	}
-	return len(b.cut)
+	for c := range b.active {
+		cc := baseConn(c)
+		if serving[c] || cc == nil || cc.plain {
+			continue // served, or plain (above), or not one of the proxy's
+		}
+		cc.cut.Store(true)
+		_ = c.SetReadDeadline(time.Now())
+		cut = append(cut, c)
+	}
+	return cut
 }
 
-// waiting is how many connections have a body arriving.
-func (b *bodyBudget) waiting() int {
+// waiting is how many of the connections cut still wait for their answer.
+func (b *bodyBudget) waiting(cut []net.Conn) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.cut)
+	n := 0
+	for _, c := range cut {
+		if cc, ok := c.(*clientConn); ok {
+			if _, waits := b.cut[cc]; waits {
+				n++
+			}
+			continue
+		}
+		if _, waits := b.active[c]; waits {
+			n++
+		}
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -243,7 +244,7 @@ func TestShutdownCutsArrivingBody(t *testing.T) {
 	e := keylessEngine(t)
 	h := startProxy(t, e.url, nil)
 	c := partialBody(t, h.url, 1000, `{"model":"m","stream":true,"x":"`)
-	for h.p.bodies.waiting() == 0 {
+	for h.p.bodies.arrivingNow() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -347,5 +348,54 @@ func TestCaptureFailuresAreCounted(t *testing.T) {
 	}
 	if lost != n {
 		t.Errorf("the log names %d lost records, want %d:\n%s", lost, n, log)
+	}
+}
+
+// arrivingNow is how many plain connections have a body arriving, and
+// how many connections are active (for tests).
+func (b *bodyBudget) arrivingNow() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.cut)
+}
+
+// TestShutdownCutsArrivingBodyOverTLS: over TLS, where no head is scanned,
+// a request whose body is still arriving at shutdown gets a 503 and a
+// record too.
+func TestShutdownCutsArrivingBodyOverTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	e := keylessEngine(t)
+	h := startProxy(t, e.url, func(c *Config) { c.TLS = &tls.Config{Certificates: []tls.Certificate{pki.leaf}} })
+	c, err := tls.Dial("tcp", strings.TrimPrefix(h.url, "http://"), &tls.Config{RootCAs: pki.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":\"m\",\"x\":\"")
+	for {
+		h.p.bodies.mu.Lock()
+		n := len(h.p.bodies.active)
+		h.p.bodies.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the head is in
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := h.p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	if resp.StatusCode != 503 {
+		t.Errorf("got %d, want 503", resp.StatusCode)
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Status != 503 || r.Blame != record.BlameTokentap {
+		t.Errorf("record %d %s %q", r.Status, r.Blame, r.Error)
 	}
 }

@@ -347,10 +347,10 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if c.cut.Load() {
+		return 0, c.opErr("read", os.ErrDeadlineExceeded) // the shutdown's cut
+	}
 	if c.body {
-		if c.cut.Load() {
-			return 0, c.opErr("read", os.ErrDeadlineExceeded) // the shutdown's cut
-		}
 		if t := c.l.bodyTimeout(); t > 0 {
 			// Between reads of a body, not over the whole of it: a large
 			// body arriving steadily is never cut (nginx's client_body_timeout).

@@ -77,7 +77,7 @@ func defaultMaxConnsPerIP(maxClientConns int) int {
 // body over the limit, a body that did not come in time) becomes a record
 // blamed on the client.
 func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
-	overBudget := p.bodies.give(&ctx.Request.Header)
+	overBudget, post := p.bodies.give(&ctx.Request.Header)
 	cc := baseConn(ctx.Conn())
 	if cc != nil {
 		cc.bodyIn()
@@ -117,7 +117,7 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	p.m.rejected(reason)
 	p.log.Debug().Str("client", ctx.RemoteAddr().String()).Str("reason", rejectReasonNames[reason]).Int("status", status).Msg(msg)
 	setLinger(ctx.Conn())
-	if measuredRequest(ctx) {
+	if measuredRequest(ctx) || post != "" {
 		p.refusedRecord(ctx, status, blame, msg)
 	}
 	retry := ctx.Response.Header.Peek("Retry-After")

@@ -21,6 +21,7 @@ import (
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
+	"github.com/tokentap/tokentap/tap"
 )
 
 // maxModels bounds the model label's cardinality while the engine's model
@@ -146,6 +147,8 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.captured.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_capture_errors_total", Help: "Records that could not be written to the capture file (--capture); each is logged with the reason."},
 			func() float64 { return float64(m.captureFailed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_usage_unread_total", Help: "Non-streaming answers passed on whole whose usage was not read: the answers held at once for it were at their 64 MiB bound; their output tokens are not known."},
+			func() float64 { return float64(tap.UnreadBodies()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_records_lost_total", Help: "Records of requests that ended after the proxy's recorder had shut down (not counted elsewhere); each is logged."},
 			func() float64 { return float64(m.recordsLate.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_client_connections", Help: "Client connections open now."},

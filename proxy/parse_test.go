@@ -162,6 +162,9 @@ func TestInjectUsage(t *testing.T) {
 		{"usage on", `{"stream":true,"stream_options":{"include_usage":true}}`, false, ""},
 		{"options, engine default", `{"stream":true,"stream_options":{"continuous_usage_stats":true}}`, false, ""},
 		{"options null", `{"stream":true,"stream_options":null}`, true, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		// Usage in every chunk would follow, which cannot be stripped.
+		{"usage off, continuous usage", `{"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`, false, ""},
+		{"usage off, continuous usage off", `{"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":false}}`, true, `{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false}}`},
 		{"not streaming", `{"stream":false}`, false, ""},
 		{"not json", `{"stream":true`, false, ""},
 		{"array", `[{"stream":true}]`, false, ""},

@@ -332,6 +332,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		// per new connection at most.
 		MaxIdleWorkerDuration: time.Second,
 		CloseOnShutdown:       true,
+		ConnState:             p.bodies.connState,
 		// A body announced over the limit is refused before the client
 		// is told to send it: no "100 Continue" before the 413.
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
@@ -363,6 +364,9 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 	}
 	srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 		rc := fasthttp.RequestConfig{ReadTimeout: bodyWait}
+		if h.IsPost() && measuredPath(h.RequestURI()) {
+			p.bodies.posted(h, string(h.RequestURI()))
+		}
 		if n := h.ContentLength(); n > 0 && n <= p.cfg.MaxBodySize && !p.bodies.take(h, int64(n)) {
 			rc.MaxRequestBodySize = 1 // refused unread: ErrBodyTooLarge under --max-body-size
 		}
@@ -441,9 +445,11 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	// A request whose body is still arriving has not reached the handler:
 	// it is cut here, answered 503 and recorded (clientError).
-	if n := p.bodies.cutArriving(); n > 0 {
-		p.log.Warn().Int("requests", n).Msg("shutting down: cutting requests whose bodies are still arriving; each gets a 503 and a record")
-		for deadline := time.Now().Add(time.Second); p.bodies.waiting() > 0 && time.Now().Before(deadline); {
+	serving := map[net.Conn]bool{}
+	p.eachOpen(func(x *exchange) { serving[x.client] = true })
+	if cut := p.bodies.cutArriving(serving); len(cut) > 0 {
+		p.log.Warn().Int("requests", len(cut)).Msg("shutting down: cutting requests whose bodies are still arriving; each gets a 503 and a record")
+		for deadline := time.Now().Add(time.Second); p.bodies.waiting(cut) > 0 && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
@@ -587,7 +593,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 // it refused the request), for serve's recovery.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	sent := p.clock.Now()
-	p.bodies.give(&ctx.Request.Header)
+	_, _ = p.bodies.give(&ctx.Request.Header)
 	if cc := baseConn(ctx.Conn()); cc != nil {
 		cc.bodyIn()
 	}
@@ -613,8 +619,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	}
 	p.active.Add(1)
 	x = p.getExchange()
+	x.client = ctx.Conn() // before live: Close reads it from the open set
 	p.live(x)
-	x.client = ctx.Conn()
 	cc := baseConn(x.client)
 	if cc != nil {
 		cc.nextHead()

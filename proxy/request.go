@@ -17,6 +17,7 @@ type reqInfo struct {
 	hasOptions   bool // stream_options is present
 	optionsNull  bool // stream_options is null (the same as absent)
 	duplicate    bool // stream, stream_options or include_usage given twice
+	continuous   bool // stream_options.continuous_usage_stats is given, not false or null
 	// Where the last stream_options value, and the last include_usage
 	// value inside it, lie in the body: injectUsage rewrites those bytes
 	// only.
@@ -31,12 +32,15 @@ type span struct{ from, to int }
 // ask for usage. When stream_options is given without include_usage the
 // engine's own default decides (vLLM sends usage then, OpenAI does not), so
 // the proxy leaves the request alone and the client gets what it would get.
+// So it does where continuous_usage_stats is given: with include_usage made
+// true, vLLM and SGLang would put usage in every chunk, which the proxy
+// cannot strip from chunks that carry tokens.
 //
 // A body that gives one of those fields twice is never changed: parsers
 // disagree on which one counts (Python's json and Go's take the last, some
 // the first), and the proxy must not decide for the engine.
 func (ri reqInfo) wantsInjection() bool {
-	return ri.valid && ri.stream && !ri.duplicate && (!ri.hasOptions || ri.optionsNull || ri.usageOff)
+	return ri.valid && ri.stream && !ri.duplicate && !ri.continuous && (!ri.hasOptions || ri.optionsNull || ri.usageOff)
 }
 
 // maxModelName bounds the model name a record keeps: a name is a label,
@@ -147,7 +151,7 @@ func inspect(body []byte) reqInfo {
 
 // options reads a stream_options value into ri.
 func (s *scanner) options(ri *reqInfo) bool {
-	ri.optionsNull, ri.includeUsage, ri.usageOff, ri.usage = false, false, false, span{}
+	ri.optionsNull, ri.includeUsage, ri.usageOff, ri.usage, ri.continuous = false, false, false, span{}, false
 	if s.b[s.i] != '{' {
 		from := s.i
 		if !s.value() {
@@ -173,6 +177,10 @@ func (s *scanner) options(ri *reqInfo) bool {
 		from := s.i
 		if !s.value() {
 			return false
+		}
+		if string(key) == "continuous_usage_stats" {
+			v := string(s.b[from:s.i])
+			ri.continuous = v != "false" && v != "null"
 		}
 		if string(key) == "include_usage" {
 			usages++

@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -41,6 +42,23 @@ import (
 // from; a longer body is measured as Malformed (nothing tokentap sends asks
 // for one that large).
 const MaxBody = 64 << 20
+
+// MaxBodies bounds the non-streaming bodies every Stream of the process
+// holds at once to read their usage at the end: a proxy passing many large
+// answers to slow clients would otherwise hold up to MaxBody for each (six
+// 50 MB answers ended a proxy capped at 256 MiB). A body that does not fit
+// in what is left is passed on whole but not kept: its usage is not read
+// (counted by UnreadBodies), and its output tokens are not known.
+const MaxBodies = 64 << 20
+
+var (
+	bodiesHeld   atomic.Int64  // bytes of capacity all Streams' bodies hold
+	bodiesUnread atomic.Uint64 // bodies whose usage was not read for want of room
+)
+
+// UnreadBodies is how many non-streaming bodies had their usage left
+// unread because the bodies held at once were at MaxBodies.
+func UnreadBodies() uint64 { return bodiesUnread.Load() }
 
 // maxHeld bounds the bytes of an unfinished event Forward holds back while
 // it removes usage chunks: a usage chunk is a few hundred bytes, so an
@@ -89,6 +107,10 @@ type Stream struct {
 	head  [headLen]byte
 	headN int
 	body  []byte // non-streaming body
+	// held is what body counts against MaxBodies; unread says the body
+	// did not fit and is not kept.
+	held   int64
+	unread bool
 
 	pending []byte // Forward: bytes held back, stream offsets [pendAt, pendAt+len)
 	pendAt  int64
@@ -106,6 +128,7 @@ func NewStream(clock record.Clock) *Stream { return &Stream{clock: clock} }
 // example from the prompt builder) are kept when the engine sends no usage.
 // StripUsage is reset to off.
 func (s *Stream) Begin(rec *record.Record) {
+	s.release()
 	*s = Stream{
 		clock:   s.clock,
 		rec:     rec,
@@ -130,6 +153,7 @@ func small(b []byte) []byte {
 // after End.
 func (s *Stream) Trim() {
 	s.rec = nil
+	s.release()
 	s.body, s.pending = small(s.body), small(s.pending)
 	s.sc.Reset()
 }
@@ -186,8 +210,30 @@ func (s *Stream) keep(p []byte) {
 	if s.headN < headLen {
 		s.headN += copy(s.head[s.headN:], p)
 	}
-	if !s.rec.Stream && s.statusOK() && len(s.body) <= MaxBody {
-		s.body = append(s.body, p[:min(len(p), MaxBody+1-len(s.body))]...)
+	if !s.rec.Stream && s.statusOK() && len(s.body) <= MaxBody && !s.unread {
+		add := p[:min(len(p), MaxBody+1-len(s.body))]
+		if need := len(s.body) + len(add); need > cap(s.body) {
+			grown := int64(max(need, 2*cap(s.body))) // what append allocates, about
+			if bodiesHeld.Add(grown-s.held) > MaxBodies {
+				bodiesHeld.Add(s.held - grown)
+				s.release()
+				s.body = nil
+				s.unread = true
+				bodiesUnread.Add(1)
+				return
+			}
+			s.held = grown
+		}
+		s.body = append(s.body, add...)
+	}
+}
+
+// release gives back what the body counts against MaxBodies: the body is
+// read (End) or let go. Begin and Trim drop a body grown past 1 MiB.
+func (s *Stream) release() {
+	if s.held > 0 {
+		bodiesHeld.Add(-s.held)
+		s.held = 0
 	}
 }
 
@@ -483,6 +529,7 @@ func (s *Stream) EndAt(err error, blame record.Blame, at time.Duration) {
 	if !r.Stream && s.statusOK() && s.fed > 0 {
 		bodyOK = s.readBody()
 	}
+	s.release()
 	if s.usage {
 		r.PromptTokens, r.PromptSource = s.prompt, record.SourceUsage
 		r.CompletionTokens, r.CompletionSource = s.completion, record.SourceUsage
@@ -559,6 +606,9 @@ func isTimeout(err error) bool {
 // reports whether it was a JSON object. An engine error object in a 2xx
 // body marks the request Malformed.
 func (s *Stream) readBody() bool {
+	if s.unread {
+		return true // passed on whole; its usage not read (MaxBodies)
+	}
 	if len(s.body) > MaxBody {
 		s.failWith("response body larger than 64 MiB: ", s.head[:s.headN])
 		return true

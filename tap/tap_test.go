@@ -842,3 +842,34 @@ func TestLargeEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestBodiesHeldAreBounded: non-streaming bodies held at once for their
+// usage stay within MaxBodies; one that does not fit is passed whole and
+// counted unread, and the room comes back when a body is read.
+func TestBodiesHeldAreBounded(t *testing.T) {
+	clock := record.NewClock()
+	piece := bytes.Repeat([]byte("x"), 1<<20)
+	var streams []*Stream
+	unread := UnreadBodies()
+	for i := 0; i < MaxBodies/(8<<20)+2; i++ {
+		s := NewStream(clock)
+		s.Begin(&record.Record{})
+		s.Status(200)
+		for range 6 { // 6 MiB each, held as 8 MiB of capacity
+			s.Write(piece)
+		}
+		streams = append(streams, s)
+		if held := bodiesHeld.Load(); held > MaxBodies {
+			t.Fatalf("%d bodies hold %d bytes, over MaxBodies", i+1, held)
+		}
+	}
+	if UnreadBodies() == unread {
+		t.Fatal("no body was left unread past MaxBodies")
+	}
+	for _, s := range streams {
+		s.End(nil, record.BlameNone)
+	}
+	if held := bodiesHeld.Load(); held != 0 {
+		t.Fatalf("after End, bodies still hold %d bytes", held)
+	}
+}
