@@ -470,12 +470,16 @@ func TestEngineDiesMidStream(t *testing.T) {
 	}
 }
 
-// TestClientLeaves checks that the engine's request ends within 100 ms of
-// the client closing its connection: during a long prefill (streaming: the
-// engine already sent headers; non-streaming: it has not) and mid-stream.
+// TestClientLeaves checks that the engine's request ends at once when the
+// client closes its connection (within 100 ms on an idle machine, which the
+// log shows), not when it would have ended by itself: during a long prefill
+// (streaming: the engine already sent headers; non-streaming: it has not)
+// and mid-stream. Those would end 20 s and over 35 s on, so the bound is set
+// between, far from both: a busy machine's late wake-ups cannot fail it.
 func TestClientLeaves(t *testing.T) {
+	const bound = 5 * time.Second
 	m := fixtures.DefaultModel()
-	m.PrefillTokPerSec, m.PrefillSlowdown = 2000, 0 // 4,000 tokens: a 2 s prefill
+	m.PrefillTokPerSec, m.PrefillSlowdown = 200, 0 // 4,000 tokens: a 20 s prefill
 	e := fixtures.StartTest(t, m, fixtures.WithLedger(true))
 	h := startProxy(t, e.URL(), nil)
 	long := strings.Repeat("word ", 4000)
@@ -487,7 +491,7 @@ func TestClientLeaves(t *testing.T) {
 	}{
 		{"streaming, during prefill", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10,"stream":true}`, m.Name, long), 300 * time.Millisecond, false},
 		{"not streaming, during prefill", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10}`, m.Name, long+" again"), 300 * time.Millisecond, false},
-		{"mid-stream", chatBody(m.Name, 2000, true, ""), 300 * time.Millisecond, true},
+		{"mid-stream", chatBody(m.Name, 6000, true, ""), 300 * time.Millisecond, true}, // 6,000 tokens about 6 ms apart
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -500,7 +504,7 @@ func TestClientLeaves(t *testing.T) {
 			closed := time.Now()
 			c.Close()
 			var le fixtures.LedgerEntry
-			deadline := time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(time.Minute)
 			for {
 				if l := e.Ledger(); len(l) == 1 && !l[0].End.IsZero() {
 					le = l[0]
@@ -515,8 +519,8 @@ func TestClientLeaves(t *testing.T) {
 				t.Fatalf("ledger outcome %q (%s), want cancelled", le.Outcome, le.Error)
 			}
 			t.Logf("engine request ended %v after the client left", le.End.Sub(closed))
-			if d := le.End.Sub(closed); d > raceSlowdown*100*time.Millisecond {
-				t.Fatalf("the engine's request ended %v after the client left, want ≤ 100 ms", d)
+			if d := le.End.Sub(closed); d > bound {
+				t.Fatalf("the engine's request ended %v after the client left, want at once", d)
 			}
 			r := h.waitRecords(t, i+1)[i]
 			if r.Outcome != record.Cancelled || r.Blame != record.BlameClient {
