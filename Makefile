@@ -39,10 +39,23 @@ TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
 LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 
-.PHONY: build test unit race lint manifests e2e live bench bench-wire fuzz soak soak-fd fuzz-proxy deps tools clean demo
+# The container image (Dockerfile), tagged $(IMAGE):$(VERSION); the
+# kustomization under deploy/kubernetes pins the tag the manifests run.
+# Then: docker push $(IMAGE):$(VERSION), and set newTag (or the pushed
+# digest) in deploy/kubernetes/kustomization.yaml. IMAGE=REGISTRY/tokentap
+# for your own registry.
+IMAGE  ?= ghcr.io/tokentap/tokentap
+DOCKER ?= docker
+
+.PHONY: image build test unit race lint manifests e2e live bench bench-wire fuzz soak soak-fd fuzz-proxy deps tools clean demo
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tokentap
+
+image:
+	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg DATE=$(DATE) \
+	  -t $(IMAGE):$(VERSION) .
+	@echo "built $(IMAGE):$(VERSION); push it ($(DOCKER) push $(IMAGE):$(VERSION)) and pin it in deploy/kubernetes/kustomization.yaml"
 
 demo: build
 	./$(BIN) matrix
@@ -99,7 +112,7 @@ soak-fd: build
 # against the built proxy for FUZZ_PROXY_TIME (TOKENTAP_FUZZ_SEED replays).
 fuzz-proxy: build
 	TOKENTAP_BIN=$(CURDIR)/$(BIN) TOKENTAP_FUZZ_TIME=$(FUZZ_PROXY_TIME) \
-	  $(GO) test -count=1 -timeout 0 -tags 'e2e fuzzproxy' -run '^TestFuzzProxy$$' -v ./e2e/
+	  $(GO) test -count=1 -timeout 0 -tags 'e2e fuzzproxy' -run '^TestFuzzProxy' -v ./e2e/
 
 # The live tier (build tag live): probes, proxy and matrix against a real
 # llama-server and Ollama serving a tiny model tokentap writes. The full log

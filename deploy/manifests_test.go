@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
@@ -37,6 +39,9 @@ func load(t *testing.T) []object {
 	}
 	var out []object
 	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue // not an API object; TestImagePinnedOnce reads it
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -64,6 +69,8 @@ func load(t *testing.T) []object {
 				obj = &corev1.PersistentVolumeClaim{}
 			case "networking.k8s.io/v1 NetworkPolicy":
 				obj = &networkingv1.NetworkPolicy{}
+			case "policy/v1 PodDisruptionBudget":
+				obj = &policyv1.PodDisruptionBudget{}
 			default:
 				t.Fatalf("%s document %d: %s %s: this test does not know the kind; add it", f, i, meta.APIVersion, meta.Kind)
 			}
@@ -124,6 +131,8 @@ func objectName(v any) string {
 		return o.Name
 	case *networkingv1.NetworkPolicy:
 		return o.Name
+	case *policyv1.PodDisruptionBudget:
+		return o.Name
 	}
 	return ""
 }
@@ -156,7 +165,7 @@ func envVar(c corev1.Container, name string) *corev1.EnvVar {
 // volume every pod mounts.
 func TestMatrixJob(t *testing.T) {
 	objs := load(t)
-	job := find[batchv1.Job](t, objs, "matrix-job.yaml", "tokentap-matrix")
+	job := find[batchv1.Job](t, objs, "matrix-job.yaml", "tokentap-matrix-${RUN}")
 	s := job.Spec
 	if s.CompletionMode == nil || *s.CompletionMode != batchv1.IndexedCompletion {
 		t.Fatalf("completionMode %v, want Indexed: the pods take their shard from their index", s.CompletionMode)
@@ -199,61 +208,168 @@ func TestMatrixJob(t *testing.T) {
 	if k := envVar(c, "TOKENTAP_API_KEY"); k != nil && (k.Value != "" || k.ValueFrom == nil || k.ValueFrom.SecretKeyRef == nil) {
 		t.Error("TOKENTAP_API_KEY must come from a Secret, never the manifest")
 	}
-	// Results: one file per index, on a volume every pod mounts.
-	mounts := map[string]string{}
-	for _, m := range c.VolumeMounts {
-		mounts[m.Name] = m.MountPath
+	// A Failed cell is a result: the shard exits 0 and the Job completes.
+	if !slices.Contains(c.Args, "--allow-failed") {
+		t.Error("no --allow-failed: one Failed cell fails the Job, and the merge never runs")
 	}
-	var claim string
-	for _, v := range pod.Volumes {
-		if _, ok := mounts[v.Name]; ok && v.PersistentVolumeClaim != nil {
-			claim = v.PersistentVolumeClaim.ClaimName
-		}
-	}
-	pvc := find[corev1.PersistentVolumeClaim](t, objs, "matrix-job.yaml", claim)
-	if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany) {
-		t.Errorf("claim %s access modes %v: pods on several nodes write to it; want ReadWriteMany", claim, pvc.Spec.AccessModes)
+	// Results: one file per index and per run (the Job's name, from the
+	// downward API), and the result on stdout, the pod's log, which is how
+	// it leaves the pod: no volume shared between pods.
+	jn := envVar(c, "JOB_NAME")
+	if jn == nil || jn.ValueFrom == nil || jn.ValueFrom.FieldRef == nil ||
+		jn.ValueFrom.FieldRef.FieldPath != "metadata.labels['batch.kubernetes.io/job-name']" {
+		t.Errorf("JOB_NAME %+v: want it from the pod's job-name label", jn)
 	}
 	for _, f := range []string{"--out", "--records"} {
 		v, ok := flag(c.Args, f)
-		if !ok || !strings.Contains(v, "$(JOB_COMPLETION_INDEX)") || !strings.HasPrefix(v, mounts["results"]+"/") {
-			t.Errorf("%s %q: want a file per index under the results volume (%s)", f, v, mounts["results"])
+		if !ok || !strings.Contains(v, "$(JOB_COMPLETION_INDEX)") || !strings.Contains(v, "$(JOB_NAME)") {
+			t.Errorf("%s %q: want a file per run and index", f, v)
 		}
 	}
+	if v, _ := flag(c.Args, "--format"); v != "json" || !slices.Contains(c.Args, "--quiet") {
+		t.Errorf("--format %q: want the result alone on stdout (--format=json --quiet): the log is how it leaves", v)
+	}
+	for _, v := range pod.Volumes {
+		if v.PersistentVolumeClaim != nil || v.EmptyDir == nil {
+			t.Errorf("volume %s is not an emptyDir: a claim shared by pods on several nodes needs ReadWriteMany, which few clusters have", v.Name)
+		}
+	}
+	if !strings.Contains(job.Name, "${RUN}") || job.Labels["app.kubernetes.io/instance"] != job.Name {
+		t.Errorf("Job %q, instance label %q: want a Job per run, named and labelled by ${RUN}", job.Name, job.Labels["app.kubernetes.io/instance"])
+	}
+}
 
-	// The merge reads every shard's files from the same claim.
-	merge := find[batchv1.Job](t, objs, "merge-job.yaml", "tokentap-merge")
-	mc := merge.Spec.Template.Spec.Containers[0]
-	if mc.Args[0] != "merge" {
-		t.Fatalf("merge args %q", mc.Args)
+// TestMatrixDeadline: the Job ends by a deadline that covers its
+// schedule (docs/METHOD.md §10: start + gap + cells × (window + gap)),
+// with the start up to 5 minutes ahead and the prefill rows beside.
+func TestMatrixDeadline(t *testing.T) {
+	job := find[batchv1.Job](t, load(t), "matrix-job.yaml", "tokentap-matrix-${RUN}")
+	c := job.Spec.Template.Spec.Containers[0]
+	get := func(name string) string {
+		e := envVar(c, name)
+		if e == nil {
+			t.Fatalf("no %s: the deadline cannot be checked against the schedule", name)
+		}
+		return e.Value
 	}
-	var wantFiles []string
-	for _, ext := range []string{".json", ".jsonl"} {
-		for i := range n {
-			out, _ := flag(c.Args, map[string]string{".json": "--out", ".jsonl": "--records"}[ext])
-			wantFiles = append(wantFiles, strings.ReplaceAll(out, "$(JOB_COMPLETION_INDEX)", strconv.Itoa(i)))
+	cells := len(strings.Split(get("TOKENTAP_CONTEXTS"), ",")) * len(strings.Split(get("TOKENTAP_CONCURRENCY"), ","))
+	window, err1 := time.ParseDuration(get("TOKENTAP_WINDOW"))
+	gap, err2 := time.ParseDuration(get("TOKENTAP_GAP"))
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	schedule := 5*time.Minute + gap + time.Duration(cells)*(window+gap)
+	d := job.Spec.ActiveDeadlineSeconds
+	if d == nil || time.Duration(*d)*time.Second < schedule*5/4 {
+		t.Errorf("activeDeadlineSeconds %v: the schedule takes %v; want at least a quarter more", d, schedule)
+	}
+}
+
+// TestRestrictedPods: every pod template passes Pod Security "restricted"
+// (and more: a read-only root, no service-account token), and runs a
+// pinned image.
+func TestRestrictedPods(t *testing.T) {
+	n := 0
+	for _, o := range load(t) {
+		var pod *corev1.PodSpec
+		switch v := o.obj.(type) {
+		case *batchv1.Job:
+			pod = &v.Spec.Template.Spec
+		case *appsv1.Deployment:
+			pod = &v.Spec.Template.Spec
+		default:
+			continue
+		}
+		n++
+		name := o.file + " " + objectName(o.obj)
+		checkRestricted(t, name, pod)
+	}
+	if n < 2 {
+		t.Errorf("%d pod templates", n)
+	}
+}
+
+func checkRestricted(t *testing.T, name string, pod *corev1.PodSpec) {
+	t.Helper()
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("%s: the service-account token is mounted; tokentap never calls the API server", name)
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: want seccompProfile RuntimeDefault", name)
+	}
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Errorf("%s: want runAsNonRoot", name)
+	}
+	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+		sc := c.SecurityContext
+		cn := name + " " + c.Name
+		if sc == nil {
+			t.Errorf("%s: no securityContext", cn)
+			continue
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: want allowPrivilegeEscalation false", cn)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: want capabilities drop ALL, add none", cn)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: want readOnlyRootFilesystem", cn)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: privileged", cn)
+		}
+		repo, tag, ok := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":")
+		if strings.Contains(c.Image, "@") {
+			ok, tag = true, "digest"
+		}
+		if !ok || tag == "" || tag == "latest" || repo == "" {
+			t.Errorf("%s: image %q: pin a version (kustomization.yaml images:)", cn, c.Image)
 		}
 	}
-	var files []string
-	for _, a := range mc.Args[1:] {
-		if !strings.HasPrefix(a, "-") {
-			files = append(files, a)
+}
+
+// TestImagePinnedOnce: kustomization.yaml pins the one image every
+// manifest names, at the tag the manifests carry.
+func TestImagePinnedOnce(t *testing.T) {
+	b, err := os.ReadFile("kubernetes/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+		Images    []struct {
+			Name   string `json:"name"`
+			NewTag string `json:"newTag"`
+			Digest string `json:"digest"`
+		} `json:"images"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.Images) != 1 || (k.Images[0].NewTag == "" && k.Images[0].Digest == "") {
+		t.Fatalf("images %+v: want one entry with a tag or digest", k.Images)
+	}
+	files, _ := filepath.Glob("kubernetes/*.yaml")
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" && !slices.Contains(k.Resources, filepath.Base(f)) {
+			t.Errorf("%s is not among the kustomization's resources", f)
 		}
 	}
-	if !slices.Equal(files, wantFiles) {
-		t.Errorf("merge reads %q; the %d shards write %q", files, n, wantFiles)
-	}
-	if o, _ := flag(mc.Args, "-o"); o != "-" || !slices.Contains(mc.Args, "--quiet") {
-		t.Errorf("merge args %q: want the merged run alone on stdout (-o=- --quiet) for kubectl logs", mc.Args)
-	}
-	var mclaim string
-	for _, v := range merge.Spec.Template.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			mclaim = v.PersistentVolumeClaim.ClaimName
+	for _, o := range load(t) {
+		var cs []corev1.Container
+		switch v := o.obj.(type) {
+		case *batchv1.Job:
+			cs = v.Spec.Template.Spec.Containers
+		case *appsv1.Deployment:
+			cs = v.Spec.Template.Spec.Containers
 		}
-	}
-	if mclaim != claim {
-		t.Errorf("merge mounts claim %q, the shards write to %q", mclaim, claim)
+		for _, c := range cs {
+			if want := k.Images[0].Name + ":" + k.Images[0].NewTag; c.Image != want {
+				t.Errorf("%s: image %q, the kustomization pins %q", o.file, c.Image, want)
+			}
+		}
 	}
 }
 
@@ -310,6 +426,34 @@ func TestProxyDeployment(t *testing.T) {
 			t.Errorf("the NetworkPolicy's selector %s=%s does not match the proxy's pods", k, v)
 		}
 	}
+	// Rollouts drain: a preStop pause while endpoints still route here,
+	// then --shutdown-timeout, then the cut and the records' flush, all
+	// within the grace period; and a disruption budget.
+	pre := c.Lifecycle
+	if pre == nil || pre.PreStop == nil || pre.PreStop.Sleep == nil || pre.PreStop.Sleep.Seconds < 3 {
+		t.Fatalf("preStop %+v: want a sleep of a few seconds before the proxy stops accepting", pre)
+	}
+	st := 25 * time.Second
+	if v, ok := flag(c.Args, "--shutdown-timeout"); ok {
+		var err error
+		if st, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	need := time.Duration(pre.PreStop.Sleep.Seconds)*time.Second + st + 10*time.Second
+	g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if g == nil || time.Duration(*g)*time.Second < need {
+		t.Errorf("terminationGracePeriodSeconds %v: preStop + --shutdown-timeout + 10 s for the cut is %v", g, need)
+	}
+	pdb := find[policyv1.PodDisruptionBudget](t, objs, "proxy.yaml", "tokentap-proxy")
+	for k, v := range pdb.Spec.Selector.MatchLabels {
+		if labels[k] != v {
+			t.Errorf("the PodDisruptionBudget's selector %s=%s does not match the proxy's pods", k, v)
+		}
+	}
+	if pdb.Spec.MaxUnavailable == nil && pdb.Spec.MinAvailable == nil {
+		t.Error("the PodDisruptionBudget sets no bound")
+	}
 }
 
 // TestEveryManifestIsKnown: every document decoded, none twice.
@@ -322,7 +466,7 @@ func TestEveryManifestIsKnown(t *testing.T) {
 		}
 		seen[key] = true
 	}
-	if len(seen) < 6 {
+	if len(seen) < 5 {
 		t.Errorf("decoded %d objects: %v", len(seen), seen)
 	}
 }

@@ -213,7 +213,7 @@ func shardDoc(t *testing.T, dir string, i int, run string) string {
 		Decode:   []result.Cell{{Context: 0, Concurrency: 4, Status: result.OverCapacity, Reason: "4 × 64 > 100", MaxWaiting: -1}},
 		Sharding: &result.Sharding{Run: run, Count: 2, StartAt: start, GapSeconds: 5, Shards: []result.ShardInfo{{Index: i}}}}
 	p := filepath.Join(dir, fmt.Sprintf("shard-%s-%d.json", run, i))
-	if err := r.WriteFile(p); err != nil {
+	if err := writeResult(r, p); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -240,4 +240,13 @@ func captureFile(t *testing.T, p string, n int, every time.Duration) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// writeResult writes r as a document at path.
+func writeResult(r *result.Result, path string) error {
+	var b bytes.Buffer
+	if err := r.Write(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }

@@ -203,6 +203,34 @@ func TestLossless(t *testing.T) {
 		}
 	})
 
+	t.Run("one address cannot take every connection", func(t *testing.T) {
+		p := startProxyProc(t, engine, "--max-client-conns", "20")
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		refused := ""
+		for range 20 {
+			c, err := net.Dial("tcp", p.addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if b, _ := io.ReadAll(c); len(b) > 0 {
+				refused = string(b)
+				break
+			}
+		}
+		// The default cap leaves a tenth of the ceiling, at least 8, to
+		// other addresses: 12 of 20.
+		if !strings.HasPrefix(refused, "HTTP/1.1 429") || !strings.Contains(refused, "--max-conns-per-ip") || len(conns) != 13 {
+			t.Errorf("after %d connections from one address: %.120q, want the 13th refused with a 429 naming --max-conns-per-ip", len(conns), refused)
+		}
+	})
+
 	t.Run("low items", func(t *testing.T) {
 		p := startProxyProc(t, engine)
 		// The last "model" is the one the engine uses.

@@ -372,7 +372,8 @@ func TestUnbreakableDescriptors(t *testing.T) {
 	}
 	t.Run("no ceiling", func(t *testing.T) {
 		t.Parallel()
-		p := startProxyProcIn(t, withNofile(256), eng.url, flags...)
+		// One address, so no per-address cap: the descriptors run out.
+		p := startProxyProcIn(t, withNofile(256), eng.url, append(flags, "--max-conns-per-ip", "-1")...)
 		runFaults(t, p, []faultClass{{"600 connections held 2 s", func(t *testing.T, p *proxyProc) {
 			hold(t, p)
 			if code, body, err := post(t, p.url+"/v1/chat/completions", chat(2, "")); err != nil || code != 200 {
@@ -383,7 +384,7 @@ func TestUnbreakableDescriptors(t *testing.T) {
 	})
 	t.Run("--max-client-conns 200", func(t *testing.T) {
 		t.Parallel()
-		p := startProxyProcIn(t, withNofile(256), eng.url, append(flags, "--max-client-conns", "200")...)
+		p := startProxyProcIn(t, withNofile(256), eng.url, append(flags, "--max-client-conns", "200", "--max-conns-per-ip", "-1")...)
 		runFaults(t, p, []faultClass{{"600 connections held 2 s", func(t *testing.T, p *proxyProc) {
 			shed := hold(t, p)
 			if shed == 0 {

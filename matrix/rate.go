@@ -113,25 +113,13 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 		return ctx.Err()
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
-	figs := cell.Decode(recs, w)
-	rateFigures(&figs, recs, w)
-	smp.mu.Lock()
-	// N 0: an open loop has no N to hold decoding at once; queueing is the
-	// waiting gauge's to say (none: not judged).
-	j := cell.Judge{N: 0, MaxWaiting: smp.maxWaiting, AvgRunning: -1}
-	if smp.samples > 0 {
-		j.AvgRunning = smp.running / float64(smp.samples)
-	}
-	smp.mu.Unlock()
-	r.judgeRecords(&j, recs, w, w.End, bodies)
+	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, Heard: w.End,
+		PromptTokens: shortestPrompt(bodies), Estimated: r.build.Estimate}
+	_ = smp.observe(&o, r.clock) // an open loop's queueing is the waiting gauge's to say; without it, not judged
+	judged, notes := judge(o)
 	out := r.res.CellAt(c, col)
-	out.Status = cell.Status(figs, j)
-	out.TTFTKind = result.TTFTCold
-	figs.Fill(out, j)
-	if secs := w.Len().Seconds(); secs > 0 {
-		out.AchievedRate = float64(figs.Sent) / secs
-	}
-	out.PeakInFlight, out.AvgInFlight = inFlight(recs, w)
+	*out = judged
+	r.res.Notes = append(r.res.Notes, notes...)
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
 	if out.Status == result.OverCapacity {
@@ -147,7 +135,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	}
 	r.prog.cellDone(c, col, label, summary)
 	if r.cfg.OnCell != nil {
-		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: j.MaxWaiting})
+		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: out.MaxWaiting})
 	}
 	return r.stillThere(ctx, out.Status, "cell "+label)
 }

@@ -156,22 +156,12 @@ func (r *runner) noShare(c, n int) {
 	r.prog.cellDone(c, result.Column{N: n}, cellLabel(c, result.Column{N: n}), "no share on this shard")
 }
 
-// shardCell records this shard's part of cell slot k: when its window was
-// to open and did, how late, and how many of its requests decoded instant
-// by instant; a window opened later than the tolerance marks the cell.
-func (r *runner) shardCell(out *result.Cell, k, share int, w cell.Window, f cell.Figures) {
+// shardSeen is when this shard's window of cell slot k (measured as w) was
+// scheduled and opened, for judge.
+func (r *runner) shardSeen(k int, w cell.Window) *shardSeen {
 	sched := r.sched.Open(k)
-	late := w.Start - sched.Sub(r.sched.Start)
-	cs := result.CellShard{Index: r.cfg.Shard.Index, Share: share, ScheduledAt: sched.UTC(),
-		Opened: r.clock.Wall(w.Start).UTC(), LateMs: millis(late),
-		TotalTokPerSec: out.TotalTokPerSec, OutputTokens: out.OutputTokens,
-		Decoding: f.Decoding.Encode(w.Start)}
-	out.Shards = []result.CellShard{cs}
-	if tol := shard.LateTolerance(r.sc.Window); late > tol && out.Status.Severity() < result.LateWindow.Severity() {
-		out.Status = result.LateWindow
-		out.Reason = fmt.Sprintf("shard %d opened the window %s late (more than %s): fewer than N requests ran at its start; give a longer --gap",
-			r.cfg.Shard.Index, late.Round(time.Millisecond), tol)
-	}
+	return &shardSeen{Index: r.cfg.Shard.Index, Scheduled: sched, Opened: r.clock.Wall(w.Start),
+		Late: w.Start - sched.Sub(r.sched.Start), Window: r.sc.Window}
 }
 
 // ownIDs makes record ids unique across the shards of a run: each shard's

@@ -375,8 +375,11 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 	}
 
 	// Windows must overlap: the shards measured the same interval, or the
-	// merged figures describe no instant at which N requests ran.
-	if len(opens) > 1 {
+	// merged figures describe no instant at which N requests ran. A Failed
+	// cell is no measurement: its windows ended when its requests failed,
+	// each shard's at its own instant, and the cell is Failed whatever
+	// they overlap.
+	if len(opens) > 1 && out.Status != result.Failed {
 		lo, hi := slices.MaxFunc(opens, time.Time.Compare), slices.MinFunc(ends, time.Time.Compare)
 		if !lo.Before(hi) {
 			return out, 0, fmt.Errorf("%s: the shards' windows do not overlap (the latest opened at %s, the earliest closed at %s): they did not run together, so they are not one measurement",

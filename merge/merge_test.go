@@ -215,6 +215,11 @@ func TestMergeStatus(t *testing.T) {
 			shardDoc(0, 2, 4, 0.5, [2]time.Duration{0, 5 * time.Second}, [2]time.Duration{0, 5 * time.Second}),
 			shardDoc(1, 2, 4, 0.5, [2]time.Duration{5 * time.Second, 10 * time.Second}, [2]time.Duration{5 * time.Second, 10 * time.Second}),
 		}, result.RequestsQueued, "at most 2 of the 4 requests, over all shards"},
+		// A Failed cell's windows end when its requests fail, each
+		// shard's at its own instant: they need not overlap.
+		{"failed, windows apart", []*result.Result{set(full(0, 2, 4), result.Failed, "500"),
+			set(shardDoc(1, 2, 4, 11000, [2]time.Duration{0, window}, [2]time.Duration{0, window}), result.Failed, "500")},
+			result.Failed, "500"},
 		// Shard 1 opened its window 400 ms after shard 0.
 		{"opened apart", []*result.Result{full(0, 2, 4), shardDoc(1, 2, 4, 400, [2]time.Duration{0, 11 * time.Second}, [2]time.Duration{0, 11 * time.Second})},
 			result.LateWindow, "400ms apart"},

@@ -12,7 +12,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -20,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net"
 	"net/http"
 	"net/url"
@@ -565,101 +563,6 @@ func (p *Proxy) internalError(what string, r any) {
 	}
 }
 
-var recordPool = sync.Pool{New: func() any { return new(record.Record) }}
-
-// errClientGone is the error of a request whose client left.
-var errClientGone = errors.New("client closed the connection")
-
-// exchange is one proxied request: the upstream request, the connection it
-// runs on, the body decoder, the measuring tap. Pooled.
-type exchange struct {
-	p      *Proxy
-	client net.Conn
-	req    fasthttp.Request
-	hdr    fasthttp.ResponseHeader
-	body   bodyReader
-	uri    []byte
-	inj    []byte
-
-	mu      sync.Mutex // guards conn and release against the watcher
-	conn    net.Conn
-	release func(discard bool)
-	br      *bufio.Reader // reads src; kept with the pooled exchange (when small)
-	bw      *bufio.Writer // writes the request through cw
-	cw      countWriter
-	resends int // times the request was sent again
-	src     upstreamSource
-	sink    loopSink // the body the event loop passes on (writeToLoop)
-	gone    atomic.Bool
-	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
-	early   bool        // the engine answered before it read the whole request: the connection is not reused
-	watch   watcher
-	goneFn  func()
-	pieceFn func([]byte)
-	scrubFn func(string) string
-
-	head     bool // HEAD request: no body
-	direct   bool // the body has a Content-Length: WriteTo writes it to the client's connection
-	handed   bool // fasthttp has the body stream: it finishes the exchange
-	finished bool // finish ran
-
-	tap      *tap.Stream
-	rec      *record.Record // nil when not measured
-	measure  bool           // rec != nil and the tap has not failed
-	strip    bool           // the tap removes the injected usage chunk
-	ended    bool
-	endErr   error
-	endBlame record.Blame
-
-	out      []byte
-	pending  []byte
-	readDL   time.Time
-	writeDL  time.Time
-	at       time.Duration // in feed mode, when the bytes being passed on arrived
-	endLater bool          // the body ended with a backlog to write: writeToLoop ends the record
-	overrun  bool          // bytes came after the response's end: the connection is out of step
-	held     []byte        // piece: what the tap held back before the current piece
-}
-
-func (p *Proxy) getExchange() *exchange {
-	if v := p.exchanges.Get(); v != nil {
-		return v.(*exchange)
-	}
-	x := &exchange{p: p}
-	x.goneFn = x.clientGone
-	x.pieceFn = x.piece
-	x.scrubFn = func(s string) string { return scrubSecrets(s, &x.req.Header) }
-	return x
-}
-
-func (x *exchange) put() {
-	x.req.Reset()
-	x.hdr.Reset()
-	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
-	x.head, x.direct, x.resends, x.handed, x.finished = false, false, 0, false, false
-	if x.br != nil && x.br.Size() > upstreamBufferSize {
-		x.br = nil // a long response head's buffer
-	}
-	x.src.pre, x.src.err = x.src.pre[:0], nil
-	x.readDL, x.writeDL = time.Time{}, time.Time{}
-	x.endLater, x.held, x.overrun = false, x.held[:0], false
-	x.gone.Store(false)
-	x.cut.Store(false)
-	x.early = false
-	x.body = bodyReader{}
-	if cap(x.inj) > 1<<20 {
-		x.inj = nil
-	}
-	if cap(x.held) > 64<<10 {
-		x.held = nil
-	}
-	if x.tap != nil {
-		x.tap.Trim() // a 15 MB event's buffers are not kept in the pool
-	}
-	x.strip = false
-	x.p.exchanges.Put(x)
-}
-
 // serve is the fasthttp handler. A fault inside it is recovered: the
 // client gets a 502, the request's record is kept and the proxy serves on.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
@@ -815,43 +718,6 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	return x
 }
 
-// malformedRequest finds what fasthttp lets through but the engine must
-// not get (RFC 9112): a version other than HTTP/1.0 or 1.1, a header name
-// that is not a token (a space in it: a smuggling vector), trailer fields
-// after a chunked body. It returns the refusal's message and status, or
-// "".
-func malformedRequest(h *fasthttp.RequestHeader) (string, int) {
-	if proto := h.Protocol(); !bytes.Equal(proto, []byte("HTTP/1.1")) && !bytes.Equal(proto, []byte("HTTP/1.0")) {
-		return "tokentap proxy: the request line's version is not HTTP/1.1 or HTTP/1.0 (tokentap speaks HTTP/1.1 to clients)", fasthttp.StatusHTTPVersionNotSupported
-	}
-	for k := range h.All() {
-		if !isToken(k) {
-			return "tokentap proxy: a header name holds a character a header name cannot (RFC 9110 §5.1: a token, no spaces); the request was not sent to the engine", fasthttp.StatusBadRequest
-		}
-	}
-	if len(h.PeekTrailerKeys()) > 0 {
-		return "tokentap proxy: the chunked body ends in trailer fields, which tokentap does not pass on; send the fields as headers", fasthttp.StatusBadRequest
-	}
-	return "", 0
-}
-
-// isToken says whether b is an RFC 9110 token (a header name).
-func isToken(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func measuredPath(path []byte) bool {
-	return bytes.Equal(path, chatPath) || bytes.Equal(path, completionsPath)
-}
-
 // baseConn is the clientConn under a client connection (a TLS one's
 // socket), or nil.
 func baseConn(c net.Conn) *clientConn {
@@ -860,106 +726,6 @@ func baseConn(c net.Conn) *clientConn {
 	}
 	cc, _ := c.(*clientConn)
 	return cc
-}
-
-// hopHeaders are connection-level headers a proxy must not forward
-// (RFC 9110 §7.6.1), plus Expect, which fasthttp answers itself.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// headerDeleter is a request or response header.
-type headerDeleter interface{ DelBytes(key []byte) }
-
-// delConnectionNamed deletes from h the headers named in any Connection
-// header of all (RFC 9110 §7.6.1: they are hop-by-hop too).
-func delConnectionNamed(h headerDeleter, all iter.Seq2[[]byte, []byte]) {
-	var names [][]byte
-	for k, v := range all {
-		if !bytes.EqualFold(k, connectionHeader) {
-			continue
-		}
-		for name := range bytes.SplitSeq(v, []byte(",")) {
-			if name = bytes.TrimSpace(name); len(name) > 0 {
-				names = append(names, name)
-			}
-		}
-	}
-	for _, name := range names {
-		h.DelBytes(name)
-	}
-}
-
-var connectionHeader = []byte("Connection")
-
-// originForm returns the request target to send the engine. An
-// origin-form target (/path?query) goes as it is; an absolute-form one
-// (http://host/path?query, which RFC 9112 §3.2.2 has servers accept) goes
-// as its path and query, since the engine is the only place tokentap sends
-// anything (slash: a "/" must come first, the URL having no path). ok is
-// false for every other form: authority-form (CONNECT's), asterisk-form,
-// anything else.
-func originForm(t []byte) (target []byte, slash, ok bool) {
-	if len(t) > 0 && t[0] == '/' {
-		return t, false, true
-	}
-	i := bytes.Index(t, []byte("://"))
-	if i <= 0 || !(bytes.EqualFold(t[:i], []byte("http")) || bytes.EqualFold(t[:i], []byte("https"))) {
-		return nil, false, false
-	}
-	rest := t[i+3:]
-	j := bytes.IndexAny(rest, "/?")
-	if j < 0 {
-		return nil, true, true
-	}
-	return rest[j:], rest[j] == '?', true
-}
-
-// aboveRoot says whether a target's path climbs above the root with dot
-// segments ("/../etc/passwd", "/v1/../../x"; %2e and %2f count as the
-// characters they encode): nginx answers those 400, and an engine behind a
-// path prefix must not be reached outside it.
-func aboveRoot(target []byte) bool {
-	if i := bytes.IndexByte(target, '?'); i >= 0 {
-		target = target[:i]
-	}
-	depth := 0
-	seg := make([]byte, 0, 8)
-	end := func() bool {
-		switch string(seg) {
-		case "..":
-			depth--
-		case ".", "":
-		default:
-			depth++
-		}
-		seg = seg[:0]
-		return depth < 0
-	}
-	for i := 0; i < len(target); i++ {
-		c := target[i]
-		if c == '%' && i+2 < len(target) {
-			switch string(bytes.ToLower(target[i+1 : i+3])) {
-			case "2e":
-				c, i = '.', i+2
-			case "2f":
-				c, i = '/', i+2
-			}
-		}
-		if c == '/' {
-			if end() {
-				return true
-			}
-			continue
-		}
-		if len(seg) < 3 {
-			seg = append(seg, c)
-		} else {
-			seg = append(seg[:0], "xxx"...) // longer than "..": a name
-		}
-	}
-	return end()
 }
 
 // refuse answers a request the proxy will not send to the engine.
@@ -973,33 +739,6 @@ func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, reason rejectReason
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
 	ctx.SetConnectionClose()
-}
-
-func (x *exchange) buildRequest(ctx *fasthttp.RequestCtx, target []byte, slash bool, body []byte) {
-	req := &x.req
-	ctx.Request.Header.CopyTo(&req.Header)
-	// A body without a Content-Type goes without one: fasthttp would add
-	// application/octet-stream, which FastAPI engines (vLLM, SGLang) do not
-	// parse as JSON.
-	req.Header.SetNoDefaultContentType(true)
-	delConnectionNamed(&req.Header, ctx.Request.Header.All())
-	for _, h := range hopHeaders {
-		req.Header.Del(h)
-	}
-	req.Header.Del("Expect")
-	req.Header.ResetConnectionClose()
-	req.Header.SetHost(x.p.host)
-	uri := target
-	if x.p.prefix != nil || slash {
-		x.uri = append(x.uri[:0], x.p.prefix...)
-		if slash {
-			x.uri = append(x.uri, '/')
-		}
-		uri = append(x.uri, target...)
-		x.uri = uri
-	}
-	req.Header.SetRequestURIBytes(uri)
-	req.SetBodyRaw(body)
 }
 
 // begin starts measuring a chat or completions request.
@@ -1022,9 +761,9 @@ func (x *exchange) begin(body, path []byte, sent time.Duration) {
 	}
 	strip := false
 	if ri.wantsInjection() && !p.cfg.NoInject {
-		if nb, ok := injectUsage(body, ri, x.inj); ok {
-			x.inj = nb
-			x.req.SetBodyRaw(nb)
+		if head, insert, tail, ok := usageSplice(body, ri); ok {
+			x.spliced = true
+			x.sp.set(head, insert, tail)
 			strip = true
 		}
 	}
@@ -1043,6 +782,6 @@ func (x *exchange) begin(body, path []byte, sent time.Duration) {
 	})
 	x.strip = strip && x.measure
 	if strip && !x.measure {
-		x.req.SetBodyRaw(body) // unmeasured: nothing would remove the usage chunk
+		x.sp, x.spliced = splice{}, false // unmeasured: nothing would remove the usage chunk
 	}
 }

@@ -515,7 +515,7 @@ func TestClientLeaves(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if le.Outcome != record.Cancelled {
+			if le.Outcome != fixtures.OutcomeCancelled {
 				t.Fatalf("ledger outcome %q (%s), want cancelled", le.Outcome, le.Error)
 			}
 			t.Logf("engine request ended %v after the client left", le.End.Sub(closed))

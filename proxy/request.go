@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 )
 
 // reqInfo is what the proxy reads from an OpenAI request body.
@@ -528,47 +529,97 @@ func (s *scanner) value() bool {
 	}
 }
 
-var usageOption = []byte(`"stream_options":{"include_usage":true},`)
+var (
+	usageOption     = []byte(`"stream_options":{"include_usage":true},`)
+	usageOptionOnly = usageOption[:len(usageOption)-1] // an empty object: no member follows
+	usageObject     = []byte(`{"include_usage":true}`)
+	usageTrue       = []byte(`true`)
+)
 
-// injectUsage returns body with stream_options.include_usage set to true, so
-// the engine sends its usage chunk at the end of the stream. Every other
-// byte stays as the client sent it: with no stream_options (the usual case)
-// the member is inserted right after the opening brace; a null
-// stream_options becomes {"include_usage":true}; an include_usage of false
-// becomes true. ok is false when the body cannot take the option, in which
-// case body is returned unchanged.
-func injectUsage(body []byte, ri reqInfo, dst []byte) (out []byte, ok bool) {
+// usageSplice says how to set stream_options.include_usage to true in
+// body, so the engine sends its usage chunk at the end of the stream: the
+// body is head, insert, tail, every other byte as the client sent it. With
+// no stream_options (the usual case) the member goes right after the
+// opening brace; a null stream_options becomes {"include_usage":true}; an
+// include_usage of false becomes true. ok is false when the body cannot
+// take the option. Nothing is copied: the request goes to the engine in
+// these three pieces (splice).
+func usageSplice(body []byte, ri reqInfo) (head, insert, tail []byte, ok bool) {
 	if !ri.valid {
-		return body, false
+		return nil, nil, nil, false
 	}
 	var at span
-	var with []byte
 	switch {
 	case !ri.hasOptions:
 		i := bytes.IndexByte(body, '{')
 		if i < 0 {
-			return body, false
+			return nil, nil, nil, false
 		}
-		dst = append(dst[:0], body[:i+1]...)
-		dst = append(dst, usageOption...)
 		rest := body[i+1:]
 		if j := firstNonSpace(rest); j < len(rest) && rest[j] == '}' {
-			dst = dst[:len(dst)-1] // an empty object: no member follows, drop the comma
+			return body[:i+1], usageOptionOnly, rest, true
 		}
-		return append(dst, rest...), true
+		return body[:i+1], usageOption, rest, true
 	case ri.optionsNull:
-		at, with = ri.options, []byte(`{"include_usage":true}`)
+		at, insert = ri.options, usageObject
 	case ri.usageOff:
-		at, with = ri.usage, []byte(`true`)
+		at, insert = ri.usage, usageTrue
 	default:
-		return body, false
+		return nil, nil, nil, false
 	}
 	if at.to <= at.from || at.to > len(body) {
-		return body, false
+		return nil, nil, nil, false
 	}
-	dst = append(dst[:0], body[:at.from]...)
-	dst = append(dst, with...)
-	return append(dst, body[at.to:]...), true
+	return body[:at.from], insert, body[at.to:], true
+}
+
+// splice is a request body sent as pieces of the client's bytes and the
+// proxy's, without joining them: the body a client sent (up to
+// --max-body-size) is not copied to insert a few bytes. It is the
+// request's body stream, rewound before each send.
+type splice struct {
+	parts [3][]byte
+	part  int // the piece being read
+	off   int // how much of it has been read
+}
+
+func (s *splice) set(head, insert, tail []byte) { *s = splice{parts: [3][]byte{head, insert, tail}} }
+
+// rewind starts the body again, for a send.
+func (s *splice) rewind() { s.part, s.off = 0, 0 }
+
+// size is the body's length.
+func (s *splice) size() int { return len(s.parts[0]) + len(s.parts[1]) + len(s.parts[2]) }
+
+func (s *splice) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && s.part < len(s.parts) {
+		c := copy(p[n:], s.parts[s.part][s.off:])
+		n += c
+		if s.off += c; s.off == len(s.parts[s.part]) {
+			s.part, s.off = s.part+1, 0
+		}
+	}
+	if n == 0 && s.part == len(s.parts) {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// WriteTo writes each piece with one Write (fasthttp's body copy uses it).
+func (s *splice) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for ; s.part < len(s.parts); s.part, s.off = s.part+1, 0 {
+		if rest := s.parts[s.part][s.off:]; len(rest) > 0 {
+			n, err := w.Write(rest)
+			total += int64(n)
+			s.off += n
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
 }
 
 func firstNonSpace(b []byte) int {

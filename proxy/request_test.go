@@ -231,3 +231,43 @@ func depth(s string) int {
 	}
 	return most
 }
+
+// injectUsage is the body usageSplice's pieces make, joined.
+func injectUsage(body []byte, ri reqInfo, dst []byte) ([]byte, bool) {
+	head, insert, tail, ok := usageSplice(body, ri)
+	if !ok {
+		return body, false
+	}
+	return append(append(append(dst[:0], head...), insert...), tail...), true
+}
+
+// TestSplice: the pieces read, and write, as the joined body, again after
+// a rewind, whatever the reader's buffer.
+func TestSplice(t *testing.T) {
+	var s splice
+	s.set([]byte(`{`), usageOption, []byte(`"model":"m"}`))
+	want := `{` + string(usageOption) + `"model":"m"}`
+	if s.size() != len(want) {
+		t.Fatalf("size %d, want %d", s.size(), len(want))
+	}
+	for _, bufSize := range []int{1, 3, 7, 64} {
+		s.rewind()
+		var got []byte
+		buf := make([]byte, bufSize)
+		for {
+			n, err := s.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		if string(got) != want {
+			t.Errorf("read with %d-byte buffer: %s", bufSize, got)
+		}
+	}
+	s.rewind()
+	var w bytes.Buffer
+	if n, err := s.WriteTo(&w); err != nil || int(n) != len(want) || w.String() != want {
+		t.Errorf("WriteTo: %d %v %s", n, err, w.String())
+	}
+}

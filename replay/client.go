@@ -3,12 +3,18 @@
 // the same measuring core the proxy uses, so a record means the same thing
 // whoever produced it (METHOD.md §2).
 //
-// Two ways of sending load live here:
+// Three ways of sending load live here:
 //   - Closed loop (RunClosed): N streams kept in flight, one connection per
 //     stream, each stream sending its own request again the moment the last
 //     one ends, until the context is cancelled (the matrix window's end).
-//   - Open loop (Capture): the requests of a proxy capture sent at their
-//     original arrival times, scaled by a speed factor.
+//   - Open loop at a rate (RunOpen): requests sent at given arrival times
+//     (Poisson, PoissonArrivals), each on a connection of its own, whatever
+//     is still running.
+//   - Capture replay (RunCapture): the requests of a proxy capture sent at
+//     their original arrival times, scaled by a speed factor.
+//
+// A request is encoded once (target.go: Target, Request, Body); a Conn
+// (client.go) sends it and reads the answer (response.go) through the tap.
 //
 // Timestamps are monotonic offsets on a record.Clock. Where the event loop
 // reads (plain TCP on Linux) they are the kernel's receive time of the bytes
@@ -19,16 +25,13 @@ package replay
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -54,41 +57,6 @@ const ReadBuffer = 64 << 10
 // headBuffer is the bufio.Reader size for response heads, and so the most
 // body bytes that can arrive with a head.
 const headBuffer = 4 << 10
-
-// Target is the engine requests go to.
-type Target struct {
-	// BaseURL is the engine's address, e.g. http://127.0.0.1:8000 (a
-	// trailing /v1 is accepted and removed).
-	BaseURL string
-	// APIKey is sent as "Authorization: Bearer KEY" when set. It is never
-	// logged or stored in a record or result.
-	APIKey string
-	// Model is the model name requests ask for.
-	Model string
-	// API chooses /v1/chat/completions (record.Chat) or /v1/completions.
-	API record.API
-	// IdleTimeout gives a request up when no byte of its response arrives
-	// for this long (headers included): the engine hung or died without
-	// closing. It is no whole-request deadline; long streams run as long
-	// as bytes keep coming. 0 means DefaultIdleTimeout, negative none.
-	IdleTimeout time.Duration
-}
-
-// DefaultIdleTimeout is long enough for a cold 248K-token prefill on a small
-// GPU (seed 002 shows 211 s at 128K) and short enough that a hung engine
-// does not hold a matrix forever.
-const DefaultIdleTimeout = 10 * time.Minute
-
-// Idle returns the target's effective idle timeout, 0 for none.
-func (t Target) Idle() time.Duration {
-	switch {
-	case t.IdleTimeout == 0:
-		return DefaultIdleTimeout
-	case t.IdleTimeout < 0:
-		return 0
-	}
-	return t.IdleTimeout
-}
 
 // idleWatch cancels a request whose response stays silent for d. It is
 // re-armed lazily (at most every d/8, from timestamps the read loop already
@@ -119,135 +87,6 @@ func (w *idleWatch) stop() {
 	if w != nil {
 		w.t.Stop()
 	}
-}
-
-// Base returns BaseURL without a trailing slash or /v1.
-func (t Target) Base() string {
-	b := strings.TrimRight(t.BaseURL, "/")
-	b = strings.TrimSuffix(b, "/v1")
-	return b
-}
-
-// Endpoint is the URL the target's API posts to.
-func (t Target) Endpoint() string {
-	if t.API == record.Completions {
-		return t.Base() + "/v1/completions"
-	}
-	return t.Base() + "/v1/chat/completions"
-}
-
-// Request is the shape of one request; Body turns it into JSON.
-type Request struct {
-	Prompt    string
-	MaxTokens int
-	Stream    bool
-	// IgnoreEOS sends "ignore_eos": true so the output is not cut short by the
-	// model (METHOD.md §1); MinTokens also sends "min_tokens" = MaxTokens.
-	IgnoreEOS bool
-	MinTokens bool
-	// ContinuousUsage adds stream_options.continuous_usage_stats (vLLM):
-	// usage on every event, so the tap counts each event's tokens.
-	ContinuousUsage bool
-	// Extra fields are merged into the body (sampling parameters, the
-	// scenario's extra request fields). They cannot override the prompt,
-	// model, max_tokens or stream settings.
-	Extra map[string]any
-}
-
-// Body is an encoded request body in three parts: the settings before the
-// prompt, the prompt as a JSON string, and what closes the object. Bodies
-// that differ only in their settings (a warm-up's max_tokens 1 and the
-// decode requests' max output) share the prompt's bytes, so a 248K-token
-// prompt is held once per slot however many bodies use it.
-type Body struct {
-	Head, Prompt, Tail []byte
-	// PromptTokens is the prompt's length as the engine counts it, when
-	// known (the prompt builder's count); records of requests that end
-	// before the engine reports usage (cancelled at a window's end) keep it.
-	PromptTokens int
-}
-
-// Len is the body's length in bytes.
-func (b Body) Len() int { return len(b.Head) + len(b.Prompt) + len(b.Tail) }
-
-// Bytes returns the body as one slice (a copy).
-func (b Body) Bytes() []byte {
-	out := make([]byte, 0, b.Len())
-	return append(append(append(out, b.Head...), b.Prompt...), b.Tail...)
-}
-
-// Body encodes r as the JSON body of a request to t.
-func (t Target) Body(r Request) (Body, error) {
-	p, err := encodeJSON(r.Prompt)
-	if err != nil {
-		return Body{}, err
-	}
-	return t.Reshape(Body{Prompt: p}, r)
-}
-
-// Reshape returns a body with b's prompt and r's settings (r.Prompt is
-// ignored); the prompt's bytes are shared, not copied.
-func (t Target) Reshape(b Body, r Request) (Body, error) {
-	m := make(map[string]any, 8+len(r.Extra))
-	for k, v := range r.Extra {
-		m[k] = v
-	}
-	delete(m, "prompt")
-	delete(m, "messages")
-	if t.Model != "" {
-		m["model"] = t.Model
-	}
-	if r.MaxTokens > 0 {
-		m["max_tokens"] = r.MaxTokens
-	}
-	m["stream"] = r.Stream
-	if r.Stream {
-		// Usage is always asked for; other stream options the caller gave
-		// (Extra) are kept. ContinuousUsage asks vLLM for usage on every
-		// event, so a multi-token event (speculative decoding, stream
-		// intervals) counts all its tokens (METHOD §2).
-		so := map[string]any{}
-		if given, ok := r.Extra["stream_options"].(map[string]any); ok {
-			for k, v := range given {
-				so[k] = v
-			}
-		}
-		so["include_usage"] = true
-		if r.ContinuousUsage {
-			so["continuous_usage_stats"] = true
-		}
-		m["stream_options"] = so
-	}
-	if r.IgnoreEOS {
-		m["ignore_eos"] = true
-	}
-	if r.MinTokens && r.MaxTokens > 0 {
-		m["min_tokens"] = r.MaxTokens
-	}
-	settings, err := encodeJSON(m) // {"k":v,...}, keys sorted
-	if err != nil {
-		return Body{}, err
-	}
-	head := append([]byte(nil), settings[:len(settings)-1]...) // drop the closing brace
-	if len(head) > 1 {
-		head = append(head, ',')
-	}
-	if t.API == record.Completions {
-		head = append(head, `"prompt":`...)
-		return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}"), PromptTokens: b.PromptTokens}, nil
-	}
-	head = append(head, `"messages":[{"role":"user","content":`...)
-	return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}]}"), PromptTokens: b.PromptTokens}, nil
-}
-
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encode request body: %w", err)
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // Conn is one connection to the engine, carrying one request at a time
@@ -743,193 +582,6 @@ func (c *Conn) writeRequest(body Body, stream bool) error {
 	_, err := bufs.WriteTo(c.nc)
 	return err
 }
-
-// headReader feeds http.ReadResponse from the connection: each read is
-// stamped (Conn.read) and counted, and a head past maxHead is refused.
-type headReader struct {
-	c   *Conn
-	got int
-	eof bool // the connection closed
-}
-
-func (r *headReader) Read(p []byte) (int, error) {
-	if r.got >= maxHead {
-		return 0, errHeadTooBig
-	}
-	n, err := r.c.read(p)
-	r.got += n
-	r.eof = r.eof || err == io.EOF
-	return n, err
-}
-
-// readHead reads and parses the response head with net/http's own parser
-// (http.ReadResponse: status line, headers, the framing rules of RFC 9112),
-// skipping 1xx interim responses. What was read past the head is copied to
-// c.buf[:have], stamped with the read that brought it (c.at); the body
-// itself is read by readBody. On error, have is how many bytes arrived.
-func (c *Conn) readHead() (h respHead, have int, err error) {
-	hr := &c.hr
-	*hr = headReader{c: c}
-	if c.br == nil {
-		c.br = bufio.NewReaderSize(hr, headBuffer)
-	} else {
-		c.br.Reset(hr)
-	}
-	for {
-		resp, err := http.ReadResponse(c.br, nil)
-		if err != nil {
-			var ne net.Error
-			switch {
-			case hr.eof && hr.got == 0:
-				err = io.EOF
-			case hr.eof:
-				// A head cut off by the close: net/http may call it a
-				// malformed header line; it is a cut.
-				err = io.ErrUnexpectedEOF
-			}
-			if hr.got > 0 && !errors.As(err, &ne) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errHeadTooBig) {
-				err = fmt.Errorf("the engine's answer is not an HTTP/1.x response: %w", err)
-			}
-			return h, hr.got, err
-		}
-		if resp.ProtoMajor != 1 {
-			return h, hr.got, fmt.Errorf("the engine's answer is not an HTTP/1.x response: it says %s", resp.Proto)
-		}
-		h = respHead{code: resp.StatusCode, length: resp.ContentLength, close: resp.Close}
-		// ReadResponse refuses every transfer coding but chunked.
-		h.chunked = len(resp.TransferEncoding) > 0
-		switch {
-		case h.code == http.StatusSwitchingProtocols:
-			return h, hr.got, errors.New("the engine switched protocols (HTTP 101) on a plain POST")
-		case h.code < 200:
-			continue // an interim response (100 Continue, 103 Early Hints): the real one follows
-		case h.code == http.StatusNoContent || h.code == http.StatusNotModified:
-			h.length, h.chunked = 0, false
-		case h.chunked:
-			h.length = -1
-		}
-		if !h.chunked && h.length < 0 {
-			h.close = true // the body ends with the connection
-		}
-		n := c.br.Buffered()
-		p, _ := c.br.Peek(n)
-		have = copy(c.buf, p) // at most headBuffer
-		_, _ = c.br.Discard(n)
-		return h, have, nil
-	}
-}
-
-// bodyFrame is the framing state of a response body being read.
-type bodyFrame struct {
-	h    *respHead
-	ck   chunked
-	left int64 // Content-Length bytes to go, -1 chunked or until close
-}
-
-// feed passes p, bytes just read, through the body's framing into the tap.
-// It reports whether the body ended (err says how, nil when as framed).
-func (c *Conn) feed(b *bodyFrame, p []byte, rec *record.Record) (done bool, err error) {
-	switch {
-	case b.h.chunked:
-		n, used, end, err := b.ck.decode(p)
-		c.deliver(p[:n], rec)
-		if err != nil {
-			return true, err
-		}
-		if used < len(p) {
-			b.h.close = true // bytes after the body: the connection is in an unknown state
-		}
-		if !end && c.stopped() {
-			return true, errStopped
-		}
-		return end, nil
-	case b.left >= 0:
-		k := min(int64(len(p)), b.left)
-		c.deliver(p[:k], rec)
-		b.left -= k
-		if int64(len(p)) > k {
-			b.h.close = true
-		}
-		if b.left > 0 && c.stopped() {
-			return true, errStopped
-		}
-		return b.left == 0, nil
-	}
-	c.deliver(p, rec)
-	if c.stopped() {
-		return true, errStopped
-	}
-	return false, nil
-}
-
-// eof is what the connection closing means for the body: its end when it
-// is framed by the close, else a cut.
-func (b *bodyFrame) eof() error {
-	if !b.h.chunked && b.left < 0 {
-		return nil
-	}
-	return errEarlyEOF
-}
-
-// readBody reads the body that follows the head in c.buf[:have] (and the
-// connection after it) into the tap, every piece stamped with the arrival
-// of the read that brought it (see read). It returns nil when the body
-// ended as framed.
-func (c *Conn) readBody(h *respHead, have int, rec *record.Record, idle *idleWatch) error {
-	b := bodyFrame{h: h, left: h.length}
-	idle.touch(c.at)
-	if p := c.buf[:have]; len(p) > 0 {
-		if done, err := c.feed(&b, p, rec); done {
-			return err
-		}
-	} else if b.left == 0 && !h.chunked {
-		return nil
-	}
-	if c.ev != nil {
-		// The event loop reads the rest: one read system call per
-		// arrival and no goroutine woken for it (see evloop).
-		c.sink = drainSink{c: c, b: &b, rec: rec, idle: idle}
-		err := c.ev.Drain(&c.sink)
-		c.sink = drainSink{}
-		return err
-	}
-	if len(c.buf) < ReadBuffer {
-		c.buf = make([]byte, ReadBuffer)
-	}
-	for {
-		n, err := c.read(c.buf[:ReadBuffer])
-		idle.touch(c.at)
-		if n > 0 {
-			if done, ferr := c.feed(&b, c.buf[:n], rec); done {
-				return ferr
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b.eof()
-			}
-			return err
-		}
-	}
-}
-
-// drainSink is the body being read by the event loop: each read's bytes
-// are stamped and fed through the body's framing into the tap, on the
-// loop's goroutine while Do's waits in Drain.
-type drainSink struct {
-	c    *Conn
-	b    *bodyFrame
-	rec  *record.Record
-	idle *idleWatch
-}
-
-func (s *drainSink) Data(p []byte, arrived time.Time) (bool, error) {
-	s.c.at = max(s.c.clock.At(arrived), s.c.at, s.c.floor) // never before the bytes read earlier, or the request
-	s.idle.touch(s.c.at)
-	return s.c.feed(s.b, p, s.rec)
-}
-
-func (s *drainSink) EOF() error { return s.b.eof() }
 
 // deliver hands body bytes to the tap at the time of the read that brought
 // them, and updates the live token counter.

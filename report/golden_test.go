@@ -115,7 +115,7 @@ func loadRun(t *testing.T) *result.Result {
 	t.Helper()
 	path := filepath.Join("testdata", "run.json")
 	if *update {
-		if err := syntheticRun().WriteFile(path); err != nil {
+		if err := writeResult(syntheticRun(), path); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,4 +198,13 @@ func TestTextFitsTerminal(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writeResult writes r as a document at path.
+func writeResult(r *result.Result, path string) error {
+	var b bytes.Buffer
+	if err := r.Write(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/histo"
-	"github.com/tokentap/tokentap/internal/outfile"
 )
 
 // SchemaVersion of the document. Readers refuse newer ones.
@@ -383,18 +382,6 @@ func (r *Result) Write(w io.Writer) error {
 		r = &cp
 	}
 	return enc.Encode(r)
-}
-
-// WriteFile writes r to path as package outfile does: a regular file
-// atomically (a temporary file beside it, renamed over it), through a
-// symbolic link to its target, a FIFO or device in place. It replaces an
-// existing file: callers that must not check first (outfile.Resolve).
-func (r *Result) WriteFile(path string) error {
-	t, err := outfile.Resolve(path, outfile.Options{Overwrite: true})
-	if err != nil {
-		return err
-	}
-	return t.Write(os.Stdout, r.Write)
 }
 
 // requiredFields are what a document needs besides "schema" to be read as

@@ -94,7 +94,7 @@ func TestAgainstFakeEngine(t *testing.T) {
 			if !found {
 				t.Fatalf("no ledger entry for response id %q", rec.ResponseID)
 			}
-			if le.Outcome != rec.Outcome {
+			if string(le.Outcome) != string(rec.Outcome) {
 				t.Fatalf("outcome %s, the fake says %s", rec.Outcome, le.Outcome)
 			}
 			if rec.Events() != len(le.Events) {

@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tokentap/tokentap/fixtures"
 )
@@ -243,7 +246,7 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
 		return 2
 	}
-	e := fixtures.New(m, fixtures.WithLogger(log), fixtures.WithLedger(cfg.Ledger),
+	e := fixtures.New(m, fixtures.WithLogger(slog.New(zerolog.NewSlogHandler(log))), fixtures.WithLedger(cfg.Ledger),
 		fixtures.WithLedgerEndpoint(cfg.Ledger), fixtures.WithFaults(setup.faults...))
 	// Catch Ctrl-C before announcing the URL, so a caller that signals as
 	// soon as it has read the URL gets a clean shutdown.

@@ -237,6 +237,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	cfg.Percentiles = percentiles
 	var recw *record.Writer
 	var recOut outfile.Target
+	// finishRecords flushes and commits --records (or drops it when no
+	// load was sent); nil without --records. A record file is output: its
+	// failure exits 1, as --out's does.
+	var finishRecords func() error
 	ran := false // matrix.Run sent load (there is a result)
 	if f.Records != "" {
 		if recOut, err = output(f.Records, fs.source("records"), f.Overwrite, inputs...); err != nil {
@@ -269,25 +273,36 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 			return fail(exitUsage, "%s %s: %v", fs.source("records"), f.Records, err)
 		}
 		recw = record.NewWriter(rf)
-		defer func() {
+		closed := false
+		finishRecords = func() error {
 			// Kept however a run that sent load ended: its records say
 			// what happened. A run refused before any load keeps none.
+			if closed {
+				return nil
+			}
+			closed = true
 			if !ran {
 				rf.Abort()
-				return
+				return nil
 			}
 			if err := recw.Flush(); err != nil {
 				rf.Abort()
-				fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, err)
-				return
+				return err
 			}
-			if err := rf.Commit(); err != nil {
+			return rf.Commit()
+		}
+		// A return before the run's end (a refusal, a panic) still closes
+		// the file; the run's own end closes it first, to set the exit code.
+		defer func() {
+			if err := finishRecords(); err != nil {
 				fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, err)
 			}
 		}()
 		cfg.OnRecords = func(recs []record.Record) {
 			for i := range recs {
 				if err := recw.Write(&recs[i]); err != nil {
+					// The writer keeps the error: the end of the run
+					// reports it and exits 1.
 					log.Error().Err(err).Msg("writing records")
 					return
 				}
@@ -366,6 +381,12 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 			code = exitInterrupted
 		}
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", interruptedWord(err, f.Out))
+	}
+	if finishRecords != nil {
+		if rerr := finishRecords(); rerr != nil {
+			fmt.Fprintf(stderr, "tokentap matrix: writing %s: %v\n", f.Records, rerr)
+			code = exitError
+		}
 	}
 	if f.Out != "" {
 		if werr := out.Write(stdout, res.Write); werr != nil {

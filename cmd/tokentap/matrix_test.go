@@ -340,6 +340,25 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// TestRecordsWriteFailureExits1: a --records file is output, as --out is:
+// when it cannot be written (a full disk: /dev/full, written in place as a
+// device is) the run says so and exits 1, not 0 after a good run.
+func TestRecordsWriteFailureExits1(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full here")
+	}
+	target := fakeEngine(t)
+	out := filepath.Join(t.TempDir(), "run.json")
+	var so, se bytes.Buffer
+	code := run(append([]string{"matrix", "--target", target, "--out", out, "--records", "/dev/full", "--format", "none"}, quick...), &so, &se)
+	if code != exitError || !strings.Contains(se.String(), "writing /dev/full") {
+		t.Fatalf("exit %d, stderr %q; want %d saying the records were not written", code, se.String(), exitError)
+	}
+	if _, err := result.ReadFile(out); err != nil {
+		t.Errorf("the run's result was not kept: %v", err)
+	}
+}
+
 // TestDefaultResultNames: two runs started in the same second get two
 // files; neither replaces the other.
 func TestDefaultResultNames(t *testing.T) {

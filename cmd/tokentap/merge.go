@@ -33,6 +33,7 @@ or engine facts, or whose windows do not overlap are refused, with the reason.
 
   tokentap merge shard-0.json shard-1.json shard-2.json -o run.json
   tokentap merge shard-*.json shard-*.jsonl -o run.json --records-out run.jsonl
+  tokentap merge shard-*.log -o run.json      # kubectl logs of shards run with --format=json
 
 The shards' record files (tokentap matrix --records) go among the files to merge, beside
 their results; --records-out names the one file they are concatenated into. Without -o
@@ -106,7 +107,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 			recFile = append(recFile, f)
 			continue
 		}
-		doc, err := result.ReadFile(f)
+		doc, err := readShard(f)
 		if err != nil {
 			fmt.Fprintf(stderr, "tokentap merge: cannot use %v\n", err)
 			return exitUsage
@@ -157,6 +158,57 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// readShard reads a shard's result document: a file tokentap matrix --out
+// wrote, or a pod's log (kubectl logs) of a shard that printed it on stdout
+// (--format=json), its stderr lines among the document's.
+func readShard(path string) (*result.Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := result.Read(bytes.NewReader(b))
+	if err == nil {
+		return doc, nil
+	}
+	if inLog, ok := fromLog(b); ok {
+		if doc, lerr := result.Read(bytes.NewReader(inLog)); lerr == nil {
+			return doc, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", path, err)
+}
+
+// fromLog takes the result document out of a log that holds it among
+// other lines: a container's log interleaves stdout and stderr line by
+// line. The document (indented JSON) opens with a line "{", closes with a
+// line "}", and every line between is indented; a stderr line (tokentap's
+// messages, log lines) is not, so it is left out wherever it fell. Whatever
+// is taken is then read as a document, with all its checks.
+func fromLog(b []byte) ([]byte, bool) {
+	var (
+		out     []byte
+		in, end bool
+	)
+	for line := range bytes.Lines(b) {
+		l := bytes.TrimRight(line, "\r\n")
+		switch {
+		case !in && string(l) == "{":
+			if end {
+				return nil, false // two documents: which shard is this?
+			}
+			in = true
+			out = append(out, "{\n"...)
+		case in && string(l) == "}":
+			in, end = false, true
+			out = append(out, "}\n"...)
+		case in && len(l) > 0 && (l[0] == ' ' || l[0] == '\t'):
+			out = append(out, l...)
+			out = append(out, '\n')
+		}
+	}
+	return out, end && !in
 }
 
 // isRecordFile tells a records file (JSONL, one record a line) from a

@@ -86,7 +86,7 @@ func shardFile(t *testing.T, dir string, i, count int, run string) string {
 		Decode:   []result.Cell{{Context: 0, Concurrency: 4, Status: result.OverCapacity, Reason: "4 × 64 > 100", MaxWaiting: -1}},
 		Sharding: &result.Sharding{Run: run, Count: count, StartAt: start, GapSeconds: 5, Shards: []result.ShardInfo{{Index: i}}}}
 	p := filepath.Join(dir, "shard-"+run+"-"+string(rune('0'+i))+".json")
-	if err := r.WriteFile(p); err != nil {
+	if err := writeResult(r, p); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -248,5 +248,65 @@ func TestMergeOutputs(t *testing.T) {
 	}
 	if _, err := result.ReadFile(target); err != nil {
 		t.Errorf("the link's target does not hold the merged run: %v", err)
+	}
+}
+
+// writeResult writes r as a document at path.
+func writeResult(r *result.Result, path string) error {
+	var b bytes.Buffer
+	if err := r.Write(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// TestMergeReadsPodLogs: on Kubernetes a shard's result leaves through its
+// pod's log (--format=json on stdout), where kubectl logs interleaves the
+// shard's stderr lines, before, after and among the document's. The merge
+// reads such a log as the document itself; a log with two documents, or
+// with none whole, is refused.
+func TestMergeReadsPodLogs(t *testing.T) {
+	dir := t.TempDir()
+	a, b := shardFile(t, dir, 0, 2, "r1"), shardFile(t, dir, 1, 2, "r1")
+	doc, err := os.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(doc), "\n")
+	mid := len(lines) / 2
+	podLog := "tokentap matrix: the engine answered late\n" +
+		strings.Join(lines[:mid], "") +
+		`{"level":"warn","message":"a log line among the document's"}` + "\n" +
+		"2:04PM WRN clock offset 3ms\n" +
+		strings.Join(lines[mid:], "") +
+		"tokentap matrix: 1 decode cell (0 × 4) failed; exit 0 (--allow-failed).\n"
+	logPath := filepath.Join(dir, "shard-1.log")
+	if err := os.WriteFile(logPath, []byte(podLog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var fromFiles, fromLog, se bytes.Buffer
+	if code := run([]string{"merge", "--quiet", a, b}, &fromFiles, &se); code != 0 {
+		t.Fatalf("merge of files: exit %d: %s", code, se.String())
+	}
+	if code := run([]string{"merge", "--quiet", a, logPath}, &fromLog, &se); code != 0 {
+		t.Fatalf("merge with a pod log: exit %d: %s", code, se.String())
+	}
+	if fromLog.String() != fromFiles.String() {
+		t.Error("a shard read from its pod log merges differently from its file")
+	}
+
+	for name, bad := range map[string]string{
+		"two documents": "tokentap matrix: a line\n" + string(doc) + string(doc),
+		"cut short":     strings.Join(lines[:mid], ""),
+		"no document":   "tokentap matrix: --start-at passed\n",
+	} {
+		p := filepath.Join(dir, "bad.log")
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		se.Reset()
+		if code := run([]string{"merge", "--quiet", a, p}, &fromLog, &se); code != exitUsage {
+			t.Errorf("%s: exit %d, want %d: %s", name, code, exitUsage, se.String())
+		}
 	}
 }

@@ -14,6 +14,11 @@ answers a request is chosen by the request's X-Shape header:
     chunked:N                  N one-token events, chunked, usage and [DONE]
     cut:SENT:ANNOUNCED         a JSON answer announcing ANNOUNCED bytes,
                                sending SENT of them, then closing
+    stream:FRAMING:SIZE:GAP_US:N  N events of SIZE content bytes, GAP_US
+                               microseconds apart, framed by FRAMING: close
+                               (ended by closing), chunked, or length (the
+                               whole body announced by Content-Length);
+                               usage and [DONE] at the end
     (none)                     chunked:5
 GET /v1/models answers 401 (a key-protected engine), so the proxy labels
 requests by the names clients send."""
@@ -86,6 +91,35 @@ def serve(conn, seq):
                 body = (b'{"id":"%s","object":"chat.completion","choices":[{"index":0,"message":{"content":"' % rid.encode()) + b"x" * announced
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % announced + body[:sent])
                 return
+            if shape[0] == "stream":
+                framing, size, gap, n = shape[1], int(shape[2]), int(shape[3]) / 1e6, int(shape[4])
+                events = [sse(token(rid, "w" * size))] * n
+                usage = {"id": rid, "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}}
+                tail = [sse(usage), b"data: [DONE]\n\n"]
+                if framing == "length":
+                    body = b"".join(events + tail)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body))
+                    step = max(1, len(body) // max(1, n))
+                    for i in range(0, len(body), step):
+                        conn.sendall(body[i:i + step])
+                        if gap:
+                            time.sleep(gap)
+                    continue
+                if framing == "close":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+                    for part in events + tail:
+                        conn.sendall(part)
+                        if gap:
+                            time.sleep(gap)
+                    return
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for part in events + tail:
+                    conn.sendall(chunk(part))
+                    if gap:
+                        time.sleep(gap)
+                conn.sendall(b"0\r\n\r\n")
+                continue
             n = int(shape[1]) if len(shape) > 1 else 5
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             for i in range(n):

@@ -1,0 +1,342 @@
+package matrix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/prompts"
+	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+)
+
+// slotBodies builds the prompts of context c for slots 0 … n-1 (in
+// parallel) and returns the decode and warm-up bodies for them; the two
+// bodies of a slot share its prompt's bytes, and the prompt text itself is
+// dropped once encoded.
+func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []replay.Body, err error) {
+	if err := r.primeEstimate(ctx, c); err != nil {
+		return nil, nil, err
+	}
+	// A shard builds only its own slots' prompts (all of them otherwise).
+	ps, err := r.builder(c).Slots(ctx, c, r.cfg.Shard.Slots(n))
+	if err != nil {
+		return nil, nil, fmt.Errorf("build the %s-token prompts of %d slots: %w", TokenLabel(c), n, err)
+	}
+	for i := range ps {
+		d, w, err := r.bodies(ps[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		ps[i].Text = ""
+		decode = append(decode, d)
+		warm = append(warm, w)
+	}
+	return decode, warm, nil
+}
+
+// builder is the prompt builder of context c's prompts: the run's, which
+// starts every prompt with the shared prefix when there is one, or, for a
+// context no longer than that prefix (which could not hold it and stay
+// its length: context 0 would send 257-token prompts under a 256-token
+// prefix), one without it.
+func (r *runner) builder(c int) *prompts.Builder {
+	if r.plain != nil && c <= r.sc.SharedPrefix {
+		return r.plain
+	}
+	return r.build
+}
+
+// Slots no decode row uses: the cold prefill prompt, and the throwaway
+// prompt primeEstimate counts.
+const (
+	coldSlot  = 1 << 20
+	primeSlot = 1<<20 + 1
+)
+
+// primeEstimate: where the engine has no /tokenize, every count is a real
+// max_tokens:1 request, so a counted prompt is in the engine's prefix cache
+// afterwards. Counting a throwaway prompt of context c first lets every
+// prompt that is measured reuse its count (Builder.Estimate) and reach the
+// engine for the first time when it is measured: a prefill measurement
+// shares no prefix with anything sent before (METHOD §3).
+func (r *runner) primeEstimate(ctx context.Context, c int) error {
+	if !r.build.Estimate {
+		return nil
+	}
+	if _, err := r.builder(c).Prompt(ctx, c, primeSlot); err != nil {
+		return fmt.Errorf("count a %s-token prompt: %w", TokenLabel(c), err)
+	}
+	return nil
+}
+
+// bodies encodes one prompt as its decode and warm-up bodies. The decode
+// max_tokens is capped so prompt + max_tokens fits the model length: a
+// prompt a few tokens over its target (within METHOD §4's tolerance) at a
+// context right at the limit would otherwise be refused by the engine.
+func (r *runner) bodies(p prompts.Prompt) (decode, warm replay.Body, err error) {
+	maxOut := r.sc.MaxOutput
+	if ml := r.res.Settings.MaxModelLen; ml > 0 && p.Tokens > 0 && p.Tokens+maxOut > ml {
+		maxOut = max(1, ml-p.Tokens)
+	}
+	d, err := r.tgt.Body(r.request(p.Text, maxOut))
+	if err != nil {
+		return d, d, err
+	}
+	d.PromptTokens = p.Tokens
+	w, err := r.tgt.Reshape(d, r.request("", 1))
+	return d, w, err
+}
+
+func (r *runner) request(prompt string, maxTokens int) replay.Request {
+	extra := map[string]any{}
+	for k, v := range r.sc.Extra {
+		extra[k] = v
+	}
+	for k, v := range r.sc.SamplingFields() {
+		extra[k] = v
+	}
+	return replay.Request{
+		Prompt:    prompt,
+		MaxTokens: maxTokens,
+		Stream:    true,
+		IgnoreEOS: true,
+		MinTokens: maxTokens > 1 && (r.info.Kind == "vllm" || r.info.Kind == "sglang"),
+		// vLLM says per event how many tokens it carried; SGLang does so
+		// in meta_info without being asked.
+		ContinuousUsage: r.info.Kind == "vllm",
+		Extra:           extra,
+	}
+}
+
+// coldPrefill measures prefill context pc with one request of its own.
+func (r *runner) coldPrefill(ctx context.Context, pc int) error {
+	r.prog.begin(stepPrefill, pc, result.Column{}, "cold prefill, context "+TokenLabel(pc))
+	var capped *prompts.CappedError
+	err := r.primeEstimate(ctx, pc)
+	// A slot number no decode row uses keeps this prompt distinct from all.
+	var p prompts.Prompt
+	if err == nil {
+		p, err = r.builder(pc).Prompt(ctx, pc, coldSlot)
+	}
+	if errors.As(err, &capped) {
+		r.failPrefill(pc, capped.Max, r.cutShort(pc, capped.Target, capped.Max))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
+	}
+	_, w, err := r.bodies(p)
+	if err != nil {
+		return err
+	}
+	warm := []replay.Body{w}
+	r.drain(ctx) // the measurement must not share the engine with streams still winding down
+	recs := replay.RunClosed(ctx, replay.Closed{
+		Target: r.tgt, Clock: r.clock, Bodies: warm, MaxTokens: 1, Stream: true,
+		Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids, Once: true,
+	}).Records
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.emit(recs)
+	if len(recs) == 1 {
+		r.setPrefill(pc, &recs[0], p.Tokens)
+		if recs[0].Outcome.Failed() {
+			return r.stillThere(ctx, result.Failed, "the "+TokenLabel(pc)+" prefill row")
+		}
+	}
+	return nil
+}
+
+func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
+	for i := range r.res.Prefill {
+		row := &r.res.Prefill[i]
+		if row.Context != pc {
+			continue
+		}
+		row.Requests = 1
+		row.PromptTokens = rec.PromptTokens
+		fail := func(msg string) {
+			row.Status, row.Error = result.Failed, msg
+			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(pc), clip(msg, 160)))
+		}
+		switch {
+		case rec.Outcome.Failed() || len(rec.Arrivals) == 0:
+			msg := rec.Error
+			if msg == "" {
+				msg = "no token arrived"
+			}
+			fail(msg)
+			return
+		case cut(rec, target, r.build.Estimate):
+			fail(fmt.Sprintf("the engine shortened the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens))
+			return
+		}
+		tps, ttft, ok := cell.Prefill(rec)
+		if ok {
+			r.prog.prefillMeasured(rec.PromptTokens, ttft)
+		}
+		if !ok {
+			row.Status = result.Failed
+			row.Error = "the engine reported no prompt token count"
+			return
+		}
+		row.Status = result.Valid
+		row.TokPerSec = tps
+		row.TTFTms = float64(ttft) / float64(time.Millisecond)
+		r.prog.note(fmt.Sprintf("prefill %-6s %9.1f tok/s  TTFT %s", TokenLabel(pc), tps, ttft.Round(time.Millisecond)))
+	}
+}
+
+// truncated reports whether the engine counted fewer prompt tokens than
+// the prompt had (target, as the builder counted it) beyond METHOD §4's
+// tolerance: an engine that cuts a prompt to its context without an error
+// (Ollama) must not have the shorter prompt reported as the one asked for.
+func truncated(rec *record.Record, target int) bool {
+	return truncatedBy(rec, target, prompts.Tolerance(target))
+}
+
+// estimateSlack is how far an estimated prompt length (Builder.Estimate:
+// another slot's count of as many words) may be from the engine's count
+// before a shorter count is taken for a cut: different words tokenize
+// differently (seen on Ollama with the live tier's model: 1,943 tokens for
+// an estimated 2,046). Where counts are estimated they come from the same
+// engine, so a prompt it cuts shows first as counts that stop growing
+// (prompts.CappedError); this catches what is left, a cut of more than a
+// tenth.
+const estimateSlack = 0.10
+
+// truncatedBy is truncated with the tolerance given.
+func truncatedBy(rec *record.Record, target, tol int) bool {
+	return target > 0 && rec.PromptSource == record.SourceUsage && rec.PromptTokens > 0 &&
+		rec.PromptTokens < target-tol
+}
+
+// cut reports whether the engine cut the prompt of rec, whose length the
+// builder counted as target: counted exactly, beyond METHOD §4's tolerance;
+// estimated (Builder.Estimate), beyond estimateSlack.
+func cut(rec *record.Record, target int, estimated bool) bool {
+	tol := prompts.Tolerance(target)
+	if estimated {
+		tol = max(tol, int(estimateSlack*float64(target)))
+	}
+	return truncatedBy(rec, target, tol)
+}
+
+func (r *runner) isPrefillRow(c int) bool {
+	for _, p := range r.res.Prefill {
+		if p.Context == c {
+			return true
+		}
+	}
+	return false
+}
+
+// rowStart builds the prompts of slots 0 … n-1 of context c and sends
+// slot 0's alone and cold: the row's prefill measurement, and its cold
+// TTFT. When the engine refuses or cuts that prompt, no cell of the row
+// can run: cols are decided (ok false).
+func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (rw *rowRun, ok bool, err error) {
+	r.prog.begin(stepPrompts, c, result.Column{}, fmt.Sprintf("prompts for context %s (%d)", TokenLabel(c), n))
+	decode, warm, err := r.slotBodies(ctx, c, n)
+	var capped *prompts.CappedError
+	if errors.As(err, &capped) {
+		msg := r.cutShort(c, capped.Target, capped.Max)
+		for _, col := range cols {
+			r.skip(c, col, result.Failed, msg)
+		}
+		r.failPrefill(c, capped.Max, msg)
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if r.sharded() && (r.cfg.Shard.Index != 0 || len(warm) == 0) {
+		// Slot 0 is shard 0's: it alone measures the row's cold prefill.
+		return &rowRun{c: c, decode: decode, warm: warm}, true, nil
+	}
+	r.prog.begin(stepRowCold, c, result.Column{}, "cold prefill, context "+TokenLabel(c)+" (the row's first warm-up)")
+	// The first warm-up request is the row's prefill measurement: let the
+	// previous row's cancelled streams leave the engine first.
+	r.drainUntil(ctx, r.prepareEnd(c, []int{cols[0].N}))
+	tag := "warmup C=" + TokenLabel(c)
+	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
+	if ctx.Err() != nil {
+		return nil, false, ctx.Err()
+	}
+	r.emit(first)
+	rw = &rowRun{c: c, decode: decode, warm: warm, warmed: 1}
+	if len(first) == 1 {
+		rec := &first[0]
+		r.setPrefill(c, rec, decode[0].PromptTokens)
+		switch {
+		case engines.ContextExceeded(rec):
+			// One prompt of C does not fit: no cell of the row can.
+			for _, col := range cols {
+				r.skip(c, col, result.OverCapacity, fmt.Sprintf("the engine refused one %s-token prompt: %s", TokenLabel(c), rec.Error))
+			}
+			return nil, false, nil
+		case cut(rec, decode[0].PromptTokens, r.build.Estimate):
+			msg := r.cutShort(c, decode[0].PromptTokens, rec.PromptTokens)
+			for _, col := range cols {
+				r.skip(c, col, result.Failed, msg)
+			}
+			return nil, false, nil
+		case rec.Outcome.Failed():
+			if err := r.stillThere(ctx, result.Failed, "the "+TokenLabel(c)+" row's cold prefill"); err != nil {
+				return nil, false, err // its cells stay Not run
+			}
+			r.log.Info().Int("context", c).Str("error", rec.Error).Msg("matrix: warm-up failed")
+			if !r.isPrefillRow(c) {
+				r.prog.note(fmt.Sprintf("warm-up %s: failed: %s", TokenLabel(c), clip(rec.Error, 160)))
+			}
+		}
+		if ttft, ok := rec.TTFT(); ok && !rec.Outcome.Failed() {
+			rw.cold = ttft
+		}
+	}
+	return rw, true, nil
+}
+
+// cutShort notes that the engine cut prompts of context c (sent tokens) to
+// got tokens without an error, and returns the reason its cells get.
+func (r *runner) cutShort(c, sent, got int) string {
+	msg := fmt.Sprintf("the engine shortened a %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured", sent, got)
+	// An engine may keep less of a cut prompt than its context (Ollama
+	// from 0.30.11 keeps about half, leaving room to generate): where it
+	// said its context, that is the length to give.
+	give, why := got, ""
+	if e := r.info.EngineMaxModelLen; e > got && e < sent {
+		give, why = e, ": the context the engine says it runs; it keeps less of a cut prompt"
+	}
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d%s, or run the engine with a longer context).", TokenLabel(c), msg, give, why))
+	return msg
+}
+
+// failPrefill fails the prefill row of context c, if there is one, with
+// the reason given (no request of it was measured).
+func (r *runner) failPrefill(c, promptTokens int, msg string) {
+	for i := range r.res.Prefill {
+		if row := &r.res.Prefill[i]; row.Context == c {
+			row.Status, row.Error, row.PromptTokens = result.Failed, msg, promptTokens
+			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(c), clip(msg, 160)))
+		}
+	}
+}
+
+// shortestPrompt is the fewest prompt tokens of bodies, as the builder
+// counted them; 0 when none was counted.
+func shortestPrompt(bodies []replay.Body) int {
+	target := 0
+	for _, b := range bodies {
+		if b.PromptTokens > 0 && (target == 0 || b.PromptTokens < target) {
+			target = b.PromptTokens
+		}
+	}
+	return target
+}
