@@ -208,7 +208,7 @@ func TestProxyFailures(t *testing.T) {
 		t.Fatalf("engine down: %v, want a 502 OpenAI error with a message", err)
 	}
 
-	fake, _ := pxStart(t, "fake-engine", "--listen", "127.0.0.1:0", "--prefill-tok-per-sec", "1000", "--prefill-slowdown", "0", "--ledger")
+	fake, _ := pxStart(t, "fake-engine", "--listen", "127.0.0.1:0", "--prefill-tok-per-sec", "100", "--prefill-slowdown", "0", "--ledger")
 	capture := filepath.Join(t.TempDir(), "capture.jsonl")
 	proxyURL, stop := pxStart(t, "proxy", "--upstream", fake, "--listen", "127.0.0.1:0", "--admin", "", "--capture", capture)
 
@@ -226,7 +226,9 @@ func TestProxyFailures(t *testing.T) {
 		t.Fatalf("cut stream: read error %v, body:\n%s", rerr, body)
 	}
 
-	// Client leaves during a 4 s prefill: the engine's request ends at once.
+	// Client leaves during a 40 s prefill: the engine's request ends at
+	// once (about a millisecond on an idle machine), not 40 s on; the
+	// bound between is far from both, so a busy machine cannot cross it.
 	long := strings.Repeat("word ", 4000)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(proxyURL, "http://"))
 	if err != nil {
@@ -241,8 +243,8 @@ func TestProxyFailures(t *testing.T) {
 	if outcome != "cancelled" {
 		t.Fatalf("ledger outcome %q, want cancelled", outcome)
 	}
-	if d := ended.Sub(left); d > 100*time.Millisecond {
-		t.Fatalf("the engine's request ended %v after the client left, want ≤ 100 ms", d)
+	if d := ended.Sub(left); d > 5*time.Second {
+		t.Fatalf("the engine's request ended %v after the client left, want at once", d)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("proxy exit: %v", err)

@@ -101,8 +101,27 @@ func itoaPlain(n int) string { return strings.TrimSpace(strings.ReplaceAll(fmtIn
 func TestLlamaCppUnified(t *testing.T) {
 	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	sc := scenarios.Scenario{Name: "llama", Contexts: []int{0, 2048, 7168}, Concurrency: []int{1, 2, 4, 8},
-		Prefill: []int{2048, 8192}, Window: time.Second, MaxOutput: 256, API: "chat"}
-	res, recs := runFake(t, llamaFake(true), sc, Config{})
+		Prefill: []int{2048, 8192}, MaxOutput: 256, API: "chat"}
+	// Every cell run for its figures gets its first tokens inside a 1 s
+	// window on an idle machine; on a busy one a cell can get none (and be
+	// Failed: "no token arrived"), and the window grows from how many cells
+	// got theirs until all do (internal/testwindow).
+	var res *result.Result
+	var recs []record.Record
+	testwindow.Enough(t, time.Second, 8*time.Second, func(w time.Duration) (got, want int) {
+		sc.Window = w
+		res, recs = runFake(t, llamaFake(true), sc, Config{})
+		for _, c := range res.Decode {
+			if c.Context == 7168 && c.Concurrency >= 4 {
+				continue // over capacity: no tokens to wait for
+			}
+			want++
+			if c.OutputTokens > 0 {
+				got++
+			}
+		}
+		return got, want
+	})
 	// Capacity is between 20,480 and 81,920: nothing is planned over it but
 	// 7K × 8 (59,392) … which is tried only if 7K × 4 (29,696) fits. It
 	// does not: the engine refuses it once the prompt its warm-up could not
@@ -457,8 +476,23 @@ func TestLlamaSplitByVersion(t *testing.T) {
 		t.Run(tc.version, func(t *testing.T) {
 			m := llamaFake(true)
 			m.Version = tc.version
-			sc := scenarios.Scenario{Name: "split", Contexts: []int{1024}, Concurrency: []int{2}, Window: 1500 * time.Millisecond, MaxOutput: 1000, API: "chat"}
-			res, _ := runFake(t, m, sc, Config{})
+			sc := scenarios.Scenario{Name: "split", Contexts: []int{1024}, Concurrency: []int{2}, MaxOutput: 1000, API: "chat"}
+			// The split is of the window's requests that got a first
+			// token: both do in 1.5 s on an idle machine; on a busy one
+			// the window grows until they do (internal/testwindow), up to
+			// 3 s, where both are still cut (their 1,000 tokens take 4 s).
+			var res *result.Result
+			testwindow.Enough(t, 1500*time.Millisecond, 3*time.Second, func(w time.Duration) (got, want int) {
+				sc.Window = w
+				var recs []record.Record
+				res, recs = runFake(t, m, sc, Config{})
+				for _, r := range recs {
+					if _, ok := r.TTFT(); ok && r.Tag == "C=1024 N=2" {
+						got++
+					}
+				}
+				return got, 2
+			})
 			c := res.Cell(1024, 2)
 			if c == nil {
 				t.Fatal("no cell 1K × 2")

@@ -131,8 +131,16 @@ func expensiveBodies(n int) map[string][]byte {
 func TestInspectAllocatesNothing(t *testing.T) {
 	for name, body := range expensiveBodies(100_000) {
 		t.Run(name, func(t *testing.T) {
+			// AllocsPerRun counts every goroutine's allocations, and on a
+			// busy machine the earlier tests' goroutines winding down get
+			// more of the time a run takes: those only add, while an
+			// allocation of inspect's own is in every measurement, so
+			// the fewest of up to ten is inspect's.
 			var ri reqInfo
 			allocs := testing.AllocsPerRun(5, func() { ri = inspect(body) })
+			for i := 0; i < 9 && allocs > 1; i++ {
+				allocs = min(allocs, testing.AllocsPerRun(5, func() { ri = inspect(body) }))
+			}
 			if !ri.valid || ri.model != "m" || !ri.stream {
 				t.Fatalf("inspect = %+v", ri)
 			}

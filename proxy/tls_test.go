@@ -126,13 +126,13 @@ func TestTLSListener(t *testing.T) {
 		t.Fatalf("record %s with %d events", r.Outcome, r.Events())
 	}
 
-	// A 3 s prefill; the client closes (close_notify, then FIN) after 200 ms.
+	// A 30 s prefill; the client closes (close_notify, then FIN) after 200 ms.
 	c, err := tls.Dial("tcp", strings.TrimPrefix(h.url, "http://"), &tls.Config{RootCAs: pki.pool})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := chatBody(e.Model().Name, 5, true, "")
-	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Fake-Fault: header-delay=3s\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Fake-Fault: header-delay=30s\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 	time.Sleep(200 * time.Millisecond)
 	left := time.Now()
 	c.Close()
@@ -140,7 +140,9 @@ func TestTLSListener(t *testing.T) {
 	if r.Outcome != record.Cancelled || r.Blame != record.BlameClient {
 		t.Fatalf("record %s/%s, want cancelled/client", r.Outcome, r.Blame)
 	}
-	if took := h.p.Clock().Start().Add(r.End).Sub(left); took > 500*time.Millisecond+raceSlowdown*100*time.Millisecond {
+	// Seen at once, not when the prefill ends 30 s on: a bound far from
+	// both, so a busy machine cannot fail it.
+	if took := h.p.Clock().Start().Add(r.End).Sub(left); took > 10*time.Second {
 		t.Fatalf("the client's leaving was seen %v after it closed", took)
 	}
 }

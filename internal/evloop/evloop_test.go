@@ -242,17 +242,21 @@ func TestDeadlines(t *testing.T) {
 				var err error
 				select {
 				case err = <-res:
-				case <-time.After(ahead + 10*time.Second):
+				case <-time.After(ahead + time.Minute):
 					c.Close()
-					t.Fatalf("the deadline did not end the wait in 10 s")
+					t.Fatalf("the deadline did not end the wait in a minute")
 				}
 				took := time.Since(start)
 				var ne net.Error
 				if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 					t.Fatalf("error %v, want a timeout", err)
 				}
+				// What this tells apart is a wait the deadline ends (at
+				// once, 50 or 100 ms in) from one it does not (the minute
+				// above): a bound far above the deadline, so a busy
+				// machine's late wake-up cannot fail it.
 				want := max(ahead, 50*time.Millisecond)
-				if took < want || took > want+raceSlowdown*2*time.Second {
+				if took < want || took > want+30*time.Second {
 					t.Fatalf("ended after %v, want %v", took, want)
 				}
 				c.SetDeadline(time.Time{})
