@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -395,10 +396,37 @@ func TestLlamaCppSlotLeftovers(t *testing.T) {
 // sampler reads the slots before the window's requests go out and so
 // knows them for the warm-up's: no reading taken then may count as a
 // request that found nothing cached.
+//
+// The readings must be many and all taken while the request waits out
+// the fake's StartLag before its prompt: the sampler stops at three
+// quarters of the lag after the request was sent (its prompt cannot start
+// before the lag has passed from then). A busy machine scrapes fewer in
+// that time, so the lag is sized from the rate measured (testwindow).
 func TestSamplerSeedsSlots(t *testing.T) {
-	t.Parallel() // mostly waiting out the fake's 2 s before each prompt
+	t.Parallel() // mostly waiting out the fake's lag before each prompt
+	const want = 10
+	var (
+		samples int
+		cold    []string
+	)
+	testwindow.Enough(t, 2*time.Second, 60*time.Second, func(lag time.Duration) (int, int) {
+		samples, cold = samplerSeedsSlots(t, lag)
+		return samples, want
+	})
+	for _, c := range cold {
+		t.Error(c)
+	}
+	if samples < want {
+		t.Errorf("%d scrapes while the request waited for its prompt, want %d at least", samples, want)
+	}
+}
+
+// samplerSeedsSlots runs TestSamplerSeedsSlots's measurement with the
+// fake's StartLag set to lag: the scrapes taken while the window's request
+// waited for its prompt, and the slots they read as cold.
+func samplerSeedsSlots(t *testing.T, lag time.Duration) (samples int, cold []string) {
 	m := llamaFake(false)
-	m.StartLag = 2 * time.Second
+	m.StartLag = lag
 	e := fixtures.StartTest(t, m)
 	ctx := context.Background()
 	in, err := engines.Probe(ctx, engines.Target{BaseURL: e.URL()})
@@ -418,21 +446,23 @@ func TestSamplerSeedsSlots(t *testing.T) {
 			t.Errorf("status %d", resp.StatusCode)
 		}
 	}
-	send() // the warm-up: cold, and 2 s in the slot before its prompt starts
+	send() // the warm-up: cold, and the lag in the slot before its prompt starts
 
 	r := &runner{info: in, cfg: Config{LoadEvery: 5 * time.Millisecond}}
 	sctx, cancel := context.WithCancel(ctx)
 	smp, done := r.sample(sctx)
 	sent := make(chan struct{})
-	go func() { defer close(sent); send() }() // the window's request: the same prompt, warm
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Load().Running == 0 && time.Now().Before(deadline) {
+	// The window's request: the same prompt, warm. It is admitted after
+	// now, so its prompt starts after now+lag; the sampler stops a quarter
+	// of the lag before that.
+	inside := time.Now().Add(lag * 3 / 4)
+	go func() { defer close(sent); send() }()
+	for e.Load().Running == 0 && time.Now().Before(inside) {
 		time.Sleep(time.Millisecond)
 	}
-	// 300 ms of scrapes, and ten at least (about 60 on an idle machine;
-	// a busy one took fewer in 300 ms), all well inside its 2 s before the
-	// prompt starts.
-	least, inside := time.Now().Add(300*time.Millisecond), time.Now().Add(1500*time.Millisecond)
+	// 300 ms of scrapes at least, and ten at least (about 60 on an idle
+	// machine), all inside the lag before the prompt starts.
+	least := time.Now().Add(300 * time.Millisecond)
 	for time.Now().Before(inside) {
 		smp.mu.Lock()
 		n := smp.samples
@@ -447,15 +477,13 @@ func TestSamplerSeedsSlots(t *testing.T) {
 	smp.mu.Lock()
 	for task, c := range smp.slots {
 		if c.Cached == 0 {
-			t.Errorf("task %d read as cold (%+v): the warm-up's leftovers", task, c)
+			cold = append(cold, fmt.Sprintf("task %d read as cold (%+v): the warm-up's leftovers", task, c))
 		}
 	}
-	samples := smp.samples
+	samples = smp.samples
 	smp.mu.Unlock()
-	if samples < 10 {
-		t.Errorf("%d scrapes while the request waited for its prompt, want many", samples)
-	}
 	<-sent
+	return samples, cold
 }
 
 // TestLlamaSplitByVersion: what llama.cpp's prompt_seconds_total means
