@@ -150,7 +150,7 @@ func TestExitCodes(t *testing.T) {
 
 		// fake-engine, version, the command itself
 		{"fake-engine bad setting", []string{"fake-engine", "--flavor", "ollama", "--slots", "0"}, codeUsage, "--slots 0", 0},
-		{"fake-engine unknown flavour", []string{"fake-engine", "--flavor", "sglang"}, codeUsage, "--flavor", 0},
+		{"fake-engine unknown flavour", []string{"fake-engine", "--flavor", "trtllm"}, codeUsage, "--flavor", 0},
 		{"version", []string{"version"}, codeOK, "", 0},
 		{"version bad flag", []string{"version", "--short"}, codeUsage, "unknown flag", 0},
 		{"unknown command", []string{"frobnicate"}, codeUsage, "unknown command", 0},

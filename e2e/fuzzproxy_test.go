@@ -159,7 +159,7 @@ func TestFuzzProxy(t *testing.T) {
 	}
 }
 
-var fuzzProxyFlags = []string{"--read-header-timeout", "2s", "--idle-timeout", "3s", "--keep-alive-timeout", "5s",
+var fuzzProxyFlags = []string{"--read-header-timeout", "2s", "--idle-timeout", "3s", "--body-timeout", "3s", "--keep-alive-timeout", "5s",
 	"--max-body-size", "1M", "--log-level", "error"}
 
 // hangLimit is how long a connection may go without an answer or a close:
