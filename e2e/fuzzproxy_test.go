@@ -360,12 +360,15 @@ func (f *fuzzer) mutatedRequest(rng *rand.Rand, id int64, req fuzzRequest) {
 	defer c.Close()
 	start := time.Now()
 	drip := how == "drip"
+	// A drip is 16 bytes (more for a large request: at most 100 pieces)
+	// every 50 ms, so it lasts 5 s at most.
+	step := max(16, (len(raw)+99)/100)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if drip {
-			for i := 0; i < len(raw); i += 16 {
-				if _, err := c.Write(raw[i:min(i+16, len(raw))]); err != nil {
+			for i := 0; i < len(raw); i += step {
+				if _, err := c.Write(raw[i:min(i+step, len(raw))]); err != nil {
 					return
 				}
 				time.Sleep(50 * time.Millisecond)
@@ -375,7 +378,14 @@ func (f *fuzzer) mutatedRequest(rng *rand.Rand, id int64, req fuzzRequest) {
 		_, _ = c.Write(raw)
 	}()
 	f.count("mutation " + how)
-	_ = c.SetReadDeadline(start.Add(hangLimit))
+	// A dripped request is still arriving while it drips, and the body
+	// timeout is between reads (nginx's client_body_timeout): the proxy
+	// has hangLimit from its last byte.
+	limit := hangLimit
+	if drip {
+		limit += time.Duration((len(raw)+step-1)/step) * 50 * time.Millisecond
+	}
+	_ = c.SetReadDeadline(start.Add(limit))
 	// Read until the proxy closes (or a response is read whole and the
 	// proxy then waits for a next request, which also ends the case).
 	br := bufio.NewReader(c)
@@ -392,7 +402,7 @@ func (f *fuzzer) mutatedRequest(rng *rand.Rand, id int64, req fuzzRequest) {
 		}
 		if err != nil {
 			if isTimeoutErr(err) {
-				f.finding("hang", fmt.Sprintf("case %d: mutated request (%s): no answer and no close in %v", id, how, hangLimit),
+				f.finding("hang", fmt.Sprintf("case %d: mutated request (%s): no answer and no close in %v", id, how, limit),
 					map[string][]byte{"request": raw})
 			}
 			break
