@@ -67,6 +67,14 @@ type Sink interface {
 // ErrUnsupported is what Wrap returns where there is no loop.
 var ErrUnsupported = errors.New("evloop: not supported on this platform")
 
+// ErrPeerGone ends a DrainWatching whose peer closed or reset its
+// connection.
+var ErrPeerGone = errors.New("evloop: the watched peer closed its connection")
+
+// ErrNotWatched is wrapped by the error of a DrainWatching that could not
+// watch its peer and so did not start.
+var ErrNotWatched = errors.New("evloop: the peer cannot be watched")
+
 // Supported says whether this platform has the loop.
 const Supported = supported
 

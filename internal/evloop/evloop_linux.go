@@ -318,7 +318,7 @@ func (l *loop) run() {
 		l.mu.Lock()
 		for i, e := range events[:n] {
 			if e.Fd != postedSlot {
-				batch[i] = l.conns[e.Fd]
+				batch[i] = l.conns[e.Fd&^peerSlot]
 			}
 		}
 		l.mu.Unlock()
@@ -330,6 +330,11 @@ func (l *loop) run() {
 					woke = l.handle(r, buf) || woke
 					todo[j] = request{}
 				}
+				continue
+			}
+			if c != nil && events[i].Fd&peerSlot != 0 {
+				woke = c.peerEvent(events[i].Pad, events[i].Events) || woke
+				batch[i] = nil
 				continue
 			}
 			if c != nil {
@@ -718,12 +723,24 @@ var drainBufs = sync.Pool{New: func() any { b := make([]byte, readBuffer); retur
 // peer closes it (s.EOF), a read fails, the read deadline passes or c is
 // closed. It reads what is there at once on the caller's goroutine; the
 // loop reads the rest as it arrives, while the caller waits.
-func (c *Conn) Drain(s Sink) error {
+func (c *Conn) Drain(s Sink) error { return c.drain(s, nil) }
+
+func (c *Conn) drain(s Sink, peer syscall.RawConn) error {
 	if c.rd.expired() {
 		return c.opErr("read", os.ErrDeadlineExceeded)
 	}
 	if !c.enter() {
 		return c.opErr("read", net.ErrClosed)
+	}
+	var w *peerWatch
+	if peer != nil {
+		// Only this goroutine numbers drains: the next is this one's.
+		var err error
+		if w, err = c.watchPeer(peer, c.drainGen.Load()+1); err != nil {
+			c.exit()
+			return err // nothing read: the caller may watch the peer its own way
+		}
+		defer w.stop()
 	}
 	c.sink = s
 	bp := drainBufs.Get().(*[]byte)
@@ -736,6 +753,11 @@ func (c *Conn) Drain(s Sink) error {
 	}
 	gen := c.drainGen.Add(1)
 	c.draining.Store(true)
+	if w != nil {
+		// The loop ignored the peer's events while no drain ran: an end
+		// that came before now is reported again.
+		w.rearm()
+	}
 	c.exit() // the loop's now: a Close ends the drain
 	// Bytes that came after the last read above raised their event before
 	// the loop owned the reads: the loop reads once more as it takes over.

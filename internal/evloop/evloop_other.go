@@ -4,6 +4,7 @@ package evloop
 
 import (
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -31,3 +32,5 @@ func (*Conn) SetDeadline(time.Time) error      { return ErrUnsupported }
 func (*Conn) SetReadDeadline(time.Time) error  { return ErrUnsupported }
 func (*Conn) SetWriteDeadline(time.Time) error { return ErrUnsupported }
 func (*Conn) Sent() (time.Time, bool)          { return time.Time{}, false }
+
+func (*Conn) DrainWatching(Sink, syscall.RawConn) error { return ErrUnsupported }
