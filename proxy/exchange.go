@@ -128,7 +128,8 @@ func (x *exchange) readResponse(conn net.Conn, dl time.Time) error {
 	}
 	x.src.conn, x.src.fd, x.src.got, x.src.err = conn, -1, false, nil
 	if x.br == nil {
-		x.br = bufio.NewReaderSize(&x.src, upstreamBufferSize)
+		x.br = loopReaders.Get().(*bufio.Reader) // one lent by a stream between events, or a new one
+		x.br.Reset(&x.src)
 	} else {
 		x.br.Reset(&x.src)
 	}

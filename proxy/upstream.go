@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -133,6 +135,7 @@ type loopSink struct {
 // complete by it (METHOD §2).
 func (s *loopSink) Data(p []byte, arrived time.Time) (done bool, err error) {
 	defer s.contain(&done, &err)
+	s.borrow()
 	s.lastByte = arrived
 	s.x.at = s.x.p.clock.At(arrived)
 	s.x.src.feed = p
@@ -142,12 +145,14 @@ func (s *loopSink) Data(p []byte, arrived time.Time) (done bool, err error) {
 	if len(s.cc.backlog) > 0 {
 		return true, errBacklog
 	}
+	s.lend()
 	return false, nil
 }
 
 func (s *loopSink) EOF() (err error) {
 	var done bool
 	defer s.contain(&done, &err)
+	s.borrow()
 	s.x.src.eof = true
 	if !s.run() {
 		// Cannot be: a source at EOF never would block.
@@ -171,6 +176,37 @@ func (s *loopSink) contain(done *bool, err *error) {
 	s.x.src.feed = nil
 	s.finished, s.res = true, e
 	*done, *err = true, e
+}
+
+// loopReaders are the upstream read buffers of streams between two of
+// their reads on an event loop. A stream waiting for its next event holds
+// none: its buffer is empty then (the loop hands over what a read brought
+// whole, and the decoder takes all it can), so it goes back here and the
+// next read takes one (the loop's goroutine runs one stream at a time, so
+// a few serve every open stream). upstreamBufferSize a stream the less.
+var loopReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
+
+// lend gives the exchange's upstream read buffer back while the stream
+// waits, when it holds nothing and is the usual size.
+func (s *loopSink) lend() {
+	x := s.x
+	if x.br == nil || x.br.Buffered() > 0 || x.br.Size() != upstreamBufferSize {
+		return
+	}
+	x.br.Reset(nil)
+	loopReaders.Put(x.br)
+	x.br, x.body.br = nil, nil
+}
+
+// borrow gives the exchange an upstream read buffer again, if it lent its.
+func (s *loopSink) borrow() {
+	x := s.x
+	if x.br != nil {
+		return
+	}
+	br := loopReaders.Get().(*bufio.Reader)
+	br.Reset(&x.src)
+	x.br, x.body.br = br, br
 }
 
 // run passes on what the source holds; it reports whether the body ended.
@@ -214,13 +250,33 @@ func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (in
 		return s.total, s.res
 	}
 	resumed := time.Now() // when reading resumed: time spent on a slow client is not the engine's
+	// The loop watches the client from here, in the wait that reads the
+	// engine: an open stream holds no goroutine parked on its client.
+	peer := x.watch.handOver()
 	for {
 		_ = ec.SetReadDeadline(later(s.lastByte, resumed).Add(idle))
 		// The loop's writes never wait, so no deadline applies to them.
 		x.disarmWrite()
 		cc.nonblock = true
-		err := ec.Drain(s)
+		var err error
+		if peer != nil {
+			err = ec.DrainWatching(s, peer)
+		} else {
+			err = ec.Drain(s)
+		}
+		s.borrow() // what follows, and the exchange's end, read the buffer
 		cc.nonblock = false
+		switch {
+		case errors.Is(err, evloop.ErrNotWatched):
+			// Nothing was read (no descriptor for the watch, say): the
+			// goroutine watches again, and the drain goes on without.
+			x.p.log.Debug().Err(err).Msg("the event loop cannot watch the client; a goroutine does")
+			peer = nil
+			x.watch.start(x.client, x.goneFn)
+			continue
+		case errors.Is(err, evloop.ErrPeerGone):
+			x.gone.Store(true) // as the watcher's clientGone: readFailed blames the client
+		}
 		if len(cc.backlog) > 0 {
 			x.armWrite() // the writes that wait for the client
 			ferr := cc.flushBacklog()

@@ -82,6 +82,18 @@ func (w *watcher) run(gone func()) {
 	w.exited <- struct{}{}
 }
 
+// handOver ends the goroutine's watch and returns the socket it watched,
+// for an event loop to watch in its own wait (evloop's DrainWatching): nil
+// if nothing was watched.
+func (w *watcher) handOver() syscall.RawConn {
+	if !w.running {
+		return nil
+	}
+	rc := w.rc
+	w.stop()
+	return rc
+}
+
 // stop ends the watch and waits for the goroutine, so the server can read
 // the connection again afterwards.
 func (w *watcher) stop() {
