@@ -30,7 +30,8 @@ STATICCHECK_VERSION ?= v0.8.2
 WIRE_STREAMS ?= 64 512 1024 2048
 WIRE_GAPS    ?= 20ms 10ms
 WIRE_WINDOW  ?= 20s
-WIRE_LEGS    ?= fake outside proxy nginx
+WIRE_LEGS    ?= fake outside proxy proxy-nocapture nginx
+WIRE_PLACEMENTS ?= apart shared
 WIRE_OUT     ?= $(CURDIR)/bin/bench-wire.json
 
 # The live tier's engines: TOKENTAP_LLAMA_SERVER and TOKENTAP_OLLAMA name
@@ -172,7 +173,9 @@ bench: deps build
 # accuracy is established"). tcpdump captures the loopback with kernel
 # timestamps while tokentap matrix runs WIRE_STREAMS streams for WIRE_WINDOW
 # at each of WIRE_GAPS against the fake engine, an outside fake, and through
-# tokentap's proxy and nginx; prints the errors and writes WIRE_OUT. Needs
+# tokentap's proxy (with and without --capture) and nginx, the load generator
+# beside the fake or beside the hop (WIRE_PLACEMENTS); prints the errors, what
+# each hop adds per event and to each request's TTFT, and writes WIRE_OUT. Needs
 # root or CAP_NET_RAW (tcpdump); installs tcpdump and nginx where missing.
 bench-wire: build
 	@missing=""; \
@@ -186,7 +189,7 @@ bench-wire: build
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "bench-wire: not root: tcpdump needs CAP_NET_RAW (sudo make bench-wire, or setcap cap_net_raw,cap_net_admin=eip $$(command -v tcpdump || echo /usr/bin/tcpdump))"; fi
 	PATH="$$PATH:/usr/sbin" TOKENTAP_BIN=$(CURDIR)/$(BIN) WIRE_STREAMS='$(WIRE_STREAMS)' WIRE_GAPS='$(WIRE_GAPS)' WIRE_WINDOW='$(WIRE_WINDOW)' \
-	  WIRE_LEGS='$(WIRE_LEGS)' WIRE_OUT='$(WIRE_OUT)' \
+	  WIRE_LEGS='$(WIRE_LEGS)' WIRE_PLACEMENTS='$(WIRE_PLACEMENTS)' WIRE_OUT='$(WIRE_OUT)' \
 	  $(GO) test -count=1 -timeout 0 -tags wire -run '^(TestTargetsMissed|TestWire)$$' -v ./wirebench/
 
 # Not in CI: the peers' load generators beside tokentap's (peerbench/):

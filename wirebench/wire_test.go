@@ -9,7 +9,9 @@
 //
 // Settings (the Makefile passes them): WIRE_STREAMS "64 512 1024 2048",
 // WIRE_GAPS "20ms 10ms", WIRE_WINDOW "20s", WIRE_OUT the JSON file of the
-// figures, WIRE_LEGS which runs (default "fake outside proxy nginx"),
+// figures, WIRE_LEGS which runs (default "fake outside proxy
+// proxy-nocapture nginx"), WIRE_PLACEMENTS where a hop leg's load generator
+// runs (default "apart shared": on the fake's CPU, or on the hop's),
 // TOKENTAP_BIN the binary (else it is built), WIRE_KEEP a directory to keep
 // every capture, record file and ledger in (to look into an error).
 package wirebench
@@ -58,6 +60,7 @@ type config struct {
 	gaps    []time.Duration
 	window  time.Duration
 	legs    []string
+	places  []string // the hop legs' placements: apart, shared
 	out     string
 	pinned  bool
 	dir     string
@@ -70,7 +73,8 @@ type Row struct {
 	Gap       string `json:"gap"`
 	Streams   int    `json:"streams"`
 	Leg       string `json:"leg"`
-	Measured  string `json:"measured"` // whose records (or what) the row measures
+	Placement string `json:"placement,omitempty"` // hop legs: the load generator on the fake's CPU (apart) or the hop's (shared)
+	Measured  string `json:"measured"`            // whose records (or what) the row measures
 	Requests  int    `json:"requests_matched"`
 	Unmatched int    `json:"records_unmatched"`
 
@@ -99,6 +103,9 @@ type Row struct {
 	AddedMedianMS  *float64 `json:"added_event_median_ms"` // proxy legs: client-side − engine-side first byte, per event
 	AddedP99MS     *float64 `json:"added_event_p99_ms"`
 	AddedRequestMS *float64 `json:"added_request_median_ms"` // request's last byte, engine side − client side
+	AddedReqP99MS  *float64 `json:"added_request_p99_ms"`
+	AddedTTFTMS    *float64 `json:"added_ttft_median_ms"` // per request: the client leg's TTFT − the engine leg's
+	AddedTTFTP99MS *float64 `json:"added_ttft_p99_ms"`
 	HopMatched     int      `json:"hop_requests_matched"`
 	CaptureDropped int      `json:"capture_dropped"`
 	Holed          int      `json:"directions_with_lost_bytes"`
@@ -121,10 +128,12 @@ func TestWire(t *testing.T) {
 				switch leg {
 				case "fake", "outside":
 					got = []Row{runDirect(t, cfg, leg, n, gap)}
-				case "proxy", "nginx":
-					got = runHop(t, cfg, leg, n, gap)
+				case "proxy", "proxy-nocapture", "nginx":
+					for _, place := range cfg.places {
+						got = append(got, runHop(t, cfg, leg, place, n, gap))
+					}
 				default:
-					t.Fatalf("WIRE_LEGS: unknown leg %q (fake, outside, proxy, nginx)", leg)
+					t.Fatalf("WIRE_LEGS: unknown leg %q (fake, outside, proxy, proxy-nocapture, nginx)", leg)
 				}
 				rows = append(rows, got...)
 				for _, r := range got {
@@ -232,12 +241,18 @@ func setup(t *testing.T) *config {
 	if cfg.window, err = time.ParseDuration(envOr("WIRE_WINDOW", "20s")); err != nil || cfg.window < time.Second {
 		t.Fatalf("WIRE_WINDOW: %q is not a duration of 1s or more", os.Getenv("WIRE_WINDOW"))
 	}
-	cfg.legs = strings.Fields(envOr("WIRE_LEGS", "fake outside proxy nginx"))
+	cfg.legs = strings.Fields(envOr("WIRE_LEGS", "fake outside proxy proxy-nocapture nginx"))
 	for _, leg := range cfg.legs { // before any run: a typo in the last leg wastes none
 		switch leg {
-		case "fake", "outside", "proxy", "nginx":
+		case "fake", "outside", "proxy", "proxy-nocapture", "nginx":
 		default:
-			t.Fatalf("WIRE_LEGS: unknown leg %q (fake, outside, proxy, nginx)", leg)
+			t.Fatalf("WIRE_LEGS: unknown leg %q (fake, outside, proxy, proxy-nocapture, nginx)", leg)
+		}
+	}
+	cfg.places = strings.Fields(envOr("WIRE_PLACEMENTS", "apart shared"))
+	for _, p := range cfg.places {
+		if p != "apart" && p != "shared" {
+			t.Fatalf("WIRE_PLACEMENTS: unknown placement %q (apart: the load generator on the fake's CPU; shared: on the hop's)", p)
 		}
 	}
 	cfg.out = os.Getenv("WIRE_OUT")
@@ -733,28 +748,36 @@ func lateness(t *testing.T, leg, base string, from, to time.Time, save string) (
 	return num(median(late)), num(wire.Quantile(late, 0.99))
 }
 
-// runHop runs load through tokentap's proxy or nginx in front of the fake,
-// capturing both legs: the proxy's records against the wire (proxy), and
-// what the hop added to each event (both).
-func runHop(t *testing.T, cfg *config, leg string, n int, gap time.Duration) []Row {
+// runHop runs load through tokentap's proxy (with its capture, or without:
+// proxy-nocapture) or nginx in front of the fake, capturing both legs: the
+// proxy's records against the wire (proxy), and what the hop added to each
+// event and to each request's TTFT (every hop leg). The hop runs on CPU 1,
+// the fake on CPU 0; the load generator beside the fake (apart) or beside
+// the hop (shared), where a client on the same machine as its proxy puts
+// it.
+func runHop(t *testing.T, cfg *config, leg, place string, n int, gap time.Duration) Row {
 	eng := startFake(t, cfg, gap)
 	defer eng.stop()
 	ep := port(t, eng.url)
-	base := fmt.Sprintf("%s-%d-%s", leg, n, gap)
+	base := fmt.Sprintf("%s-%s-%d-%s", leg, place, n, gap)
 	var (
 		front    string
 		pids     []int
 		proxyRec = filepath.Join(cfg.dir, base+".proxy.jsonl")
 		stopHop  func()
 	)
-	if leg == "proxy" {
-		p := start(t, cfg, 1, cfg.bin, "proxy", "--upstream", eng.url, "--listen", "127.0.0.1:0", "--admin", "", "--log-level", "error",
-			"--capture", proxyRec)
+	switch leg {
+	case "proxy", "proxy-nocapture":
+		args := []string{"proxy", "--upstream", eng.url, "--listen", "127.0.0.1:0", "--admin", "", "--log-level", "error"}
+		if leg == "proxy" {
+			args = append(args, "--capture", proxyRec)
+		}
+		p := start(t, cfg, 1, cfg.bin, args...)
 		front, pids, stopHop = p.url, []int{p.cmd.Process.Pid}, p.stop
-	} else {
+	default:
 		front, pids, stopHop = startNginx(t, cfg, strings.TrimPrefix(eng.url, "http://"))
 		if front == "" {
-			return []Row{{Gap: gap.String(), Streams: n, Leg: leg, Note: "nginx is not installed (make deps installs it)"}}
+			return Row{Gap: gap.String(), Streams: n, Leg: leg, Placement: place, Note: "nginx is not installed (make deps installs it)"}
 		}
 	}
 	defer stopHop()
@@ -765,9 +788,12 @@ func runHop(t *testing.T, cfg *config, leg string, n int, gap time.Duration) []R
 		t.Fatalf("tcpdump: %v", err)
 	}
 	recPath := filepath.Join(cfg.dir, base+".jsonl")
-	// The fake and the load generator on CPU 0, the hop under test on CPU 1.
+	lgCPU := 0
+	if place == "shared" {
+		lgCPU = 1
+	}
 	s := sampleCPU(func() []int { return pids })
-	matrix(t, cfg, 0, front, n, recPath, nil)
+	matrix(t, cfg, lgCPU, front, n, recPath, nil)
 	s.stop()
 	dropped, _ := capt.stop()
 	lgRecs := cell(readRecords(t, recPath))
@@ -781,23 +807,30 @@ func runHop(t *testing.T, cfg *config, leg string, n int, gap time.Duration) []R
 	}
 	frontX, backX := onPort(c, fp), onPort(c, ep)
 	hop := wire.MeasureHop(frontX, backX)
-	row := Row{Gap: gap.String(), Streams: n, Leg: leg, CaptureDropped: dropped, FakeLateMedianMS: lateMed, FakeLateP99MS: lateP99}
+	row := Row{Gap: gap.String(), Streams: n, Leg: leg, Placement: place, CaptureDropped: dropped, FakeLateMedianMS: lateMed, FakeLateP99MS: lateP99}
 	row.HopMatched = hop.Matched
 	row.AddedMedianMS = num(median(wire.Millis(hop.Event)))
 	row.AddedP99MS = num(wire.Quantile(wire.Millis(hop.Event), 0.99))
 	row.AddedRequestMS = num(median(wire.Millis(hop.Request)))
+	row.AddedReqP99MS = num(wire.Quantile(wire.Millis(hop.Request), 0.99))
+	row.AddedTTFTMS = num(median(wire.Millis(hop.TTFT)))
+	row.AddedTTFTP99MS = num(wire.Quantile(wire.Millis(hop.TTFT), 0.99))
 	row.CPUCores = s.cores(from, to)
-	if leg == "proxy" {
+	switch leg {
+	case "proxy":
 		// The proxy's own records against the wire: its Sent is the
 		// request's last byte reaching it, its events their arrival from
 		// the engine.
 		row.Measured = "tokentap proxy's records (sent: client leg; events: engine leg)"
 		fill(&row, c, readRecords(t, proxyRec), wire.Through(frontX, backX), from, to)
-	} else {
+	case "proxy-nocapture":
+		row.Measured = "tokentap proxy without --capture (added latency only)"
+		row.Holed, row.Exchanges = c.Holed, len(frontX)
+	default:
 		row.Measured = "nginx (added latency only)"
 		row.Holed, row.Exchanges = c.Holed, len(frontX)
 	}
-	return []Row{row}
+	return row
 }
 
 // startNginx runs Debian's nginx as a plain pass-through, configured as
@@ -880,31 +913,40 @@ func printTable(w io.Writer, rows []Row) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "tokentap against the wire (tcpdump on lo): medians / p99 of |error|; errors are tokentap − wire")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "gap\tstreams\tleg\treqs\tTTFT err %\tTTFT err ms\tgap err ms\twire gap ms\te2e err ms\ttput err %\tCPU cores\tfake late ms\tadded ms\tdrops\t")
+	fmt.Fprintln(tw, "gap\tstreams\tleg\treqs\tTTFT err %\tTTFT err ms\tgap err ms\twire gap ms\te2e err ms\ttput err %\tCPU cores\tfake late ms\tadded ms\tTTFT added ms\tdrops\t")
 	for _, r := range rows {
+		leg := r.Leg
+		if r.Placement != "" {
+			leg += " (" + r.Placement + ")"
+		}
 		if r.Note != "" && r.Leg == "nginx" && r.HopMatched == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\n", r.Gap, r.Streams, r.Leg, r.Note)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Gap, r.Streams, leg, r.Note)
 			continue
 		}
 		reqs := r.Requests
-		if r.Leg == "nginx" {
+		if r.Leg != "fake" && r.Leg != "outside" && r.Leg != "proxy" {
 			reqs = r.HopMatched // no records of its own: the requests the hop figures come from
 		}
-		added := "—"
+		added, ttftAdded := "—", "—"
 		if r.AddedMedianMS != nil {
 			added = pair(r.AddedMedianMS, r.AddedP99MS, 2)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
-			r.Gap, r.Streams, r.Leg, reqs,
+		if r.AddedTTFTMS != nil {
+			ttftAdded = pair(r.AddedTTFTMS, r.AddedTTFTP99MS, 2)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
+			r.Gap, r.Streams, leg, reqs,
 			pair(r.TTFTRelMedianPct, r.TTFTRelP99Pct, 2), pair(r.TTFTAbsMedianMS, r.TTFTAbsP99MS, 2),
 			pair(r.GapErrMedianMS, r.GapErrP99MS, 3), f(r.WireGapMedianMS, 2),
 			pair(r.E2EErrMedianMS, r.E2EErrP99MS, 2), f(r.TputErrPct, 2), f(r.CPUCores, 2),
-			pair(r.FakeLateMedianMS, r.FakeLateP99MS, 2), added, r.CaptureDropped)
+			pair(r.FakeLateMedianMS, r.FakeLateP99MS, 2), added, ttftAdded, r.CaptureDropped)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "legs: fake, outside = tokentap matrix's records against the engine leg; proxy = tokentap proxy's records")
 	fmt.Fprintln(w, "(sent on the client leg, events on the engine leg) and what it added per event (client-leg − engine-leg")
-	fmt.Fprintln(w, "first byte); nginx = what nginx added, the same way. CPU: the measured process (matrix, proxy, nginx) over")
+	fmt.Fprintln(w, "first byte) and per request's TTFT (client-leg TTFT − engine-leg TTFT); proxy-nocapture, nginx = what")
+	fmt.Fprintln(w, "the proxy without --capture, or nginx, added, the same way. apart: the load generator on the fake's CPU;")
+	fmt.Fprintln(w, "shared: on the hop's. CPU: the measured process (matrix, proxy, nginx) over")
 	fmt.Fprintln(w, "the interval. reqs: requests matched by response id. drops: packets the capture lost (a lost packet")
 	fmt.Fprintln(w, "ends its stream's reading). e2e: requests that ended with [DONE] on both sides (none where 256 tokens")
 	fmt.Fprintln(w, "outlast the window).")

@@ -126,6 +126,11 @@ type Hop struct {
 	// Request is each request's delay: its last byte on the engine leg −
 	// its last byte on the client leg.
 	Request []time.Duration
+	// TTFT is what the hop added to each request's time to first token:
+	// the client leg's (request's last byte to the first event's first
+	// byte) − the engine leg's. It is the way in (Request) and the first
+	// event's way out together, as a client's figure holds both.
+	TTFT []time.Duration
 }
 
 // MeasureHop matches front and back exchanges by response id.
@@ -148,6 +153,9 @@ func MeasureHop(front, back []Exchange) Hop {
 		h.Matched++
 		if f.ReqDone && b.ReqDone {
 			h.Request = append(h.Request, b.Wire.Sent-f.Wire.Sent)
+			if len(f.Wire.Arrivals) > 0 && len(b.Wire.Arrivals) > 0 {
+				h.TTFT = append(h.TTFT, (f.Wire.Arrivals[0]-f.Wire.Sent)-(b.Wire.Arrivals[0]-b.Wire.Sent))
+			}
 		}
 		n := min(len(f.Wire.Arrivals), len(b.Wire.Arrivals))
 		for j := 0; j < n; j++ {

@@ -326,6 +326,12 @@ func TestCompare(t *testing.T) {
 	if h.Matched != 1 || !slices.Equal(h.Event, []time.Duration{ms(1), ms(1)}) || !slices.Equal(h.Request, []time.Duration{-ms(1)}) {
 		t.Errorf("hop %+v", h)
 	}
+	// Way in 3 ms, the engine's TTFT 42 ms, way out 5 ms: 8 ms added to
+	// the client's 50.
+	back2 := []Exchange{{ReqDone: true, Wire: record.Record{ResponseID: "a", Sent: wt(3), Arrivals: []time.Duration{wt(45)}}}}
+	if h := MeasureHop(xs, back2); !slices.Equal(h.TTFT, []time.Duration{ms(8)}) || !slices.Equal(h.Request, []time.Duration{ms(3)}) {
+		t.Errorf("hop's TTFT %v, way in %v; want [8ms], [3ms]", h.TTFT, h.Request)
+	}
 	th := Through(xs, back)
 	if len(th) != 1 || th[0].Wire.Sent != wt(0) || th[0].Wire.Arrivals[0] != wt(49) {
 		t.Errorf("through %+v", th)
