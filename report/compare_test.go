@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/slo"
 )
 
 // fasterRun is the synthetic run made 10% faster (higher tok/s, lower
@@ -296,6 +297,46 @@ func TestCompareRequestSettings(t *testing.T) {
 		}
 		if !strings.Contains(buf.String(), tc.diff) {
 			t.Errorf("%s: the report does not show it", tc.name)
+		}
+	}
+}
+
+// TestCompareJudgingSettings: SLOs given to one run only, or
+// --finish-requests, change what the figures mean: the comparison names
+// them, and a long value wraps whole, never cut inside a word.
+func TestCompareJudgingSettings(t *testing.T) {
+	a := loadSeed(t, "002")
+	spec, err := slo.Parse("ttft=500ms,tbt=50ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(r *result.Result)
+		diff []string
+	}{
+		{"slo on one side", func(r *result.Result) { r.SLO = &result.SLORun{Spec: spec.Result()} }, []string{"SLOs", "TTFT ≤ 500 ms"}},
+		{"finish requests", func(r *result.Result) { r.Settings.FinishRequests = true }, []string{"Finish requests"}},
+		{"a long sampling value", func(r *result.Result) {
+			r.Settings.Sampling = map[string]any{"temperature": 0.7, "top_p": 0.95, "top_k": 20, "presence_penalty": 1.5, "seed": 42}
+		}, []string{"top_p 0.95", "presence_penalty 1.5"}},
+	} {
+		b := loadSeed(t, "002")
+		tc.edit(b)
+		var buf bytes.Buffer
+		if err := Compare(&buf, a, b, "text"); err != nil {
+			t.Fatal(err)
+		}
+		_, differs, _ := strings.Cut(buf.String(), "What differs")
+		differs, _, _ = strings.Cut(differs, "\n\n")
+		flat := strings.Join(strings.Fields(differs), " ")
+		for _, d := range tc.diff {
+			if !strings.Contains(flat, d) {
+				t.Errorf("%s: What differs lacks %q:\n%s", tc.name, d, differs)
+			}
+		}
+		if strings.Contains(differs, "…") {
+			t.Errorf("%s: a value is cut:\n%s", tc.name, differs)
 		}
 	}
 }

@@ -55,7 +55,16 @@ func compareText(w io.Writer, cmp *comparison) error {
 	} else {
 		var rows [][]string
 		for _, d := range cmp.Diff {
-			rows = append(rows, []string{d[0], clip(d[1], 34), clip(d[2], 34)})
+			// A long value wraps between words onto rows of its own: cut
+			// short, two values could read alike where they differ.
+			la, lb := wrapWords(oneLine(d[1]), 34, ""), wrapWords(oneLine(d[2]), 34, "")
+			for i := range max(len(la), len(lb), 1) {
+				row := []string{"", at(la, i), at(lb, i)}
+				if i == 0 {
+					row[0] = d[0]
+				}
+				rows = append(rows, row)
+			}
 		}
 		table(e, "  ", []string{"", "A", "B"}, rows, []bool{false, false, false})
 		if cmp.VA.Launch != cmp.VB.Launch {
@@ -123,12 +132,15 @@ func shortStatus(s string) string {
 	return r.Replace(s)
 }
 
-func clip(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ⏎ ")
-	if runeLen(s) <= n {
-		return s
+// oneLine shows a value's line breaks as ⏎ in a table cell.
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ⏎ ") }
+
+// at is ls[i], or "" past its end.
+func at(ls []string, i int) string {
+	if i < len(ls) {
+		return ls[i]
 	}
-	return string([]rune(s)[:n-1]) + "…"
+	return ""
 }
 
 func compareMarkdown(w io.Writer, cmp *comparison) error {

@@ -61,7 +61,9 @@ func wrapParts(s string, width int) []string {
 		case runeLen(lead)+runeLen(line)+3+runeLen(part) <= width:
 			line += " · " + part
 		default:
-			lines = append(lines, line+" ·")
+			// The break replaces the separator: the next line's indent says
+			// it goes on (a "·" left at a line's end reads as stray).
+			lines = append(lines, line)
 			line = part
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/slo"
 )
 
 // kv is one labelled value of a metadata section.
@@ -221,6 +222,21 @@ func newViewWith(r *result.Result, o Options) *view {
 	}
 	if len(s.RequestFields) > 0 {
 		run = append(run, kv{"Request fields", fieldList(s.RequestFields, ": ")})
+	}
+	// How requests were judged and shown: two runs that differ here differ
+	// in their figures' meaning.
+	if r.SLO != nil {
+		run = append(run, kv{"SLOs", slo.FromResult(r.SLO.Spec).Describe()})
+	}
+	if s.FinishRequests {
+		run = append(run, kv{"Finish requests", "each window's requests ran to their end (--finish-requests)"})
+	}
+	if len(s.Percentiles) > 0 {
+		var ps []string
+		for _, p := range s.Percentiles {
+			ps = append(ps, "p"+strconv.FormatFloat(p, 'f', -1, 64))
+		}
+		run = append(run, kv{"Percentiles", strings.Join(ps, ", ")})
 	}
 	v.Sections = append(v.Sections, section{"Run", nonEmpty(run...)})
 
