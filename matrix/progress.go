@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -159,6 +160,48 @@ func (e *eta) prefill(c int) time.Duration {
 		t = math.Exp(y0 + slope*(math.Log(x)-x0))
 	}
 	return max(floor, time.Duration(t*float64(time.Second)))
+}
+
+// longRunAbove is the planned duration over which a run says, once and
+// even when quiet, how long it is expected to take.
+const longRunAbove = time.Hour
+
+// longRun is what a run planned to take over longRunAbove says before it
+// starts ("" for a shorter one): its expected duration, from the plan's
+// steps before any prefill is measured (as the progress line's first
+// estimate), and how to stop it.
+func longRun(steps []pstep, window time.Duration) string {
+	var e eta
+	var total time.Duration
+	cells := 0
+	for _, s := range steps {
+		total += e.estimate(s)
+		if s.kind == stepWindow {
+			cells++
+		}
+	}
+	if total <= longRunAbove {
+		return ""
+	}
+	return fmt.Sprintf("tokentap matrix: this run is expected to take about %s (%s of %s each, with warm-ups and prefills); "+
+		"Ctrl-C stops it and keeps the cells finished. A shorter --window, or fewer --contexts or --concurrency levels, shortens it.",
+		fmtLong(total), english.Count(cells, "cell", "cells"), fmtLong(window))
+}
+
+// fmtLong is a long duration as people say it: 2h30m, 41d16h.
+func fmtLong(d time.Duration) string {
+	d = d.Round(time.Minute)
+	days, h, m := int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour), int(d%time.Hour/time.Minute)
+	switch {
+	case days > 0:
+		return fmt.Sprintf("%dd%dh", days, h)
+	case h > 0 && m > 0:
+		return fmt.Sprintf("%dh%dm", h, m)
+	case h > 0:
+		return fmt.Sprintf("%dh", h)
+	default:
+		return fmt.Sprintf("%dm", m)
+	}
 }
 
 // estimate is step s's expected duration.

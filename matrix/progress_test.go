@@ -86,3 +86,28 @@ func TestProgressMovesDuringSteps(t *testing.T) {
 		t.Errorf("rate cell label %q", got)
 	}
 }
+
+// TestLongRun: a run planned past an hour says how long, once; a shorter
+// one says nothing.
+func TestLongRun(t *testing.T) {
+	for _, tt := range []struct {
+		window time.Duration
+		cells  int
+		want   string
+	}{
+		{30 * time.Second, 40, ""},
+		{time.Hour, 1, ""},
+		{time.Hour, 2, "about 2h (2 cells of 1h each"},
+		{1000 * time.Hour, 2, "about 83d8h (2 cells of 41d16h each"},
+		{45 * time.Minute, 3, "about 2h15m (3 cells of 45m each"},
+	} {
+		var steps []pstep
+		for i := 0; i < tt.cells; i++ {
+			steps = append(steps, pstep{kind: stepWindow, col: result.Column{N: i + 1}, window: tt.window})
+		}
+		got := longRun(steps, tt.window)
+		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("%d cells of %v: %q, want %q", tt.cells, tt.window, got, tt.want)
+		}
+	}
+}

@@ -96,6 +96,10 @@ type Config struct {
 	Salt string
 	// Progress receives the live display (stderr); nil shows nothing.
 	Progress io.Writer
+	// Notices receives what a user must see even with the display off
+	// (--quiet): a run planned to take over an hour says so once, before
+	// its first request. Nil says nothing.
+	Notices io.Writer
 	// Terminal draws a redrawn bar instead of plain lines.
 	Terminal bool
 	// Log gets structured events (debug: every step).
@@ -354,7 +358,13 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	if r.plain != nil {
 		r.plain.Estimate = r.build.Estimate
 	}
-	r.prog = newProgress(cfg.Progress, cfg.Terminal, r.plan.steps(sc.Window, r.warmSlots))
+	steps := r.plan.steps(sc.Window, r.warmSlots)
+	if cfg.Notices != nil {
+		if msg := longRun(steps, sc.Window); msg != "" {
+			fmt.Fprintln(cfg.Notices, msg)
+		}
+	}
+	r.prog = newProgress(cfg.Progress, cfg.Terminal, steps)
 	for _, n := range r.plan.notes {
 		r.prog.note(n)
 	}

@@ -31,6 +31,7 @@ import (
 // --target, or --scenario FILE).
 type matrixFlags struct {
 	Target      string `env:"TARGET"`
+	DemoListen  string `env:"DEMO_LISTEN"`
 	Model       string `env:"MODEL"`
 	APIKey      string `env:"API_KEY"`
 	Contexts    string `env:"CONTEXTS"`
@@ -97,6 +98,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := newCLI("matrix", matrixSummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000; empty: the demo against the built-in fake engine [TOKENTAP_TARGET]")
+	fs.StringVar(&f.DemoListen, "demo-listen", f.DemoListen, "the demo's fake engine listens here (host:port; default 127.0.0.1 on a free port), for a machine where ports are assigned [TOKENTAP_DEMO_LISTEN]")
 	fs.StringVar(&f.Model, "model", f.Model, "model name to request; empty: the engine's first model [TOKENTAP_MODEL]")
 	// The key from the environment is not the flag's default: --help would print it.
 	apiKey := fs.String("api-key", "", "API key sent as a Bearer token; never logged or stored [TOKENTAP_API_KEY]")
@@ -167,6 +169,14 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		if f.Target, err = targetURL(f.Target, fs.source("target")); err != nil {
 			return fail(exitUsage, "%v", err)
 		}
+		if f.DemoListen != "" {
+			return fail(exitUsage, "%s is the demo's fake engine's address, and --target runs no demo: drop one of them", fs.source("demo-listen"))
+		}
+	}
+	if f.DemoListen == "" {
+		f.DemoListen = "127.0.0.1:0"
+	} else if err := checkListen(fs.source("demo-listen"), f.DemoListen); err != nil {
+		return fail(exitUsage, "%v", err)
 	}
 	if err := checkFormat(f.Format, fs.source("format"), true); err != nil {
 		return fail(exitUsage, "%v", err)
@@ -316,9 +326,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 
 	allowFailed := f.AllowFailed
 	if demo {
-		eng, err := startDemoEngine()
+		eng, err := startDemoEngine(f.DemoListen)
 		if err != nil {
-			return fail(exitError, "starting the built-in fake engine: %v", err)
+			return fail(exitError, "starting the built-in fake engine on %s: %v (another --demo-listen address, or none for a free port)", f.DemoListen, err)
 		}
 		defer eng.Close()
 		cfg.Target.BaseURL = eng.URL()
@@ -350,6 +360,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	cfg.Notices = stderr // even with --quiet
 	if !f.Quiet {
 		cfg.Progress = stderr
 		if fl, ok := stderr.(*os.File); ok && isatty.IsTerminal(fl.Fd()) {
@@ -547,13 +558,13 @@ func demoModel() fixtures.Model {
 // demoFault makes every request of 6,000 prompt tokens or more fail.
 const demoFault = "status=500,min-prompt=6000"
 
-func startDemoEngine() (*fixtures.Engine, error) {
+func startDemoEngine(addr string) (*fixtures.Engine, error) {
 	fault, err := fixtures.ParseFault(demoFault)
 	if err != nil {
 		return nil, err
 	}
 	eng := fixtures.New(demoModel(), fixtures.WithFaults(fault))
-	if _, err := eng.Start("127.0.0.1:0"); err != nil {
+	if _, err := eng.Start(addr); err != nil {
 		return nil, err
 	}
 	return eng, nil

@@ -12,6 +12,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,8 @@ func TestMatrixBadFlags(t *testing.T) {
 		{"--api", "grpc"},
 		{"--max-output", "0"},
 		{"--kv-capacity", "-5"},
+		{"--demo-listen", "8000"},
+		{"--demo-listen", "127.0.0.1:1", "--target", "http://127.0.0.1:1"},
 		{"extra-arg"},
 	} {
 		var out, errb bytes.Buffer
@@ -101,6 +104,25 @@ func TestMatrixBadFlags(t *testing.T) {
 		if errb.Len() == 0 {
 			t.Errorf("matrix %v failed silently", args)
 		}
+	}
+}
+
+// TestDemoListen: the demo's fake engine listens where --demo-listen says.
+func TestDemoListen(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var out, errb bytes.Buffer
+	args := append([]string{"matrix", "--demo-listen", addr, "--format", "none"}, quick...)
+	args = slices.DeleteFunc(args, func(a string) bool { return a == "--quiet" }) // the demo's banner names the address
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "fake engine at http://"+addr) {
+		t.Errorf("the demo did not say it ran at %s:\n%s", addr, errb.String())
 	}
 }
 
