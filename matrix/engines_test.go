@@ -12,7 +12,7 @@ import (
 
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/testwindow"
+	"github.com/tokentap/tokentap/internal/test/testwindow"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -106,7 +106,7 @@ func TestLlamaCppUnified(t *testing.T) {
 	// Every cell run for its figures gets its first tokens inside a 1 s
 	// window on an idle machine; on a busy one a cell can get none (and be
 	// Failed: "no token arrived"), and the window grows from how many cells
-	// got theirs until all do (internal/testwindow).
+	// got theirs until all do (internal/test/testwindow).
 	var res *result.Result
 	var recs []record.Record
 	testwindow.Enough(t, time.Second, 8*time.Second, func(w time.Duration) (got, want int) {
@@ -365,7 +365,7 @@ func TestLlamaCppSlotLeftovers(t *testing.T) {
 		MaxOutput: 16, API: "chat"}
 	// 4 requests a stream judged in each cell: a 1 s window holds about 7
 	// on an idle machine, and fewer on a busy one, where it grows to hold
-	// them (internal/testwindow).
+	// them (internal/test/testwindow).
 	var res *result.Result
 	var recs []record.Record
 	testwindow.Enough(t, time.Second, 20*time.Second, func(w time.Duration) (got, want int) {
@@ -507,7 +507,7 @@ func TestLlamaSplitByVersion(t *testing.T) {
 			sc := scenarios.Scenario{Name: "split", Contexts: []int{1024}, Concurrency: []int{2}, MaxOutput: 1000, API: "chat"}
 			// The split is of the window's requests that got a first
 			// token: both do in 1.5 s on an idle machine; on a busy one
-			// the window grows until they do (internal/testwindow), up to
+			// the window grows until they do (internal/test/testwindow), up to
 			// 3 s, where both are still cut (their 1,000 tokens take 4 s).
 			var res *result.Result
 			testwindow.Enough(t, 1500*time.Millisecond, 3*time.Second, func(w time.Duration) (got, want int) {

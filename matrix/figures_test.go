@@ -16,7 +16,7 @@ import (
 
 	"github.com/tokentap/tokentap/bandwidth"
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/evloop"
-	"github.com/tokentap/tokentap/internal/testwindow"
+	"github.com/tokentap/tokentap/internal/test/testwindow"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/traffic"
 )
@@ -381,7 +381,7 @@ func TestRunClosed(t *testing.T) {
 	var ids atomic.Int64
 	// 30 tokens at 4 ms is ~140 ms a request: each stream sends ~5 in
 	// 800 ms on an idle machine; on a busy one the window grows until 8
-	// completed (internal/testwindow).
+	// completed (internal/test/testwindow).
 	var run Run
 	window := testwindow.Enough(t, 800*time.Millisecond, 20*time.Second, func(w time.Duration) (got, want int) {
 		run = RunClosed(context.Background(), Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 30, Stream: true, Tag: "t", IDs: &ids, Window: w})

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tokentap/tokentap/cmd/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/engines"
-	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
