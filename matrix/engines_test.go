@@ -30,7 +30,7 @@ import (
 func llamaFake(unified bool) fixtures.Model {
 	m := fixtures.DefaultModel()
 	m.Name = "tiny.gguf"
-	m.Flavor, m.Slots, m.KVCapacity, m.UnifiedKV = fixtures.FlavorLlamaCpp, 4, 20480, unified
+	m.Flavor, m.Slots, m.KVCapacity, m.LlamaCpp.UnifiedKV = fixtures.FlavorLlamaCpp, 4, 20480, unified
 	m.Version = "b10573-fake"
 	m.PrefillTokPerSec, m.PrefillSlowdown = 20000, 0
 	m.FirstEventDelay = 10 * time.Millisecond
@@ -215,7 +215,7 @@ func TestLlamaCppPerSlot(t *testing.T) {
 func ollamaFake() fixtures.Model {
 	m := fixtures.DefaultModel()
 	m.Name = "tiny"
-	m.Flavor, m.Slots, m.MaxModelLen, m.TrainedLen, m.NumCtxSet, m.HoldBack = fixtures.FlavorOllama, 1, 8192, 65536, true, 16
+	m.Flavor, m.Slots, m.MaxModelLen, m.Ollama.TrainedLen, m.Ollama.NumCtxSet, m.Ollama.HoldBack = fixtures.FlavorOllama, 1, 8192, 65536, true, 16
 	m.Version = "0.17.4"
 	m.PrefillTokPerSec, m.PrefillSlowdown = 4000, 0 // 2K: about 0.5 s cold
 	m.FirstEventDelay = 10 * time.Millisecond
@@ -292,7 +292,7 @@ func TestOllamaTruncation(t *testing.T) {
 			t.Parallel()
 			m := ollamaFake()
 			m.Version = tc.version
-			m.MaxModelLen, m.NumCtxSet = 4096, false
+			m.MaxModelLen, m.Ollama.NumCtxSet = 4096, false
 			m.PrefillTokPerSec = 40000 // the counts that find the cap are real prefills
 			sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 5120}, Concurrency: []int{1},
 				Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
@@ -360,7 +360,7 @@ func TestTruncated(t *testing.T) {
 func TestLlamaCppSlotLeftovers(t *testing.T) {
 	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	m := llamaFake(true)
-	m.StartLag = 50 * time.Millisecond
+	m.LlamaCpp.StartLag = 50 * time.Millisecond
 	sc := scenarios.Scenario{Name: "llama", Contexts: []int{1024, 8192}, Concurrency: []int{1, 2},
 		MaxOutput: 16, API: "chat"}
 	// 4 requests a stream judged in each cell: a 1 s window holds about 7
@@ -426,7 +426,7 @@ func TestSamplerSeedsSlots(t *testing.T) {
 // waited for its prompt, and the slots they read as cold.
 func samplerSeedsSlots(t *testing.T, lag time.Duration) (samples int, cold []string) {
 	m := llamaFake(false)
-	m.StartLag = lag
+	m.LlamaCpp.StartLag = lag
 	e := fixtures.StartTest(t, m)
 	ctx := context.Background()
 	in, err := engines.Probe(ctx, engines.Target{BaseURL: e.URL()})
