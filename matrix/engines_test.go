@@ -298,10 +298,10 @@ func TestOllamaTruncation(t *testing.T) {
 				Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
 			res, _ := runFake(t, m, sc, Config{Target: replay.Target{Model: "tiny"}, MaxModelLen: 8192, KVCapacity: 16384})
 			checkStatuses(t, res, cellWant{{0, 1}: result.Valid, {5120, 1}: result.Failed})
-			if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "shortened") || c.Measured) {
+			if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "truncated") || c.Measured) {
 				t.Errorf("5K × 1: %+v", c)
 			}
-			if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != tc.kept || !strings.Contains(p.Error, "shortened") {
+			if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != tc.kept || !strings.Contains(p.Error, "truncated") {
 				t.Errorf("prefill row %+v, want the prompt kept at %d", p, tc.kept)
 			}
 			if !strings.Contains(strings.Join(res.Notes, " "), "--max-model-len 4096") {
@@ -344,7 +344,7 @@ func TestTruncated(t *testing.T) {
 		{rec(0, record.SourceUsage), 5199, false},
 		{rec(4096, record.SourceUsage), 0, false},
 	} {
-		if got := truncated(tt.r, tt.target); got != tt.want {
+		if got := truncated(tt.r, tt.target, false); got != tt.want {
 			t.Errorf("%d of %d (%s): %v, want %v", tt.r.PromptTokens, tt.target, tt.r.PromptSource, got, tt.want)
 		}
 	}

@@ -78,7 +78,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	ps, err := r.builder(c).PromptsFrom(ctx, c, rateSlot(k), len(at))
 	var capped *prompts.CappedError
 	if errors.As(err, &capped) {
-		r.skip(c, col, result.Failed, r.cutShort(c, capped.Target, capped.Max))
+		r.skip(c, col, result.Failed, r.noteTruncated(c, capped.Target, capped.Max))
 		return nil
 	}
 	if err != nil {

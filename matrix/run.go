@@ -177,7 +177,7 @@ type runner struct {
 	// rules out.
 	kvBelowAt string
 
-	bey *beyond // SLO, TTFT split and decode limit (figures.go)
+	beyond *beyond // SLO, TTFT split and decode limit (figures.go)
 	// rateRefused is, per context, the lowest request rate whose cell the
 	// engine refused for not fitting: higher rates are not run.
 	rateRefused map[int]float64
