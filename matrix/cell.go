@@ -238,7 +238,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	judged, notes := judge(o)
 	out := r.res.Cell(c, n)
 	*out = judged
-	r.res.Notes = append(r.res.Notes, notes...)
+	r.note(notes...)
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
 	}

@@ -83,10 +83,10 @@ func (r *runner) finishBeyond() {
 	slo.Totals(r.res)
 	r.splitNotes()
 	if n := tbtWithinJitter(r.cfg.SLO, r.res.Decode); n != "" {
-		r.res.Notes = append(r.res.Notes, n)
+		r.note(n)
 	}
 	if b := r.res.Bandwidth; b != nil && len(b.Missing) > 0 {
-		r.res.Notes = append(r.res.Notes, "No decode cell is put against the GPU's bandwidth limit: missing "+strings.Join(b.Missing, "; ")+".")
+		r.note("No decode cell is put against the GPU's bandwidth limit: missing " + strings.Join(b.Missing, "; ") + ".")
 	}
 }
 

@@ -307,7 +307,7 @@ func (r *runner) noteTruncated(c, sent, got int) string {
 	if e := r.info.EngineMaxModelLen; e > got && e < sent {
 		give, why = e, ": the context the engine says it runs; it keeps less of a truncated prompt"
 	}
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d%s, or run the engine with a longer context).", TokenLabel(c), msg, give, why))
+	r.note(fmt.Sprintf("Context %s: %s (give --max-model-len %d%s, or run the engine with a longer context).", TokenLabel(c), msg, give, why))
 	return msg
 }
 

@@ -29,6 +29,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -183,6 +184,18 @@ type runner struct {
 	rateRefused map[int]float64
 }
 
+// note adds notes to the run's result: every note of a run, the cells'
+// judged ones (judge) and the run's own, comes in here, and one already
+// there (a context whose prompts the engine truncated may be met by its
+// prefill row and by its decode row) is not said twice.
+func (r *runner) note(notes ...string) {
+	for _, n := range notes {
+		if !slices.Contains(r.res.Notes, n) {
+			r.res.Notes = append(r.res.Notes, n)
+		}
+	}
+}
+
 func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	cfg := r.cfg
 	r.sc = cfg.Scenario
@@ -334,7 +347,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	}
 	res.Decode = r.plan.cells
 	res.Prefill = r.plan.prefill
-	res.Notes = append(res.Notes, r.plan.notes...)
+	r.note(r.plan.notes...)
 	r.setupBeyond()
 
 	r.clock = record.NewClock()
@@ -366,7 +379,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.prog.close()
 	r.finishBeyond()
 	res.Ended = time.Now()
-	res.Notes = append(res.Notes, cfg.Notes...)
+	r.note(cfg.Notes...)
 	res.SetPercentiles(cfg.Percentiles)
 	// The report says what stopped the run (once: from these fields).
 	defer r.endShard()

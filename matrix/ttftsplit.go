@@ -59,10 +59,10 @@ func (r *runner) splitCell(ctx context.Context, out *result.Cell, recs []record.
 // all.
 func (r *runner) splitNotes() {
 	if r.beyond.timed && r.sharded() {
-		r.res.Notes = append(r.res.Notes, "TTFT is not split by the engine's metrics in a sharded run: they count every shard's requests, a shard's TTFT only its own (per-response timings, where the engine gives them, are per request and are kept).")
+		r.note("TTFT is not split by the engine's metrics in a sharded run: they count every shard's requests, a shard's TTFT only its own (per-response timings, where the engine gives them, are per request and are kept).")
 	}
 	if n := r.info.TimingsNote(); n != "" && r.info.Gauges {
-		r.res.Notes = append(r.res.Notes, "TTFT's prefill is not read from the engine's counter: "+n+"; each response's timings.prompt_ms is used where requests ended.")
+		r.note("TTFT's prefill is not read from the engine's counter: " + n + "; each response's timings.prompt_ms is used where requests ended.")
 	}
 	measured := false
 	for _, c := range r.res.Decode {
@@ -85,5 +85,5 @@ func (r *runner) splitNotes() {
 	if r.info.Kind == engines.KindLlamaCpp && r.beyond.timed && !r.info.Gauges {
 		why += ", and no request of a window ended with its timings"
 	}
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf("TTFT is not split into queue, prefill and time outside the engine (—): the engine (%s) says nothing of them: %s.", r.info.Kind, why))
+	r.note(fmt.Sprintf("TTFT is not split into queue, prefill and time outside the engine (—): the engine (%s) says nothing of them: %s.", r.info.Kind, why))
 }
