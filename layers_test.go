@@ -24,9 +24,9 @@ var impure = []string{"net/http", "net/url", "os/exec", "syscall", "github.com/v
 
 // TestPackageLayers holds every package's imports (go list) to the layers
 // ARCHITECTURE.md's Layers table gives: a package imports packages of its
-// own layer or lower ones, a test helper only tests import, layers 1 and
-// 2 touch no network protocol, process or system call, and every package
-// is in the table.
+// own layer or lower ones, a test helper (all of internal/test/ among
+// them) only tests import, layers 1 and 2 touch no network protocol,
+// process or system call, and every package is in the table.
 func TestPackageLayers(t *testing.T) {
 	layerOf := readLayers(t)
 	out, err := exec.Command("go", "list", "-tags", buildTags, "-f", "{{.ImportPath}} {{len .GoFiles}} {{join .Imports \" \"}}", "./...").Output()
@@ -45,6 +45,9 @@ func TestPackageLayers(t *testing.T) {
 		if !ok {
 			t.Errorf("package %s is in no layer of ARCHITECTURE.md's Layers table: give it one", pkg)
 			continue
+		}
+		if strings.HasPrefix(pkg, "internal/test/") && !from.test {
+			t.Errorf("package %s is under internal/test/, the helpers for tests, but in layer %s: move it out, or into the tests row", pkg, from.name)
 		}
 		checked++
 		for _, imp := range imports {

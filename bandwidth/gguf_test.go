@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
 )
 
 // TestGGUFTinyModel reads the live tier's model's metadata back: the

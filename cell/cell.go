@@ -468,7 +468,7 @@ type Judge struct {
 	// first one's error.
 	ContextExceeded int
 	ContextError    string
-	// Truncated counts requests whose prompt the engine shortened without
+	// Truncated counts requests whose prompt the engine truncated without
 	// an error (usage.prompt_tokens short of what was sent); TruncatedTo is
 	// the longest prompt it kept.
 	Truncated   int
@@ -531,7 +531,7 @@ func (c *RunningCache) Add(prompt, cached int) {
 // Status is the cell's status, checked in METHOD §3's order: Over capacity
 // (the planner decides cells it never runs; here: the engine said a request
 // does not fit its context or KV cache), Failed (a request failed, no token
-// arrived, or the engine shortened a prompt), Requests queued, Cache missed,
+// arrived, or the engine truncated a prompt), Requests queued, Cache missed,
 // else Valid.
 //
 // Requests queued: where the engine has a waiting gauge, it alone decides
@@ -642,7 +642,7 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	case result.Failed:
 		switch {
 		case j.Truncated > 0:
-			c.Reason = fmt.Sprintf("the engine shortened %d prompts to %d tokens without an error (asked: about %d): this context was not measured", j.Truncated, j.TruncatedTo, c.Context)
+			c.Reason = fmt.Sprintf("the engine truncated %d prompts to %d tokens without an error (asked: about %d): this context was not measured", j.Truncated, j.TruncatedTo, c.Context)
 		case f.Failed > 0:
 			c.Reason = fmt.Sprintf("%d of the cell's requests failed; first: %s", f.Failed, f.FailReason)
 		default:

@@ -407,7 +407,7 @@ func TestStatusOrder(t *testing.T) {
 		{"no token, no gauge, fewer slots than requests: queued", Figures{}, j(func(j *Judge) { j.Slots = 2; j.Answering = true }), result.RequestsQueued},
 		{"no token, a gauge that says no queue: failed whatever the slots", Figures{}, j(func(j *Judge) { j.Slots = 2; j.MaxWaiting = 0 }), result.Failed},
 		{"no token and a request failed: failed", Figures{Failed: 1}, j(func(j *Judge) { j.MaxWaiting = 4 }), result.Failed},
-		{"a shortened prompt is failed", ok, j(func(j *Judge) { j.Truncated = 1; j.TruncatedTo = 4096 }), result.Failed},
+		{"a truncated prompt is failed", ok, j(func(j *Judge) { j.Truncated = 1; j.TruncatedTo = 4096 }), result.Failed},
 		{"waiting gauge queues", ok, j(func(j *Judge) { j.MaxWaiting = 1 }), result.RequestsQueued},
 		{"no gauge: fewer than N decoding at once queues", with(ok, func(f *Figures) { f.PeakDecoding = 3 }), base, result.RequestsQueued},
 		{"no gauge: all N decoding at once is valid", ok, base, result.Valid},
@@ -530,7 +530,7 @@ func TestFill(t *testing.T) {
 	}{
 		{Figures{MeasuredFor: 30 * time.Second}, Judge{N: 1, MaxWaiting: -1}, result.Failed, "no token arrived in the 30.0 s window"},
 		{Figures{Failed: 1, FailReason: "http_error (HTTP 500): boom"}, Judge{N: 1, MaxWaiting: -1}, result.Failed, "first: http_error (HTTP 500): boom"},
-		{Figures{}, Judge{N: 1, MaxWaiting: -1, Truncated: 3, TruncatedTo: 4096}, result.Failed, "shortened 3 prompts to 4096 tokens"},
+		{Figures{}, Judge{N: 1, MaxWaiting: -1, Truncated: 3, TruncatedTo: 4096}, result.Failed, "truncated 3 prompts to 4096 tokens"},
 		{Figures{}, Judge{N: 4, MaxWaiting: -1, ContextExceeded: 4, ContextError: "engine error event: Context size has been exceeded."}, result.OverCapacity,
 			"the engine said 4 of the cell's requests did not fit its context or KV cache: engine error event: Context size has been exceeded."},
 		{Figures{PeakDecoding: 1, OutputTokens: 40}, Judge{N: 2, MaxWaiting: -1}, result.RequestsQueued, "at most 1 of the 2 requests were decoding at the same time"},

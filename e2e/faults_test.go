@@ -714,64 +714,44 @@ type scriptEngine struct {
 func (s *scriptEngine) count(word string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, b := range s.seen {
-		if strings.Contains(b, word) {
-			n++
-		}
-	}
-	return n
+	return containing(s.seen, word)
 }
 
 func scripted(t *testing.T) *scriptEngine {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scriptEngine{url: "http://" + ln.Addr().String()}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	s := &scriptEngine{}
+	s.url = serveLoopback(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, _ := io.ReadAll(req.Body)
-					s.mu.Lock()
-					s.seen = append(s.seen, string(body))
-					s.mu.Unlock()
-					switch {
-					// A POST the engine reads and drops: on the kept-alive
-					// connection the first request left, or, where a loaded
-					// machine let the proxy close that one idle (4 s), on a
-					// fresh one; the proxy must not send it again either way.
-					case strings.Contains(string(body), "DROP"):
-						time.Sleep(time.Second)
-						c.(*net.TCPConn).SetLinger(0)
-						return
-					case strings.Contains(string(body), "BIGHEAD"):
-						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Big: %s\r\nContent-Length: 2\r\n\r\n{}", strings.Repeat("h", 80<<10))
-					default:
-						out := `{"id":"s","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
-						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(out), out)
-					}
-				}
-			}()
+			body, _ := io.ReadAll(req.Body)
+			s.mu.Lock()
+			s.seen = append(s.seen, string(body))
+			s.mu.Unlock()
+			switch {
+			// A POST the engine reads and drops: on the kept-alive
+			// connection the first request left, or, where a loaded
+			// machine let the proxy close that one idle (4 s), on a
+			// fresh one; the proxy must not send it again either way.
+			case strings.Contains(string(body), "DROP"):
+				time.Sleep(time.Second)
+				c.(*net.TCPConn).SetLinger(0)
+				return
+			case strings.Contains(string(body), "BIGHEAD"):
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Big: %s\r\nContent-Length: 2\r\n\r\n{}", strings.Repeat("h", 80<<10))
+			default:
+				answerChat(c, "s")
+			}
 		}
-	}()
+	})
 	return s
 }
 
-// envInt reads a positive number from the environment (def when unset).
-// envDuration reads a duration such as 10m from the environment.
+// envDuration reads a positive duration such as 10m from the environment
+// (def when unset).
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	v := os.Getenv(name)
 	if v == "" {
@@ -784,6 +764,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	return d
 }
 
+// envInt reads a positive number from the environment (def when unset).
 func envInt(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {

@@ -868,21 +868,8 @@ type fuzzEngine struct {
 }
 
 func startFuzzEngine(t *testing.T) *fuzzEngine {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &fuzzEngine{url: "http://" + ln.Addr().String(), plans: map[int64]fuzzResponse{}, got: map[int64][]byte{}}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go e.serve(c)
-		}
-	}()
+	e := &fuzzEngine{plans: map[int64]fuzzResponse{}, got: map[int64][]byte{}}
+	e.url = serveLoopback(t, e.serve)
 	return e
 }
 

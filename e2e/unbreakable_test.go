@@ -54,21 +54,8 @@ type engReq struct {
 }
 
 func startRawEngine(t *testing.T, readBody bool, script func(c net.Conn, br *bufio.Reader, req *engReq) (taken, keep bool)) *rawEngine {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &rawEngine{url: "http://" + ln.Addr().String(), script: script}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go e.serve(c, readBody)
-		}
-	}()
+	e := &rawEngine{script: script}
+	e.url = serveLoopback(t, func(c net.Conn) { e.serve(c, readBody) })
 	return e
 }
 
@@ -136,8 +123,7 @@ func (e *rawEngine) serve(c net.Conn, readBody bool) {
 			writeSSE(c, "text/event-stream", []string{chunkOf("hi"), chunkOf(" there"), usageChunk}, 0)
 			continue
 		}
-		out := `{"id":"r","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(out), out)
+		answerChat(c, "r")
 	}
 }
 
@@ -145,13 +131,7 @@ func (e *rawEngine) serve(c net.Conn, readBody bool) {
 func (e *rawEngine) saw(s string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := 0
-	for _, h := range e.heads {
-		if strings.Contains(h, s) {
-			n++
-		}
-	}
-	return n
+	return containing(e.heads, s)
 }
 
 func slicesContain(l []string, s string) bool {
@@ -210,16 +190,8 @@ func (p *proxyProc) alive(t *testing.T) {
 // within d; it returns what came and how long it took.
 func rawRoundTrip(t *testing.T, addr, raw string, d time.Duration) (string, time.Duration) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, start := sendRaw(t, addr, raw, d)
 	defer c.Close()
-	start := time.Now()
-	_ = c.SetDeadline(start.Add(d))
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
 	got, _ := io.ReadAll(c)
 	return string(got), time.Since(start)
 }
@@ -229,16 +201,8 @@ func rawRoundTrip(t *testing.T, addr, raw string, d time.Duration) (string, time
 // took to come.
 func firstLine(t *testing.T, addr, raw string, d time.Duration) (string, time.Duration) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, start := sendRaw(t, addr, raw, d)
 	defer c.Close()
-	start := time.Now()
-	_ = c.SetDeadline(start.Add(d))
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return line, time.Since(start)
 }

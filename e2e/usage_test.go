@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/internal/test/schematest"
 )
 
 // waitFor polls until s() contains want, or fails after d.

@@ -135,7 +135,7 @@ func TestPrefixCacheFakeEngine(t *testing.T) {
 func TestProbeFakeLlamaCpp(t *testing.T) {
 	for _, unified := range []bool{true, false} {
 		m := fixtures.DefaultModel()
-		m.Flavor, m.Slots, m.KVCapacity, m.UnifiedKV, m.Version = fixtures.FlavorLlamaCpp, 4, 20480, unified, "b10573"
+		m.Flavor, m.Slots, m.KVCapacity, m.LlamaCpp.UnifiedKV, m.Version = fixtures.FlavorLlamaCpp, 4, 20480, unified, "b10573"
 		e := fixtures.StartTest(t, m)
 		in, err := Probe(context.Background(), Target{BaseURL: e.URL()})
 		if err != nil {
@@ -170,7 +170,7 @@ func TestProbeFakeOllama(t *testing.T) {
 	}{{1, 5 * time.Millisecond, true}, {2, 5 * time.Millisecond, true}, {1, 20 * time.Millisecond, false}} {
 		slots := tt.slots
 		m := fixtures.DefaultModel()
-		m.Name, m.Flavor, m.Slots, m.MaxModelLen, m.TrainedLen, m.Version = "tiny", fixtures.FlavorOllama, slots, 4096, 65536, "0.17.4"
+		m.Name, m.Flavor, m.Slots, m.MaxModelLen, m.Ollama.TrainedLen, m.Version = "tiny", fixtures.FlavorOllama, slots, 4096, 65536, "0.17.4"
 		m.TBTBase = tt.tbt
 		e := fixtures.StartTest(t, m)
 		in, err := Probe(context.Background(), Target{BaseURL: e.URL(), Model: "tiny"})

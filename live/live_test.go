@@ -27,8 +27,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokentap/tokentap/internal/tinygguf"
-	"github.com/tokentap/tokentap/internal/tinyhf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinyhf"
 )
 
 // idle gives a request up when a live engine sends nothing for this long:

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/matrix"
-	"github.com/tokentap/tokentap/proxy"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -135,25 +133,8 @@ func TestLlamaServer(t *testing.T) {
 // OpenAI SDK and compares each request's prefill rate (prompt tokens ÷
 // TTFT) and decode rate with the engine's own timings for it: within 3%.
 func proxyRates(t *testing.T, upstream string) {
-	var (
-		mu   sync.Mutex
-		byID = map[string]record.Record{}
-	)
-	p, err := proxy.New(proxy.Config{Upstream: upstream, OnRecord: func(r *record.Record) {
-		mu.Lock()
-		byID[r.ResponseID] = *r
-		mu.Unlock()
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close(context.Background())
-	client := openai.NewClient(option.WithBaseURL("http://"+ln.Addr().String()+"/v1/"), option.WithAPIKey("sk-live"), option.WithMaxRetries(0))
+	pd := startProxied(t, upstream)
+	client := openai.NewClient(option.WithBaseURL(pd.url+"/v1/"), option.WithAPIKey("sk-live"), option.WithMaxRetries(0))
 	for i := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		st := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
@@ -183,18 +164,9 @@ func proxyRates(t *testing.T, upstream string) {
 		if err := json.Unmarshal([]byte(last), &tm); err != nil || tm.Timings.PromptMS == 0 {
 			t.Fatalf("no timings in the last chunk: %v %s", err, last)
 		}
-		var rec record.Record
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			mu.Lock()
-			r, ok := byID[id]
-			mu.Unlock()
-			if ok {
-				rec = r
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no proxy record for %s", id)
-			}
+		rec := pd.nth(t, i+1)
+		if rec.ResponseID != id {
+			t.Fatalf("request %d: the proxy's record is of response %q, the SDK read %q", i, rec.ResponseID, id)
 		}
 		ttft, _ := rec.TTFT()
 		prefill := float64(rec.PromptTokens) / ttft.Seconds()

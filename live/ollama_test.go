@@ -173,7 +173,7 @@ func TestOllama(t *testing.T) {
 			t.Fatal(err)
 		}
 		cell := res.Cell(c, 1)
-		if cell == nil || cell.Status != result.Failed || !strings.Contains(cell.Reason, "shortened") || cell.Measured {
+		if cell == nil || cell.Status != result.Failed || !strings.Contains(cell.Reason, "truncated") || cell.Measured {
 			t.Fatalf("cell %d × 1: %+v", c, cell)
 		}
 		if !strings.Contains(strings.Join(res.Notes, " "), "--max-model-len "+strconv.Itoa(noctx)) {

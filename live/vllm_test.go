@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/matrix"
-	"github.com/tokentap/tokentap/proxy"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -169,6 +167,7 @@ func TestVLLM(t *testing.T) {
 	})
 }
 
+// scrape reads an engine's /metrics.
 func scrape(t *testing.T, url string) engines.Metrics {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
@@ -180,7 +179,10 @@ func scrape(t *testing.T, url string) engines.Metrics {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := engines.ParseMetrics(b)
+	m, err := engines.ParseMetrics(b)
+	if err != nil {
+		t.Fatalf("%s/metrics does not parse: %v", url, err)
+	}
 	return m
 }
 
@@ -345,30 +347,12 @@ func vllmLimits(t *testing.T, url string) {
 // goes through tokentap's proxy, and its record holds each event's tokens
 // as the chunks' usage grew, chunk by chunk, to the request's max_tokens.
 func vllmContinuousUsage(t *testing.T, url string) {
-	var (
-		mu  sync.Mutex
-		got *record.Record
-	)
-	p, err := proxy.New(proxy.Config{Upstream: url, OnRecord: func(r *record.Record) {
-		mu.Lock()
-		rc := *r
-		got = &rc
-		mu.Unlock()
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close(context.Background())
+	pd := startProxied(t, url)
 	const maxTokens = 64
 	body := map[string]any{"model": vllmModel, "messages": []map[string]string{{"role": "user", "content": modelCfg.Text(50, 3)}},
 		"max_tokens": maxTokens, "stream": true, "stream_options": map[string]any{"include_usage": true, "continuous_usage_stats": true}}
 	b, _ := json.Marshal(body)
-	resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", bytes.NewReader(b))
+	resp, err := http.Post(pd.url+"/v1/chat/completions", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,15 +404,7 @@ func vllmContinuousUsage(t *testing.T, url string) {
 	if last != maxTokens {
 		t.Errorf("usage ends at %d completion tokens, want %d", last, maxTokens)
 	}
-	var rec *record.Record
-	for deadline := time.Now().Add(5 * time.Second); rec == nil; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		rec = got
-		mu.Unlock()
-		if rec == nil && time.Now().After(deadline) {
-			t.Fatal("no proxy record")
-		}
-	}
+	rec := pd.nth(t, 1)
 	if rec.Outcome != record.OK || rec.ArrivedTokens() != maxTokens || rec.CompletionTokens != maxTokens || rec.Events() != len(steps) {
 		t.Fatalf("record: %s %q, %d events of %d tokens, usage %d; the stream had %d content chunks", rec.Outcome, rec.Error,
 			rec.Events(), rec.ArrivedTokens(), rec.CompletionTokens, len(steps))
@@ -454,50 +430,19 @@ func vllmContinuousUsage(t *testing.T, url string) {
 // milliseconds (2-3% of a decode here). The token counts are equal.
 func vllmProxyTimes(t *testing.T, upstream string) {
 	const proxyTokens = 512
-	var (
-		mu   sync.Mutex
-		recs []record.Record
-	)
-	p, err := proxy.New(proxy.Config{Upstream: upstream, OnRecord: func(r *record.Record) {
-		mu.Lock()
-		recs = append(recs, *r)
-		mu.Unlock()
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close(context.Background())
+	pd := startProxied(t, upstream)
 	for i := range 3 {
 		before := scrape(t, upstream)
 		body := map[string]any{"model": vllmModel, "messages": []map[string]string{{"role": "user", "content": modelCfg.Text(700, uint64(300+i))}},
 			"max_tokens": proxyTokens, "stream": true, "stream_options": map[string]any{"include_usage": true}}
 		b, _ := json.Marshal(body)
-		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", bytes.NewReader(b))
+		resp, err := http.Post(pd.url+"/v1/chat/completions", "application/json", bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		var rec record.Record
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			mu.Lock()
-			n := len(recs)
-			if n == i+1 {
-				rec = recs[i]
-			}
-			mu.Unlock()
-			if n == i+1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no proxy record for request %d", i)
-			}
-		}
+		rec := pd.nth(t, i+1)
 		after := scrape(t, upstream)
 		d := func(n string) float64 { return sum(after, n) - sum(before, n) }
 		if c := d("vllm:time_to_first_token_seconds_count"); c != 1 {

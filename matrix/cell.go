@@ -204,7 +204,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	run := replay.RunClosed(wctx, replay.Closed{
 		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
 		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		StartAt: startAt, Ending: r.ending(c, col), Hear: hearFor,
+		StartAt: startAt, Ending: r.ending(c, col), HearFor: hearFor,
 		OnWindow: func() {
 			stopScrape()
 			if hearFor > 0 {
@@ -238,7 +238,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	judged, notes := judge(o)
 	out := r.res.Cell(c, n)
 	*out = judged
-	r.res.Notes = append(r.res.Notes, notes...)
+	r.note(notes...)
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/testwindow"
+	"github.com/tokentap/tokentap/internal/test/testwindow"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -30,7 +30,7 @@ import (
 func llamaFake(unified bool) fixtures.Model {
 	m := fixtures.DefaultModel()
 	m.Name = "tiny.gguf"
-	m.Flavor, m.Slots, m.KVCapacity, m.UnifiedKV = fixtures.FlavorLlamaCpp, 4, 20480, unified
+	m.Flavor, m.Slots, m.KVCapacity, m.LlamaCpp.UnifiedKV = fixtures.FlavorLlamaCpp, 4, 20480, unified
 	m.Version = "b10573-fake"
 	m.PrefillTokPerSec, m.PrefillSlowdown = 20000, 0
 	m.FirstEventDelay = 10 * time.Millisecond
@@ -106,7 +106,7 @@ func TestLlamaCppUnified(t *testing.T) {
 	// Every cell run for its figures gets its first tokens inside a 1 s
 	// window on an idle machine; on a busy one a cell can get none (and be
 	// Failed: "no token arrived"), and the window grows from how many cells
-	// got theirs until all do (internal/testwindow).
+	// got theirs until all do (internal/test/testwindow).
 	var res *result.Result
 	var recs []record.Record
 	testwindow.Enough(t, time.Second, 8*time.Second, func(w time.Duration) (got, want int) {
@@ -215,7 +215,7 @@ func TestLlamaCppPerSlot(t *testing.T) {
 func ollamaFake() fixtures.Model {
 	m := fixtures.DefaultModel()
 	m.Name = "tiny"
-	m.Flavor, m.Slots, m.MaxModelLen, m.TrainedLen, m.NumCtxSet, m.HoldBack = fixtures.FlavorOllama, 1, 8192, 65536, true, 16
+	m.Flavor, m.Slots, m.MaxModelLen, m.Ollama.TrainedLen, m.Ollama.NumCtxSet, m.Ollama.HoldBack = fixtures.FlavorOllama, 1, 8192, 65536, true, 16
 	m.Version = "0.17.4"
 	m.PrefillTokPerSec, m.PrefillSlowdown = 4000, 0 // 2K: about 0.5 s cold
 	m.FirstEventDelay = 10 * time.Millisecond
@@ -292,16 +292,16 @@ func TestOllamaTruncation(t *testing.T) {
 			t.Parallel()
 			m := ollamaFake()
 			m.Version = tc.version
-			m.MaxModelLen, m.NumCtxSet = 4096, false
+			m.MaxModelLen, m.Ollama.NumCtxSet = 4096, false
 			m.PrefillTokPerSec = 40000 // the counts that find the cap are real prefills
 			sc := scenarios.Scenario{Name: "ollama", Contexts: []int{0, 5120}, Concurrency: []int{1},
 				Prefill: []int{5120}, Window: time.Second, MaxOutput: 64, API: "chat"}
 			res, _ := runFake(t, m, sc, Config{Target: replay.Target{Model: "tiny"}, MaxModelLen: 8192, KVCapacity: 16384})
 			checkStatuses(t, res, cellWant{{0, 1}: result.Valid, {5120, 1}: result.Failed})
-			if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "shortened") || c.Measured) {
+			if c := res.Cell(5120, 1); c != nil && (!strings.Contains(c.Reason, "truncated") || c.Measured) {
 				t.Errorf("5K × 1: %+v", c)
 			}
-			if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != tc.kept || !strings.Contains(p.Error, "shortened") {
+			if p := res.Prefill[0]; p.Status != result.Failed || p.PromptTokens != tc.kept || !strings.Contains(p.Error, "truncated") {
 				t.Errorf("prefill row %+v, want the prompt kept at %d", p, tc.kept)
 			}
 			if !strings.Contains(strings.Join(res.Notes, " "), "--max-model-len 4096") {
@@ -344,7 +344,7 @@ func TestTruncated(t *testing.T) {
 		{rec(0, record.SourceUsage), 5199, false},
 		{rec(4096, record.SourceUsage), 0, false},
 	} {
-		if got := truncated(tt.r, tt.target); got != tt.want {
+		if got := truncated(tt.r, tt.target, false); got != tt.want {
 			t.Errorf("%d of %d (%s): %v, want %v", tt.r.PromptTokens, tt.target, tt.r.PromptSource, got, tt.want)
 		}
 	}
@@ -360,12 +360,12 @@ func TestTruncated(t *testing.T) {
 func TestLlamaCppSlotLeftovers(t *testing.T) {
 	t.Parallel() // each runs its own fake engine, mostly waiting out windows
 	m := llamaFake(true)
-	m.StartLag = 50 * time.Millisecond
+	m.LlamaCpp.StartLag = 50 * time.Millisecond
 	sc := scenarios.Scenario{Name: "llama", Contexts: []int{1024, 8192}, Concurrency: []int{1, 2},
 		MaxOutput: 16, API: "chat"}
 	// 4 requests a stream judged in each cell: a 1 s window holds about 7
 	// on an idle machine, and fewer on a busy one, where it grows to hold
-	// them (internal/testwindow).
+	// them (internal/test/testwindow).
 	var res *result.Result
 	var recs []record.Record
 	testwindow.Enough(t, time.Second, 20*time.Second, func(w time.Duration) (got, want int) {
@@ -426,7 +426,7 @@ func TestSamplerSeedsSlots(t *testing.T) {
 // waited for its prompt, and the slots they read as cold.
 func samplerSeedsSlots(t *testing.T, lag time.Duration) (samples int, cold []string) {
 	m := llamaFake(false)
-	m.StartLag = lag
+	m.LlamaCpp.StartLag = lag
 	e := fixtures.StartTest(t, m)
 	ctx := context.Background()
 	in, err := engines.Probe(ctx, engines.Target{BaseURL: e.URL()})
@@ -507,7 +507,7 @@ func TestLlamaSplitByVersion(t *testing.T) {
 			sc := scenarios.Scenario{Name: "split", Contexts: []int{1024}, Concurrency: []int{2}, MaxOutput: 1000, API: "chat"}
 			// The split is of the window's requests that got a first
 			// token: both do in 1.5 s on an idle machine; on a busy one
-			// the window grows until they do (internal/testwindow), up to
+			// the window grows until they do (internal/test/testwindow), up to
 			// 3 s, where both are still cut (their 1,000 tokens take 4 s).
 			var res *result.Result
 			testwindow.Enough(t, 1500*time.Millisecond, 3*time.Second, func(w time.Duration) (got, want int) {

@@ -33,7 +33,7 @@ type beyond struct {
 // setupBeyond resolves the decode limit's inputs once the engine is probed,
 // and notes what is missing.
 func (r *runner) setupBeyond() {
-	r.bey = &beyond{timed: engines.HasTimings(r.info.Kind)}
+	r.beyond = &beyond{timed: engines.HasTimings(r.info.Kind)}
 	if !r.cfg.SLO.IsZero() {
 		r.res.SLO = &result.SLORun{Spec: r.cfg.SLO.Result()}
 	}
@@ -49,7 +49,7 @@ func (r *runner) setupBeyond() {
 	told := append(slices.Clone(r.cfg.Limits.Told), r.engineTold())
 	doc, in, ok := bandwidth.Resolve(gpu, told...)
 	r.res.Bandwidth = &doc
-	r.bey.limits, r.bey.limitsOK = in, ok
+	r.beyond.limits, r.beyond.limitsOK = in, ok
 }
 
 // beyondCell adds a measured cell's SLO figures (judging the requests sent
@@ -68,25 +68,25 @@ func (r *runner) beyondCell(ctx context.Context, out *result.Cell, recs []record
 		out.SLO = t.Figures(w.Len().Seconds())
 	}
 	r.splitCell(ctx, out, recs, w, before)
-	if r.bey.limitsOK && out.ShowsFigures() {
+	if r.beyond.limitsOK && out.ShowsFigures() {
 		seq := cell.MeanSeqTokens(recs, w, out.PromptTokens)
-		out.DecodeLimit = r.bey.limits.Figures(out.TotalTokPerSec, out.AvgActive, seq)
+		out.DecodeLimit = r.beyond.limits.Figures(out.TotalTokPerSec, out.AvgActive, seq)
 	}
 }
 
 // finishBeyond sums the run's SLO figures and notes what the engine did
 // not say.
 func (r *runner) finishBeyond() {
-	if r.bey == nil {
+	if r.beyond == nil {
 		return
 	}
 	slo.Totals(r.res)
 	r.splitNotes()
 	if n := tbtWithinJitter(r.cfg.SLO, r.res.Decode); n != "" {
-		r.res.Notes = append(r.res.Notes, n)
+		r.note(n)
 	}
 	if b := r.res.Bandwidth; b != nil && len(b.Missing) > 0 {
-		r.res.Notes = append(r.res.Notes, "No decode cell is put against the GPU's bandwidth limit: missing "+strings.Join(b.Missing, "; ")+".")
+		r.note("No decode cell is put against the GPU's bandwidth limit: missing " + strings.Join(b.Missing, "; ") + ".")
 	}
 }
 

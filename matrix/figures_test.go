@@ -16,7 +16,7 @@ import (
 
 	"github.com/tokentap/tokentap/bandwidth"
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
@@ -434,7 +434,7 @@ func TestDecodeLimitFromLlamaCpp(t *testing.T) {
 	}
 	m := quickModel()
 	m.Flavor, m.Slots, m.KVCapacity = fixtures.FlavorLlamaCpp, 2, 8192
-	m.WeightBytes, m.ModelPath = cfg.WeightBytes(), path
+	m.LlamaCpp.WeightBytes, m.LlamaCpp.ModelPath = cfg.WeightBytes(), path
 	eng := fixtures.StartTest(t, m)
 	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: shortScenario(),
 		Engine: result.Engine{LaunchCommand: "llama-server -m tiny.gguf -np 2 --metrics"},

@@ -33,8 +33,8 @@ type observations struct {
 	Share int
 	// PromptTokens is the shortest prompt the cell sent, as the builder
 	// counted it (0 unknown), and Estimated says the counts were estimated
-	// (no /tokenize): a prompt shorter than that by more than cut's
-	// tolerance was shortened by the engine.
+	// (no /tokenize): a prompt shorter than that by more than the
+	// tolerance (truncatedBy) was truncated by the engine.
 	PromptTokens int
 	Estimated    bool
 
@@ -166,7 +166,7 @@ func judgeRecords(j *cell.Judge, recs []record.Record, w cell.Window, heard time
 			}
 			j.ContextExceeded++
 		}
-		if w.Contains(rec.Sent) && cut(rec, target, estimated) {
+		if w.Contains(rec.Sent) && truncated(rec, target, estimated) {
 			j.Truncated++
 			j.TruncatedTo = max(j.TruncatedTo, rec.PromptTokens)
 		}

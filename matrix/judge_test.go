@@ -139,7 +139,7 @@ func TestJudge(t *testing.T) {
 		{name: "no token in the window: failed", o: closed(noTokens), status: result.Failed, reason: "no token arrived in the 10.0 s window"},
 		{name: "no token, the engine queued but stopped answering its gauges: failed", o: closed(noTokens, gauges(2, 12*time.Second)),
 			status: result.Failed, reason: "no token arrived"},
-		{name: "the engine shortened the prompts: failed", status: result.Failed, reason: "shortened 2 prompts to 8192 tokens",
+		{name: "the engine truncated the prompts: failed", status: result.Failed, reason: "truncated 2 prompts to 8192 tokens",
 			o: closed(cached(both(), 8192, 8192, 8192))},
 		{name: "an estimated prompt 5% short is not a cut", o: closed(cached(both(), 15600, 15600, 15600), func(o *observations) { o.Estimated = true }), status: result.Valid},
 		{name: "the waiting gauge reported waiting requests: queued", o: closed(both(), gauges(1, 19*time.Second)), status: result.RequestsQueued, reason: "up to 1 waiting requests",

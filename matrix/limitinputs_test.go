@@ -9,7 +9,7 @@ import (
 
 	"github.com/tokentap/tokentap/bandwidth"
 	"github.com/tokentap/tokentap/engines"
-	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
 	"github.com/tokentap/tokentap/result"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/internal/test/schematest"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"

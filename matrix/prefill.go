@@ -126,7 +126,7 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 		p, err = r.builder(pc).Prompt(ctx, pc, coldSlot)
 	}
 	if errors.As(err, &capped) {
-		r.failPrefill(pc, capped.Max, r.cutShort(pc, capped.Target, capped.Max))
+		r.failPrefill(pc, capped.Max, r.noteTruncated(pc, capped.Target, capped.Max))
 		return nil
 	}
 	if err != nil {
@@ -175,8 +175,8 @@ func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 			}
 			fail(msg)
 			return
-		case cut(rec, target, r.build.Estimate):
-			fail(fmt.Sprintf("the engine shortened the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens))
+		case truncated(rec, target, r.build.Estimate):
+			fail(fmt.Sprintf("the engine truncated the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens))
 			return
 		}
 		tps, ttft, ok := cell.Prefill(rec)
@@ -195,39 +195,29 @@ func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 	}
 }
 
-// truncated reports whether the engine counted fewer prompt tokens than
-// the prompt had (target, as the builder counted it) beyond METHOD §4's
-// tolerance: an engine that cuts a prompt to its context without an error
-// (Ollama) must not have the shorter prompt reported as the one asked for.
-func truncated(rec *record.Record, target int) bool {
-	return truncatedBy(rec, target, prompts.Tolerance(target))
-}
-
 // estimateSlack is how far an estimated prompt length (Builder.Estimate:
 // another slot's count of as many words) may be from the engine's count
-// before a shorter count is taken for a cut: different words tokenize
-// differently (seen on Ollama with the live tier's model: 1,943 tokens for
-// an estimated 2,046). Where counts are estimated they come from the same
-// engine, so a prompt it cuts shows first as counts that stop growing
-// (prompts.CappedError); this catches what is left, a cut of more than a
-// tenth.
+// before a shorter count is taken for a truncation: different words
+// tokenize differently (seen on Ollama with the live tier's model: 1,943
+// tokens for an estimated 2,046). Where counts are estimated they come
+// from the same engine, so a prompt it truncates shows first as counts
+// that stop growing (prompts.CappedError); this catches what is left, a
+// truncation of more than a tenth.
 const estimateSlack = 0.10
 
-// truncatedBy is truncated with the tolerance given.
-func truncatedBy(rec *record.Record, target, tol int) bool {
-	return target > 0 && rec.PromptSource == record.SourceUsage && rec.PromptTokens > 0 &&
-		rec.PromptTokens < target-tol
-}
-
-// cut reports whether the engine cut the prompt of rec, whose length the
-// builder counted as target: counted exactly, beyond METHOD §4's tolerance;
-// estimated (Builder.Estimate), beyond estimateSlack.
-func cut(rec *record.Record, target int, estimated bool) bool {
+// truncated reports whether the engine counted fewer prompt tokens than
+// the prompt had (target, as the builder counted it): counted exactly,
+// beyond METHOD §4's tolerance; estimated (Builder.Estimate), beyond
+// estimateSlack. An engine that truncates a prompt to its context without
+// an error (Ollama) must not have the shorter prompt reported as the one
+// asked for.
+func truncated(rec *record.Record, target int, estimated bool) bool {
 	tol := prompts.Tolerance(target)
 	if estimated {
 		tol = max(tol, int(estimateSlack*float64(target)))
 	}
-	return truncatedBy(rec, target, tol)
+	return target > 0 && rec.PromptSource == record.SourceUsage && rec.PromptTokens > 0 &&
+		rec.PromptTokens < target-tol
 }
 
 func (r *runner) isPrefillRow(c int) bool {
@@ -241,14 +231,14 @@ func (r *runner) isPrefillRow(c int) bool {
 
 // rowStart builds the prompts of slots 0 … n-1 of context c and sends
 // slot 0's alone and cold: the row's prefill measurement, and its cold
-// TTFT. When the engine refuses or cuts that prompt, no cell of the row
+// TTFT. When the engine refuses or truncates that prompt, no cell of the row
 // can run: cols are decided (ok false).
 func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (rw *rowRun, ok bool, err error) {
 	r.prog.begin(stepPrompts, c, result.Column{}, fmt.Sprintf("prompts for context %s (%d)", TokenLabel(c), n))
 	decode, warm, err := r.slotBodies(ctx, c, n)
 	var capped *prompts.CappedError
 	if errors.As(err, &capped) {
-		msg := r.cutShort(c, capped.Target, capped.Max)
+		msg := r.noteTruncated(c, capped.Target, capped.Max)
 		for _, col := range cols {
 			r.skip(c, col, result.Failed, msg)
 		}
@@ -283,8 +273,8 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 				r.skip(c, col, result.OverCapacity, fmt.Sprintf("the engine refused one %s-token prompt: %s", TokenLabel(c), rec.Error))
 			}
 			return nil, false, nil
-		case cut(rec, decode[0].PromptTokens, r.build.Estimate):
-			msg := r.cutShort(c, decode[0].PromptTokens, rec.PromptTokens)
+		case truncated(rec, decode[0].PromptTokens, r.build.Estimate):
+			msg := r.noteTruncated(c, decode[0].PromptTokens, rec.PromptTokens)
 			for _, col := range cols {
 				r.skip(c, col, result.Failed, msg)
 			}
@@ -305,18 +295,19 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 	return rw, true, nil
 }
 
-// cutShort notes that the engine cut prompts of context c (sent tokens) to
-// got tokens without an error, and returns the reason its cells get.
-func (r *runner) cutShort(c, sent, got int) string {
-	msg := fmt.Sprintf("the engine shortened a %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured", sent, got)
-	// An engine may keep less of a cut prompt than its context (Ollama
+// noteTruncated notes that the engine truncated prompts of context c
+// (sent tokens) to got tokens without an error, and returns the reason its
+// cells get.
+func (r *runner) noteTruncated(c, sent, got int) string {
+	msg := fmt.Sprintf("the engine truncated a %d-token prompt to %d tokens without an error: its context is shorter than it said, so this context was not measured", sent, got)
+	// An engine may keep less of a truncated prompt than its context (Ollama
 	// from 0.30.11 keeps about half, leaving room to generate): where it
 	// said its context, that is the length to give.
 	give, why := got, ""
 	if e := r.info.EngineMaxModelLen; e > got && e < sent {
-		give, why = e, ": the context the engine says it runs; it keeps less of a cut prompt"
+		give, why = e, ": the context the engine says it runs; it keeps less of a truncated prompt"
 	}
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf("Context %s: %s (give --max-model-len %d%s, or run the engine with a longer context).", TokenLabel(c), msg, give, why))
+	r.note(fmt.Sprintf("Context %s: %s (give --max-model-len %d%s, or run the engine with a longer context).", TokenLabel(c), msg, give, why))
 	return msg
 }
 

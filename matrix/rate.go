@@ -78,7 +78,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	ps, err := r.builder(c).PromptsFrom(ctx, c, rateSlot(k), len(at))
 	var capped *prompts.CappedError
 	if errors.As(err, &capped) {
-		r.skip(c, col, result.Failed, r.cutShort(c, capped.Target, capped.Max))
+		r.skip(c, col, result.Failed, r.noteTruncated(c, capped.Target, capped.Max))
 		return nil
 	}
 	if err != nil {
@@ -119,7 +119,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	judged, notes := judge(o)
 	out := r.res.CellAt(c, col)
 	*out = judged
-	r.res.Notes = append(r.res.Notes, notes...)
+	r.note(notes...)
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
 	if out.Status == result.OverCapacity {

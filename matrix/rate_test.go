@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/schematest"
-	"github.com/tokentap/tokentap/internal/testwindow"
+	"github.com/tokentap/tokentap/internal/test/schematest"
+	"github.com/tokentap/tokentap/internal/test/testwindow"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
@@ -36,7 +36,7 @@ func TestArrivalRate(t *testing.T) {
 	// last arrivals: they are not sent (nor counted), a fixed loss that a
 	// 1.5 s window's 20/s cells may not afford (90% of their rate is
 	// wanted). The window then grows from how many were sent until they
-	// are (internal/testwindow); no more than 3 s, where the 2/s cells'
+	// are (internal/test/testwindow); no more than 3 s, where the 2/s cells'
 	// few requests still never come more than 4 at once.
 	var res *result.Result
 	testwindow.Enough(t, 1500*time.Millisecond, 3*time.Second, func(w time.Duration) (got, want int) {

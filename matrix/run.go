@@ -29,6 +29,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -181,10 +182,22 @@ type runner struct {
 	// rules out.
 	kvBelowAt string
 
-	bey *beyond // SLO, TTFT split and decode limit (figures.go)
+	beyond *beyond // SLO, TTFT split and decode limit (figures.go)
 	// rateRefused is, per context, the lowest request rate whose cell the
 	// engine refused for not fitting: higher rates are not run.
 	rateRefused map[int]float64
+}
+
+// note adds notes to the run's result: every note of a run, the cells'
+// judged ones (judge) and the run's own, comes in here, and one already
+// there (a context whose prompts the engine truncated may be met by its
+// prefill row and by its decode row) is not said twice.
+func (r *runner) note(notes ...string) {
+	for _, n := range notes {
+		if !slices.Contains(r.res.Notes, n) {
+			r.res.Notes = append(r.res.Notes, n)
+		}
+	}
 }
 
 func (r *runner) run(ctx context.Context) (*result.Result, error) {
@@ -338,7 +351,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	}
 	res.Decode = r.plan.cells
 	res.Prefill = r.plan.prefill
-	res.Notes = append(res.Notes, r.plan.notes...)
+	r.note(r.plan.notes...)
 	r.setupBeyond()
 
 	r.clock = record.NewClock()
@@ -376,7 +389,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.prog.close()
 	r.finishBeyond()
 	res.Ended = time.Now()
-	res.Notes = append(res.Notes, cfg.Notes...)
+	r.note(cfg.Notes...)
 	res.SetPercentiles(cfg.Percentiles)
 	// The report says what stopped the run (once: from these fields).
 	defer r.endShard()

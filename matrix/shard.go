@@ -70,7 +70,7 @@ func (r *runner) startShard(ctx context.Context, salt string) {
 	if time.Until(r.cfg.StartAt) > 2500*time.Millisecond {
 		if off, err := r.info.ClockOffset(ctx); err != nil {
 			r.log.Warn().Err(err).Msg("matrix: the engine's clock could not be read; this shard's clock offset is unknown")
-			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Shard %d: its clock offset against the engine is unknown: %v.", sp.Index, err))
+			r.note(fmt.Sprintf("Shard %d: its clock offset against the engine is unknown: %v.", sp.Index, err))
 		} else {
 			info.ClockOffsetMs = millis(off.Offset)
 			info.ClockUncertaintyMs = millis(off.Uncertainty)
@@ -78,11 +78,11 @@ func (r *runner) startShard(ctx context.Context, salt string) {
 			r.log.Info().Float64("offset_ms", info.ClockOffsetMs).Float64("uncertainty_ms", info.ClockUncertaintyMs).Msg("matrix: clock offset against the engine")
 		}
 	} else {
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("Shard %d: started too close to the start time to read the engine's clock; its clock offset is unknown.", sp.Index))
+		r.note(fmt.Sprintf("Shard %d: started too close to the start time to read the engine's clock; its clock offset is unknown.", sp.Index))
 	}
 	r.res.Sharding = &result.Sharding{Run: salt, Count: sp.Count, StartAt: r.cfg.StartAt.UTC(), GapSeconds: r.cfg.Gap.Seconds(),
 		Shards: []result.ShardInfo{info}}
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf(
+	r.note(fmt.Sprintf(
 		"Shard %d of %d of run %s: each cell's N requests are split over the shards (N/%d each, one more on the first N mod %d), and each shard's figures are its own share's. Merge the shards' results with tokentap merge.",
 		sp.Index, sp.Count, salt, sp.Count, sp.Count))
 	if sp.Index > 0 {

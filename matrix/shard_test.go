@@ -16,7 +16,7 @@ import (
 
 	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/testwindow"
+	"github.com/tokentap/tokentap/internal/test/testwindow"
 	"github.com/tokentap/tokentap/merge"
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
@@ -136,7 +136,7 @@ func TestShardedMatrixMergesExactly(t *testing.T) {
 	// idle machine. A busy one can take longer, and a shard then opens its
 	// window late (the run's own remedy: a longer --gap), so the gap grows
 	// from how many windows opened on time until all did
-	// (internal/testwindow), and the assertions below hold on that run.
+	// (internal/test/testwindow), and the assertions below hold on that run.
 	// 2.5 s ahead and the gap: each shard has time to read the engine's
 	// clock.
 	var runs []shardRun

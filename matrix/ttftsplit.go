@@ -18,7 +18,7 @@ import (
 // beyondStart reads the engine's TTFT-part figures before a window; nil
 // when it keeps none.
 func (r *runner) beyondStart(ctx context.Context) engines.Timings {
-	if !r.bey.timed || r.sharded() {
+	if !r.beyond.timed || r.sharded() {
 		// A shard's engine figures would count every shard's requests.
 		return nil
 	}
@@ -49,7 +49,7 @@ func (r *runner) splitCell(ctx context.Context, out *result.Cell, recs []record.
 	slices.SortFunc(parts, func(a, b cell.EnginePart) int { return strings.Compare(a.Name, b.Name) })
 	if s := cell.Split(recs, w, parts); s != nil {
 		out.TTFTSplit = s
-		r.bey.splits++
+		r.beyond.splits++
 	}
 }
 
@@ -58,11 +58,11 @@ func (r *runner) splitCell(ctx context.Context, out *result.Cell, recs []record.
 // counter at a build where it is no time of each request, or nothing at
 // all.
 func (r *runner) splitNotes() {
-	if r.bey.timed && r.sharded() {
-		r.res.Notes = append(r.res.Notes, "TTFT is not split by the engine's metrics in a sharded run: they count every shard's requests, a shard's TTFT only its own (per-response timings, where the engine gives them, are per request and are kept).")
+	if r.beyond.timed && r.sharded() {
+		r.note("TTFT is not split by the engine's metrics in a sharded run: they count every shard's requests, a shard's TTFT only its own (per-response timings, where the engine gives them, are per request and are kept).")
 	}
 	if n := r.info.TimingsNote(); n != "" && r.info.Gauges {
-		r.res.Notes = append(r.res.Notes, "TTFT's prefill is not read from the engine's counter: "+n+"; each response's timings.prompt_ms is used where requests ended.")
+		r.note("TTFT's prefill is not read from the engine's counter: " + n + "; each response's timings.prompt_ms is used where requests ended.")
 	}
 	measured := false
 	for _, c := range r.res.Decode {
@@ -70,20 +70,20 @@ func (r *runner) splitNotes() {
 	}
 	// Only a measured cell could have been split: with none, the engine
 	// was never asked, and saying it keeps nothing would be untrue.
-	if r.bey.splits > 0 || !measured {
+	if r.beyond.splits > 0 || !measured {
 		return
 	}
 	why := "it keeps none tokentap reads"
 	switch {
-	case r.bey.timed && !r.info.Gauges:
+	case r.beyond.timed && !r.info.Gauges:
 		why = "its /metrics is not on (llama-server: --metrics; SGLang: --enable-metrics)"
-	case r.bey.timed:
+	case r.beyond.timed:
 		why = "its /metrics has none of them"
 	case r.info.Kind == engines.KindOllama:
 		why = "Ollama has no metrics and no per-response timings"
 	}
-	if r.info.Kind == engines.KindLlamaCpp && r.bey.timed && !r.info.Gauges {
+	if r.info.Kind == engines.KindLlamaCpp && r.beyond.timed && !r.info.Gauges {
 		why += ", and no request of a window ended with its timings"
 	}
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf("TTFT is not split into queue, prefill and time outside the engine (—): the engine (%s) says nothing of them: %s.", r.info.Kind, why))
+	r.note(fmt.Sprintf("TTFT is not split into queue, prefill and time outside the engine (—): the engine (%s) says nothing of them: %s.", r.info.Kind, why))
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tokentap/tokentap/bandwidth"
-	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/internal/test/schematest"
 	"github.com/tokentap/tokentap/result"
 )
 

@@ -32,8 +32,8 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/tinygguf"
-	"github.com/tokentap/tokentap/internal/tinyhf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinyhf"
 	"github.com/tokentap/tokentap/matrix"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"

@@ -24,8 +24,8 @@ import (
 	"unsafe"
 
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/benchcpu"
-	"github.com/tokentap/tokentap/internal/nginxref"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/nginxref"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/tap"
 )

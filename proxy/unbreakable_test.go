@@ -21,7 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
 	"github.com/tokentap/tokentap/record"
 )
 

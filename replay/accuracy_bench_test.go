@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/benchcpu"
 	"github.com/tokentap/tokentap/internal/evloop"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
 	"github.com/tokentap/tokentap/record"
 )
 

@@ -36,15 +36,15 @@ type Closed struct {
 	StopOnFailure bool
 	// Ending is how the requests still running when the loop stops end.
 	Ending Ending
-	// Hear, when > 0 with a Window, keeps the loop going after its window
+	// HearFor, when > 0 with a Window, keeps the loop going after its window
 	// closes until the engine has answered every stream (each has had a
 	// token event, or a request failed: with StopOnFailure that stops the
-	// loop), for at most Hear: an engine that finds it cannot fit a cell
+	// loop), for at most HearFor: an engine that finds it cannot fit a cell
 	// only when its KV cache fills says so when the cache fills, however
 	// slow the machine (METHOD.md §3, hearing the engine). The loop's
 	// figures are still the window's (Run.End); Run.Heard is when it
 	// stopped.
-	Hear time.Duration
+	HearFor time.Duration
 	// OnWindow, when set, is called when the window closes, before any
 	// hearing.
 	OnWindow func()
@@ -70,7 +70,7 @@ type Run struct {
 	// loop that ran its window, else when the loop stopped.
 	Start, End time.Duration
 	// Heard is when the loop stopped: after End when it kept going to
-	// hear the engine's answer (Closed.Hear), else End.
+	// hear the engine's answer (Closed.HearFor), else End.
 	Heard time.Duration
 }
 
@@ -132,11 +132,11 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 			if cfg.OnWindow != nil {
 				cfg.OnWindow()
 			}
-			if cfg.Hear <= 0 {
+			if cfg.HearFor <= 0 {
 				fl.stop()
 				return
 			}
-			go hear(ctx, fl, cfg.Hear, func() bool {
+			go hear(ctx, fl, cfg.HearFor, func() bool {
 				for i := range answered {
 					if !answered[i].Load() && !conns[i].streaming.Load() {
 						return false
@@ -195,7 +195,7 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 	if windowed && end >= start+cfg.Window {
 		end = start + cfg.Window
 	}
-	if cfg.Hear <= 0 {
+	if cfg.HearFor <= 0 {
 		heard = end
 	}
 	return Run{Records: out, Failed: failOn.Load(), Start: start, End: end, Heard: max(heard, end)}

@@ -92,7 +92,7 @@ func TestEnding(t *testing.T) {
 }
 
 // TestHear: a loop told to hear the engine goes on after its window until
-// every stream has had a token event (or for at most Hear), while its
+// every stream has had a token event (or for at most HearFor), while its
 // figures stay the window's; without it the window's end cuts the streams
 // before their first token.
 func TestHear(t *testing.T) {
@@ -107,7 +107,7 @@ func TestHear(t *testing.T) {
 	}{
 		{name: "no hearing: cut at the window's end", hear: 0, minHeard: window, maxHeard: window, onWindows: 1},
 		{name: "heard: stops at the first tokens", hear: 5 * time.Second, answered: true, minHeard: 500 * time.Millisecond, maxHeard: 3 * time.Second, onWindows: 1},
-		{name: "not heard in time: stops after Hear", hear: 100 * time.Millisecond, minHeard: window + 100*time.Millisecond, maxHeard: 450 * time.Millisecond, onWindows: 1},
+		{name: "not heard in time: stops after HearFor", hear: 100 * time.Millisecond, minHeard: window + 100*time.Millisecond, maxHeard: 450 * time.Millisecond, onWindows: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,7 +118,7 @@ func TestHear(t *testing.T) {
 			bodies := []Body{body(t, tg, "heard one", 1000), body(t, tg, "heard two", 1000)}
 			var windows atomic.Int64
 			run := RunClosed(context.Background(), Closed{Target: tg, Clock: record.NewClock(), Bodies: bodies,
-				MaxTokens: 1000, Stream: true, Window: window, StopOnFailure: true, Hear: tt.hear,
+				MaxTokens: 1000, Stream: true, Window: window, StopOnFailure: true, HearFor: tt.hear,
 				OnWindow: func() { windows.Add(1) }})
 			if run.End != run.Start+window {
 				t.Errorf("End %v after Start, want the window %v", run.End-run.Start, window)

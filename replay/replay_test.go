@@ -13,8 +13,9 @@ import (
 
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/evloop"
-	"github.com/tokentap/tokentap/internal/testwindow"
+	"github.com/tokentap/tokentap/internal/test/testwindow"
 	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/traffic"
 )
 
 // testModel is quick and easy to predict: 20 ms to the first token, 4 ms
@@ -380,7 +381,7 @@ func TestRunClosed(t *testing.T) {
 	var ids atomic.Int64
 	// 30 tokens at 4 ms is ~140 ms a request: each stream sends ~5 in
 	// 800 ms on an idle machine; on a busy one the window grows until 8
-	// completed (internal/testwindow).
+	// completed (internal/test/testwindow).
 	var run Run
 	window := testwindow.Enough(t, 800*time.Millisecond, 20*time.Second, func(w time.Duration) (got, want int) {
 		run = RunClosed(context.Background(), Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 30, Stream: true, Tag: "t", IDs: &ids, Window: w})
@@ -496,7 +497,7 @@ func TestRunCapture(t *testing.T) {
 	if late.Max < 0 || late.Median > late.Max {
 		t.Errorf("lateness median %v max %v", late.Median, late.Max)
 	}
-	sum := Summarize(recs)
+	sum := traffic.SummarizeReplay(recs, nil, nil)
 	if sum.Requests != 3 || sum.OK != 3 || sum.Failed != 0 || sum.OutputTokens != 12 {
 		t.Errorf("summary: %d requests, %d ok, %d failed, %d output tokens; want 3, 3, 0, 12", sum.Requests, sum.OK, sum.Failed, sum.OutputTokens)
 	}
@@ -513,24 +514,6 @@ func TestRunCapture(t *testing.T) {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text summary lacks %q:\n%s", want, text.String())
 		}
-	}
-}
-
-func TestSummarizeFailures(t *testing.T) {
-	recs := []record.Record{
-		{ID: "a", Sent: 0, End: time.Second, Outcome: record.OK, Arrivals: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}, First: 100 * time.Millisecond},
-		{ID: "b", Sent: 10, End: 20, Outcome: record.HTTPError, Status: 500},
-		{ID: "c", Sent: 10, End: 20, Outcome: record.Cancelled},
-	}
-	s := Summarize(recs)
-	if s.OK != 1 || s.Failed != 1 || s.Cancelled != 1 || s.Errors["http_error"] != 1 || s.OutputTokens != 2 {
-		t.Fatalf("%+v", s)
-	}
-	if tbt, _ := s.TBTms.Value(50); tbt < 99 || tbt > 101 {
-		t.Errorf("TBT p50 %.2f ms, want 100", tbt)
-	}
-	if empty := Summarize(nil); empty.Requests != 0 || empty.OutputTokPerS != 0 {
-		t.Errorf("empty summary %+v", empty)
 	}
 }
 
@@ -655,7 +638,7 @@ func TestRunCaptureFaithful(t *testing.T) {
 	if r := by["tagless"]; r.Model != "other:latest" {
 		t.Errorf("a listed model (without its :latest tag) was replaced by %q", r.Model)
 	}
-	sum := SummarizeReplay(recs, caps, nil)
+	sum := traffic.SummarizeReplay(recs, caps, nil)
 	if sum.Captured == nil || sum.Captured.Requests != len(caps) || sum.Captured.Cancelled != 2 || sum.Cancelled != 2 {
 		t.Errorf("summary: captured %+v, replayed %d cancelled", sum.Captured, sum.Cancelled)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/internal/test/schematest"
 	"github.com/tokentap/tokentap/result"
 )
 

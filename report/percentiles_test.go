@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/histo"
-	"github.com/tokentap/tokentap/internal/schematest"
+	"github.com/tokentap/tokentap/internal/test/schematest"
 	"github.com/tokentap/tokentap/result"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
 )
 
 // got is an event copied out of the scanner, for comparison.

@@ -366,24 +366,7 @@ func (r *jreader) key() []byte {
 
 // objNext consumes the ',' or '}' after a member's value and reports
 // whether another member follows.
-func (r *jreader) objNext() bool {
-	if r.bad {
-		return false
-	}
-	r.ws()
-	switch r.peek() {
-	case ',':
-		r.i++
-		r.ws()
-		return true
-	case '}':
-		r.i++
-		r.depth--
-		return false
-	}
-	r.bad = true
-	return false
-}
+func (r *jreader) objNext() bool { return r.next('}') }
 
 // arrStart consumes the '[' at r.i and reports whether an element follows;
 // arrNext consumes the ',' or ']' after one.
@@ -401,7 +384,11 @@ func (r *jreader) arrStart() bool {
 	return true
 }
 
-func (r *jreader) arrNext() bool {
+func (r *jreader) arrNext() bool { return r.next(']') }
+
+// next consumes the ',' or the closing byte after a member or an element
+// and reports whether another follows.
+func (r *jreader) next(closing byte) bool {
 	if r.bad {
 		return false
 	}
@@ -411,7 +398,7 @@ func (r *jreader) arrNext() bool {
 		r.i++
 		r.ws()
 		return true
-	case ']':
+	case closing:
 		r.i++
 		r.depth--
 		return false

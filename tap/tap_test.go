@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/sse"
 	"github.com/valyala/fastjson"

@@ -5,8 +5,9 @@
 // first request sent to the last one's end. The figures come from package
 // cell, so they mean what a matrix cell's mean (METHOD.md §3).
 //
-// Reports render a Summary (tokentap report capture.jsonl); the replay
-// puts a capture's Summary beside its replay's.
+// Reports render a Summary (tokentap report capture.jsonl); a Replay
+// (replay.go) puts a capture's Summary beside its replay's, as tokentap
+// replay prints it.
 package traffic
 
 import (

@@ -2,10 +2,11 @@
 
 // Package wirebench is tokentap measured against the wire (make
 // bench-wire, build tag wire, not in CI): tcpdump captures the loopback
-// traffic with the kernel's timestamps while tokentap runs, package
-// internal/wire reads the capture, and tokentap's records are set beside
-// what the wire carried (METHOD.md, "How tokentap's own accuracy is
-// established"). It needs root or CAP_NET_RAW (tcpdump).
+// traffic with the kernel's timestamps while tokentap runs, package wire
+// (internal/wire, here because nothing else uses it) reads the capture,
+// and tokentap's records are set beside what the wire carried (METHOD.md,
+// "How tokentap's own accuracy is established"). It needs root or
+// CAP_NET_RAW (tcpdump).
 //
 // Settings (the Makefile passes them): WIRE_STREAMS "64 512 1024 2048",
 // WIRE_GAPS "20ms 10ms", WIRE_WINDOW "20s", WIRE_OUT the JSON file of the
@@ -39,10 +40,10 @@ import (
 	"unsafe"
 
 	"github.com/tokentap/tokentap/fixtures"
-	"github.com/tokentap/tokentap/internal/benchcpu"
-	"github.com/tokentap/tokentap/internal/nginxref"
-	"github.com/tokentap/tokentap/internal/wire"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/nginxref"
 	"github.com/tokentap/tokentap/record"
+	"github.com/tokentap/tokentap/wirebench/internal/wire"
 )
 
 const (

@@ -68,13 +68,15 @@ func (c *fakeEngineConfig) model() (fixtures.Model, error) {
 		return fixtures.Model{}, err
 	}
 	return fixtures.Model{
-		Flavor: fl, Slots: c.Slots, UnifiedKV: c.UnifiedKV, TrainedLen: c.TrainedLen, NumCtxSet: c.NumCtxListed, HoldBack: c.HoldBack,
 		Name: c.Name, AnyModel: !c.StrictModel, Version: c.Version, MaxModelLen: c.MaxModelLen,
 		PrefillTokPerSec: c.PrefillTokPerSec, PrefillSlowdown: c.PrefillSlowdown,
 		FirstEventDelay: c.FirstEventDelay, TBTBase: c.TBTBase, TBTPerRunning: c.TBTPerRunning,
 		TBTPerKTokens: c.TBTPerKTokens, MaxRunning: c.MaxRunning, KVCapacity: c.KVCapacity,
 		BlockSize: c.BlockSize, MaxWaiting: c.MaxWaiting, TokensPerEvent: c.TokensPerEvent,
 		StopAfter: c.StopAfter, FinishChunk: c.FinishChunk,
+		Flavor: fl, Slots: c.Slots,
+		LlamaCpp: fixtures.LlamaCpp{UnifiedKV: c.UnifiedKV},
+		Ollama:   fixtures.Ollama{TrainedLen: c.TrainedLen, NumCtxSet: c.NumCtxListed, HoldBack: c.HoldBack},
 	}, nil
 }
 

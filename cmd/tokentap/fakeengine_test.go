@@ -80,7 +80,7 @@ func TestParseFakeEngine(t *testing.T) {
 		// "the number of slots (Slots) 0 must be > 0").
 		{name: "llama.cpp starts with llama-server's defaults", args: []string{"--flavor", "llama.cpp"}, check: func(t *testing.T, s fakeEngineSetup) {
 			m := s.model
-			if m.Slots != 4 || !m.UnifiedKV || m.SlotContext() != 65536 || m.Validate() != nil {
+			if m.Slots != 4 || !m.LlamaCpp.UnifiedKV || m.SlotContext() != 65536 || m.Validate() != nil {
 				t.Fatalf("model %+v (slot context %d)", m, m.SlotContext())
 			}
 		}},
@@ -90,7 +90,7 @@ func TestParseFakeEngine(t *testing.T) {
 			}
 		}},
 		{name: "llama.cpp slots of their own", args: []string{"--flavor", "llama.cpp", "--slots", "2", "--max-model-len", "8192"}, check: func(t *testing.T, s fakeEngineSetup) {
-			if m := s.model; m.UnifiedKV || m.SlotContext() != 8192 || m.KVCapacity != 16384 {
+			if m := s.model; m.LlamaCpp.UnifiedKV || m.SlotContext() != 8192 || m.KVCapacity != 16384 {
 				t.Fatalf("model %+v", m)
 			}
 		}},

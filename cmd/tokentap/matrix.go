@@ -13,11 +13,11 @@ import (
 
 	"github.com/mattn/go-isatty"
 
+	"github.com/tokentap/tokentap/cmd/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/hardware"
 	"github.com/tokentap/tokentap/internal/english"
-	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/matrix"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"

@@ -12,7 +12,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tokentap/tokentap/internal/outfile"
+	"github.com/tokentap/tokentap/cmd/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/merge"
 	"github.com/tokentap/tokentap/result"
 )

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokentap/tokentap/cmd/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/engines"
-	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/report"
 )
 

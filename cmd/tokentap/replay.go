@@ -11,12 +11,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tokentap/tokentap/cmd/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/engines"
-	"github.com/tokentap/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/traffic"
 )
 
 type replayFlags struct {
@@ -225,7 +226,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		return fail(exitError, "%v", runErr)
 	}
-	sum := replay.SummarizeReplay(recs, capture, percentiles)
+	sum := traffic.SummarizeReplay(recs, capture, percentiles)
 	sum.Speed = f.Speed
 	sum.Engine = info.Kind
 	sum.Target = info.BaseURL

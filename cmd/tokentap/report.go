@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tokentap/tokentap/internal/outfile"
+	"github.com/tokentap/tokentap/cmd/tokentap/internal/outfile"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/report"
 	"github.com/tokentap/tokentap/result"

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tokentap/tokentap/internal/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/benchcpu"
 )
 
 func TestStamped(t *testing.T) {

@@ -3,7 +3,7 @@ package tinygguf
 import "io"
 
 // Tokenizer is the model's byte-level BPE vocabulary, for writers of the
-// same model in other formats (internal/tinyhf): token texts by id in
+// same model in other formats (internal/test/tinyhf): token texts by id in
 // GPT-2's byte runes (space is 'Ġ'), the merges in rank order ("Ġ w"),
 // which ids the output layer lets through, and the special tokens' ids
 // (their texts are EndOfText, IMStart and IMEnd).

@@ -92,13 +92,7 @@ func (m *msgParser) feed(p []byte, at time.Duration) {
 			}
 			m.startAt(at)
 		case stBody:
-			n := int64(len(p))
-			if n > m.remain {
-				n = m.remain
-			}
-			m.sink.body(m.resp, p[:n], at)
-			p, m.remain = p[n:], m.remain-n
-			if m.remain == 0 {
+			if p = m.bodyBytes(p, at); m.remain == 0 {
 				m.done(at)
 			}
 		case stChunkSize, stTrailer, stChunkEnd:
@@ -118,13 +112,7 @@ func (m *msgParser) feed(p []byte, at time.Duration) {
 			}
 			m.lineDone(at)
 		case stChunkData:
-			n := int64(len(p))
-			if n > m.remain {
-				n = m.remain
-			}
-			m.sink.body(m.resp, p[:n], at)
-			p, m.remain = p[n:], m.remain-n
-			if m.remain == 0 {
+			if p = m.bodyBytes(p, at); m.remain == 0 {
 				m.state = stChunkEnd
 			}
 		case stClose:
@@ -136,6 +124,15 @@ func (m *msgParser) feed(p []byte, at time.Duration) {
 
 func blank(line []byte) bool {
 	return len(line) == 1 || (len(line) == 2 && line[0] == '\r')
+}
+
+// bodyBytes passes on to the sink the part of p that is body, up to the
+// remain bytes still to come, and returns the rest of p.
+func (m *msgParser) bodyBytes(p []byte, at time.Duration) []byte {
+	n := min(int64(len(p)), m.remain)
+	m.sink.body(m.resp, p[:n], at)
+	m.remain -= n
+	return p[n:]
 }
 
 func (m *msgParser) startAt(at time.Duration) {

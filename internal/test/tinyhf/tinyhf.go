@@ -28,7 +28,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
 )
 
 // Files are the files Write makes, in the order it makes them.

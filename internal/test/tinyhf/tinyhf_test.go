@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tokentap/tokentap/internal/tinygguf"
+	"github.com/tokentap/tokentap/internal/test/tinygguf"
 )
 
 // readHeader reads a safetensors file's header back.

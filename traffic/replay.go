@@ -1,4 +1,4 @@
-package replay
+package traffic
 
 import (
 	"fmt"
@@ -10,25 +10,26 @@ import (
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
-	"github.com/tokentap/tokentap/traffic"
 )
 
-// Summary is what a capture replay reports: the replayed requests'
-// figures (package traffic: the TTFT, time between tokens and throughput
-// a matrix cell has, over the span from the first request sent to the
-// last one's end), and, where the capture is given, the captured
-// requests' figures beside them, so the replay can be checked against
-// the traffic it replays and two engines compared on the same traffic.
-type Summary struct {
+// Replay is what a capture replay (tokentap replay) reports: the
+// replayed requests' figures (a Summary: the TTFT, time between tokens
+// and throughput a matrix cell has, over the span from the first request
+// sent to the last one's end), and, where the capture is given, the
+// captured requests' figures beside them, so the replay can be checked
+// against the traffic it replays and two engines compared on the same
+// traffic. The command fills in the target, the speed and how late the
+// sends ran; its JSON is the replay's --out document.
+type Replay struct {
 	Target string  `json:"target,omitempty"`
 	Engine string  `json:"engine,omitempty"`
 	Speed  float64 `json:"speed,omitempty"`
 
 	// The replayed requests.
-	traffic.Summary
+	Summary
 
 	// Captured are the capture's own figures; nil when not given.
-	Captured *traffic.Summary `json:"captured,omitempty"`
+	Captured *Summary `json:"captured,omitempty"`
 
 	// LateMaxMs and LateMedianMs say how far behind the capture's schedule
 	// requests were sent.
@@ -46,7 +47,7 @@ type Summary struct {
 // as the capture's client did) is judged on what happened by its cancel
 // where that decides its result, and left undecided otherwise. Goodput is
 // over the summary's span.
-func (s *Summary) AddSLO(recs []record.Record, spec slo.Spec) {
+func (s *Replay) AddSLO(recs []record.Record, spec slo.Spec) {
 	var t slo.Tally
 	for i := range recs {
 		t.Add(spec, &recs[i])
@@ -55,18 +56,13 @@ func (s *Summary) AddSLO(recs []record.Record, spec slo.Spec) {
 	s.SLOSpec, s.SLO = &r, t.Figures(s.SpanSeconds)
 }
 
-// Summarize computes the summary of replayed records at the default
-// percentiles.
-func Summarize(recs []record.Record) Summary {
-	return Summary{Summary: traffic.Summarize(recs, nil)}
-}
-
-// SummarizeReplay computes the replay's summary at percentiles ps (nil:
-// the default), with the capture's figures beside the replayed ones.
-func SummarizeReplay(replayed, captured []record.Record, ps []float64) Summary {
-	s := Summary{Summary: traffic.Summarize(replayed, ps)}
+// SummarizeReplay summarises a replay at percentiles ps (nil: the
+// default), with the capture's figures beside the replayed ones where
+// captured is not nil.
+func SummarizeReplay(replayed, captured []record.Record, ps []float64) Replay {
+	s := Replay{Summary: Summarize(replayed, ps)}
 	if captured != nil {
-		c := traffic.Summarize(captured, ps)
+		c := Summarize(captured, ps)
 		s.Captured = &c
 	}
 	return s
@@ -110,7 +106,7 @@ func dist(d *result.Dist, p float64, dec int) (string, float64) {
 
 // WriteText prints the summary for a terminal: captured and replayed side
 // by side with the ratio replayed/captured where the capture is given.
-func (s Summary) WriteText(w io.Writer) {
+func (s Replay) WriteText(w io.Writer) {
 	if s.Target != "" {
 		fmt.Fprintf(w, "Replay against %s (%s) at %gx speed\n\n", s.Target, s.Engine, s.Speed)
 	}
@@ -123,7 +119,7 @@ func (s Summary) WriteText(w io.Writer) {
 		}
 		rows = append(rows, r)
 	}
-	figs := func(get func(f *traffic.Figures) float64, name string, dec int) {
+	figs := func(get func(f *Figures) float64, name string, dec int) {
 		var cv float64
 		cs := ""
 		if c != nil {
@@ -133,7 +129,7 @@ func (s Summary) WriteText(w io.Writer) {
 		rv := get(&s.Figures)
 		add(name, cv, rv, cs, fmtNum(rv, dec), true)
 	}
-	counts := func(f *traffic.Figures) string {
+	counts := func(f *Figures) string {
 		return fmt.Sprintf("%d (%d ok, %d failed, %d cancelled)", f.Requests, f.OK, f.Failed, f.Cancelled)
 	}
 	cs := ""
@@ -146,19 +142,19 @@ func (s Summary) WriteText(w io.Writer) {
 		cspan = c.SpanSeconds
 	}
 	add("Span (s)", cspan, s.SpanSeconds, fmtIf(c != nil, cspan, 1), fmtNum(s.SpanSeconds, 1), true)
-	figs(func(f *traffic.Figures) float64 { return float64(f.OutputTokens) }, "Output tokens", 0)
-	figs(func(f *traffic.Figures) float64 { return f.OutputTokPerS }, "Output tok/s", 1)
-	figs(func(f *traffic.Figures) float64 { return f.RequestsPerS }, "Requests/s", 2)
-	figs(func(f *traffic.Figures) float64 { return f.AvgActive }, "Decoding at once (avg)", 2)
+	figs(func(f *Figures) float64 { return float64(f.OutputTokens) }, "Output tokens", 0)
+	figs(func(f *Figures) float64 { return f.OutputTokPerS }, "Output tok/s", 1)
+	figs(func(f *Figures) float64 { return f.RequestsPerS }, "Requests/s", 2)
+	figs(func(f *Figures) float64 { return f.AvgActive }, "Decoding at once (avg)", 2)
 	for _, m := range []struct {
 		name string
-		get  func(f *traffic.Figures) *result.Dist
+		get  func(f *Figures) *result.Dist
 		dec  int
 	}{
-		{"TTFT (ms)", func(f *traffic.Figures) *result.Dist { return f.TTFTms }, 1},
-		{"Time between tokens (ms)", func(f *traffic.Figures) *result.Dist { return f.TBTms }, 2},
-		{"End to end (ms)", func(f *traffic.Figures) *result.Dist { return f.E2Ems }, 1},
-		{"Per request tok/s", func(f *traffic.Figures) *result.Dist { return f.PerRequest }, 1},
+		{"TTFT (ms)", func(f *Figures) *result.Dist { return f.TTFTms }, 1},
+		{"Time between tokens (ms)", func(f *Figures) *result.Dist { return f.TBTms }, 2},
+		{"End to end (ms)", func(f *Figures) *result.Dist { return f.E2Ems }, 1},
+		{"Per request tok/s", func(f *Figures) *result.Dist { return f.PerRequest }, 1},
 	} {
 		var cd *result.Dist
 		if c != nil {
@@ -167,9 +163,9 @@ func (s Summary) WriteText(w io.Writer) {
 		rd := m.get(&s.Figures)
 		cn := ""
 		if c != nil {
-			cn = count(cd)
+			cn = samples(cd)
 		}
-		add(m.name+" samples", 0, 0, cn, count(rd), false)
+		add(m.name+" samples", 0, 0, cn, samples(rd), false)
 		for _, p := range s.Percentiles {
 			cstr, cv := dist(cd, p, m.dec)
 			rstr, rv := dist(rd, p, m.dec)
@@ -201,7 +197,7 @@ func (s Summary) WriteText(w io.Writer) {
 		var parts []string
 		for _, o := range s.Outcomes {
 			if o.Outcome.Failed() {
-				parts = append(parts, fmt.Sprintf("%s %s%s ×%d", o.Model, o.Outcome, status(o.Status), o.Count))
+				parts = append(parts, fmt.Sprintf("%s %s%s ×%d", o.Model, o.Outcome, statusSuffix(o.Status), o.Count))
 			}
 		}
 		if len(parts) > 0 {
@@ -231,14 +227,16 @@ func fmtIf(ok bool, v float64, dec int) string {
 	return fmtNum(v, dec)
 }
 
-func count(d *result.Dist) string {
+// samples is a distribution's sample count, "0" without one.
+func samples(d *result.Dist) string {
 	if d == nil {
 		return "0"
 	}
 	return strconv.FormatInt(d.N, 10)
 }
 
-func status(code int) string {
+// statusSuffix is " 500" after an outcome, nothing without a status.
+func statusSuffix(code int) string {
 	if code == 0 {
 		return ""
 	}
