@@ -60,18 +60,18 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap report: give one result file to render or two to compare (got %d); see tokentap report --help\n", len(files))
 		return 2
 	}
-	format := cfg.Format
-	if format == "" {
-		if f, ok := report.FormatForFile(cfg.Output); ok {
-			format = f
-		} else {
-			format = "text"
-		}
+	format := report.Text
+	if f, ok := report.FormatForFile(cfg.Output); ok {
+		format = f
 	}
 	// Check what can be checked before reading anything.
-	if err := checkFormat(format, fset.source("format"), false); err != nil {
-		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
-		return exitUsage
+	if cfg.Format != "" {
+		f, err := report.ParseFormat(cfg.Format)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %s: %v\n", fset.source("format"), err)
+			return exitUsage
+		}
+		format = f
 	}
 	var opts report.Options
 	if cfg.Percentiles != "" {
@@ -168,7 +168,7 @@ func isCapture(path string) bool {
 }
 
 // reportCapture renders the traffic summary of a capture.
-func reportCapture(path, format string, o report.Options, output outfile.Target, stdout, stderr io.Writer) int {
+func reportCapture(path string, format report.Format, o report.Options, output outfile.Target, stdout, stderr io.Writer) int {
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
