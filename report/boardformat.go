@@ -588,7 +588,7 @@ func boardCSV(w io.Writer, b *board) error {
 	if err := cw.Write(head); err != nil {
 		return err
 	}
-	nRun := len(head) - 11
+	nRun := len(head) - 10
 	points := map[string]paretoPoint{}
 	key := func(run, ctx int, col result.Column) string { return fmt.Sprint(run, ctx, col.N, col.Rate) }
 	for _, f := range b.Fronts {

@@ -267,7 +267,7 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 	y := top + 10 + float64(len(runs))*20 + 8
 	fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="10" stroke-linecap="round"/><text x="%.1f" y="%.1f">all runs' frontier</text>`+"\n",
 		left+pw+16, y, left+pw+32, y, frontierGrey, left+pw+40, y+4)
-	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f">labels: requests at once (/s: rate)</text>`+"\n", left+pw+14, y+24)
+	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f">labels: requests at once</text>`+"\n", left+pw+14, y+24)
 	s.WriteString("</svg>\n")
 	return s.String()
 }

@@ -25,15 +25,21 @@ type sortColumn struct {
 
 // sortColumns are the leaderboard's sortable columns, in help order.
 var sortColumns = []sortColumn{
-	{Name: "decode", What: "best sustained decode, total tok/s (the default)", Figure: func(_ *board, r *boardRun) (float64, bool) { return best(r.Best, func(p *paretoPoint) float64 { return p.Total }) }},
+	{Name: "decode", What: "best sustained decode, total tok/s (the default)", Figure: func(_ *board, r *boardRun) (float64, bool) {
+		return best(r.Best, func(p *paretoPoint) float64 { return p.Total })
+	}},
 	{Name: "slo-decode", What: "best decode within --slo", slo: true, Figure: func(_ *board, r *boardRun) (float64, bool) {
 		return best(r.BestSLO, func(p *paretoPoint) float64 { return p.Total })
 	}},
 	{Name: "per-request", What: "per-request tok/s at the best decode", Figure: func(_ *board, r *boardRun) (float64, bool) {
 		return best(r.Best, func(p *paretoPoint) float64 { return p.PerRequest })
 	}},
-	{Name: "ttft", What: "TTFT at the best decode, lowest first", Lower: true, Figure: func(_ *board, r *boardRun) (float64, bool) { return best(r.Best, func(p *paretoPoint) float64 { return p.TTFTms }) }},
-	{Name: "tbt", What: "time between tokens at the best decode, lowest first", Lower: true, Figure: func(_ *board, r *boardRun) (float64, bool) { return best(r.Best, func(p *paretoPoint) float64 { return p.TBTms }) }},
+	{Name: "ttft", What: "TTFT at the best decode, lowest first", Lower: true, Figure: func(_ *board, r *boardRun) (float64, bool) {
+		return best(r.Best, func(p *paretoPoint) float64 { return p.TTFTms })
+	}},
+	{Name: "tbt", What: "time between tokens at the best decode, lowest first", Lower: true, Figure: func(_ *board, r *boardRun) (float64, bool) {
+		return best(r.Best, func(p *paretoPoint) float64 { return p.TBTms })
+	}},
 	{Name: "prefill", What: "prompt tok/s at a context (prefill@16K; plain: the smallest prefill context)", AtContext: true, Figure: func(b *board, r *boardRun) (float64, bool) {
 		c, ok := b.sortContext(b.Prefill)
 		if !ok {

@@ -115,8 +115,16 @@ func compareText(w io.Writer, cmp *comparison) error {
 		table(e, "", []string{"Ctx", colName(cmp.A.RateRun() && cmp.B.RateRun()), "A", "B", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A", "TBT A", "TBT B", "B/A"},
 			rows, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
 	}
+	e.print("\n")
+	for _, l := range wrapWords(boardLink, textWidth, "") {
+		e.print(l + "\n")
+	}
 	return e.err
 }
+
+// boardLink points from the comparison to the board of the same runs
+// (the board names the comparison of its two leaders in turn).
+const boardLink = "The same runs as a leaderboard with their Pareto frontier of per-request against total tok/s: add --board to the command (more than two runs, or a directory, give it by default)."
 
 func shortStatus(s string) string {
 	r := strings.NewReplacer("Over capacity", "Over cap.", "Requests queued", "Queued")
@@ -189,6 +197,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 			}
 		}
 	}
+	e.print("\n" + mdEscape(boardLink) + "\n")
 	return e.err
 }
 
@@ -467,6 +476,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		}
 		e.print("</table></div>\n")
 	}
+	e.printf("<p class=\"notes\">%s</p>\n", h(boardLink))
 	e.foot(nil)
 	return e.err
 }

@@ -13,6 +13,7 @@ func TestEveryKindEveryFormat(t *testing.T) {
 	want := slices.Sorted(slices.Values(Formats))
 	for name, has := range map[string][]Format{
 		"run": runWriters.has(), "comparison": compareWriters.has(), "traffic": trafficWriters.has(),
+		"board": boardWriters.has(),
 	} {
 		if !slices.Equal(has, want) {
 			t.Errorf("%s reports are written in %v, want %v", name, has, want)
