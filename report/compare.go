@@ -541,34 +541,27 @@ func (cmp *comparison) legend(letters bool) string {
 var shortLetter = map[result.Status]string{result.Valid: "V", result.RequestsQueued: "Q", result.CacheMissed: "CM",
 	result.Failed: "F", result.OverCapacity: "OC", result.NotRun: "NR", result.LateWindow: "LW"}
 
-// Compare writes runs a and b side by side in format (text, md, csv, json
-// or html): metadata that differs, prefill and every decode cell with B/A
-// ratios, and a ⚠ mark where a cell's status changed. The runs are called
-// A and B; CompareLabeled names them.
-func Compare(w io.Writer, a, b *result.Result, format string) error {
-	return CompareLabeled(w, a, b, "A", "B", format)
+// compareWriters write a comparison in each format.
+var compareWriters = writers[*comparison]{
+	Text: compareText, Markdown: compareMarkdown, CSV: compareCSV, JSON: compareJSON, HTML: compareHTML,
+}
+
+// Compare writes runs a and b side by side in format f: metadata that
+// differs, prefill and every decode cell with B/A ratios, and a ⚠ mark
+// where a cell's status changed. The runs are called A and B;
+// CompareLabeled names them.
+func Compare(w io.Writer, a, b *result.Result, f Format) error {
+	return CompareLabeled(w, a, b, "A", "B", f)
 }
 
 // CompareLabeled is Compare with names for the two runs (file names, say),
 // shown where the report introduces them.
-func CompareLabeled(w io.Writer, a, b *result.Result, labelA, labelB, format string) error {
+func CompareLabeled(w io.Writer, a, b *result.Result, labelA, labelB string, f Format) error {
 	if a == nil || b == nil {
 		return errors.New("report: comparing needs two results")
 	}
-	f, err := normalize(format)
-	if err != nil {
+	if _, err := ParseFormat(string(f)); err != nil {
 		return err
 	}
-	cmp := newComparison(a, b, labelA, labelB)
-	switch f {
-	case "md":
-		return compareMarkdown(w, cmp)
-	case "csv":
-		return compareCSV(w, cmp)
-	case "json":
-		return compareJSON(w, cmp)
-	case "html":
-		return compareHTML(w, cmp)
-	}
-	return compareText(w, cmp)
+	return compareWriters.write(w, f, newComparison(a, b, labelA, labelB))
 }

@@ -41,7 +41,7 @@ func fasterRun(t *testing.T) *result.Result {
 
 func TestCompare(t *testing.T) {
 	a, b := loadRun(t), fasterRun(t)
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		var buf bytes.Buffer
 		if err := CompareLabeled(&buf, a, b, "before.json", "after.json", format); err != nil {
 			t.Fatal(err)
@@ -119,7 +119,10 @@ func TestCompareSame(t *testing.T) {
 // TestCompareGolden pins the comparison layouts of two different seed runs.
 func TestCompareGolden(t *testing.T) {
 	a, b := loadSeed(t, "002"), loadSeed(t, "003")
-	for _, f := range []struct{ format, ext string }{{"text", "txt"}, {"md", "md"}, {"csv", "csv"}} {
+	for _, f := range []struct {
+		format Format
+		ext    string
+	}{{"text", "txt"}, {"md", "md"}, {"csv", "csv"}} {
 		var buf bytes.Buffer
 		if err := CompareLabeled(&buf, a, b, "seed-002.json", "seed-003.json", f.format); err != nil {
 			t.Fatal(err)
@@ -151,7 +154,7 @@ func TestCompareNamesOneRunCells(t *testing.T) {
 		return r
 	}
 	a, b := mk(1, 4), mk(1, 4, 8)
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		var buf bytes.Buffer
 		if err := Compare(&buf, a, b, format); err != nil {
 			t.Fatal(err)
@@ -346,7 +349,7 @@ func TestCompareJudgingSettings(t *testing.T) {
 // of neither), and the CSV and JSON list only cells a run has.
 func TestCompareCellsInNeither(t *testing.T) {
 	a, b := loadSeed(t, "002"), rateRun(100)
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		var buf bytes.Buffer
 		if err := Compare(&buf, a, b, format); err != nil {
 			t.Fatal(err)

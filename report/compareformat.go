@@ -124,8 +124,16 @@ func compareText(w io.Writer, cmp *comparison) error {
 		table(e, "", []string{"Ctx", colName(cmp.A.RateRun() && cmp.B.RateRun()), "A", "B", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A", "TBT A", "TBT B", "B/A"},
 			rows, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
 	}
+	e.print("\n")
+	for _, l := range wrapWords(boardLink, textWidth, "") {
+		e.print(l + "\n")
+	}
 	return e.err
 }
+
+// boardLink points from the comparison to the board of the same runs
+// (the board names the comparison of its two leaders in turn).
+const boardLink = "The same runs as a leaderboard with their Pareto frontier of per-request against total tok/s: add --board to the command (more than two runs, or a directory, give it by default)."
 
 func shortStatus(s string) string {
 	r := strings.NewReplacer("Over capacity", "Over cap.", "Requests queued", "Queued")
@@ -134,6 +142,16 @@ func shortStatus(s string) string {
 
 // oneLine shows a value's line breaks as ⏎ in a table cell.
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ⏎ ") }
+
+// clip cuts s to n runes, marking the cut with "…" (where a cell has no
+// room to wrap, such as a chart's legend; tables wrap instead).
+func clip(s string, n int) string {
+	s = oneLine(s)
+	if runeLen(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
 
 // at is ls[i], or "" past its end.
 func at(ls []string, i int) string {
@@ -201,6 +219,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 			}
 		}
 	}
+	e.print("\n" + mdEscape(boardLink) + "\n")
 	return e.err
 }
 
@@ -479,6 +498,7 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		}
 		e.print("</table></div>\n")
 	}
+	e.printf("<p class=\"notes\">%s</p>\n", h(boardLink))
 	e.foot(nil)
 	return e.err
 }

@@ -90,7 +90,10 @@ func beyondDoc(t *testing.T) *result.Result {
 
 func TestBeyondGolden(t *testing.T) {
 	r := beyondDoc(t)
-	for _, f := range []struct{ format, ext string }{{"text", "txt"}, {"md", "md"}, {"csv", "csv"}} {
+	for _, f := range []struct {
+		format Format
+		ext    string
+	}{{"text", "txt"}, {"md", "md"}, {"csv", "csv"}} {
 		var buf bytes.Buffer
 		if err := Render(&buf, r, f.format); err != nil {
 			t.Fatal(err)
@@ -112,7 +115,7 @@ func TestBeyondSchema(t *testing.T) {
 
 func TestBeyondInEveryFormat(t *testing.T) {
 	r := beyondDoc(t)
-	render := func(format string) string {
+	render := func(format Format) string {
 		var buf bytes.Buffer
 		if err := Render(&buf, r, format); err != nil {
 			t.Fatal(err)
@@ -120,7 +123,7 @@ func TestBeyondInEveryFormat(t *testing.T) {
 		return buf.String()
 	}
 	c := r.Cell(16384, 2)
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		page := strings.Join(strings.Fields(render(format)), " ") // lines wrapped at spaces
 		for _, want := range []string{
 			"TTFT ≤ 500 ms, time between tokens ≤ 50 ms",

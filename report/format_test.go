@@ -191,7 +191,7 @@ func TestCSVRows(t *testing.T) {
 }
 
 func TestFormatForFile(t *testing.T) {
-	for name, want := range map[string]string{"a.html": "html", "b.MD": "md", "c.markdown": "md", "d.csv": "csv", "e.json": "json", "f.txt": "text", "g.pdf": "", "": ""} {
+	for name, want := range map[string]Format{"a.html": "html", "b.MD": "md", "c.markdown": "md", "d.csv": "csv", "e.json": "json", "f.txt": "text", "g.pdf": "", "": ""} {
 		got, ok := FormatForFile(name)
 		if got != want || ok != (want != "") {
 			t.Errorf("FormatForFile(%q) = %q, %v; want %q", name, got, ok, want)
@@ -205,7 +205,7 @@ func BenchmarkRender(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, f := range Formats {
-		b.Run(f, func(b *testing.B) {
+		b.Run(string(f), func(b *testing.B) {
 			var buf bytes.Buffer
 			for b.Loop() {
 				buf.Reset()

@@ -173,7 +173,10 @@ func checkGolden(t *testing.T, name string, got []byte) {
 func TestGolden(t *testing.T) {
 	docs := map[string]*result.Result{"run": loadRun(t), "seed-000": loadSeed(t, "000"), "seed-002": loadSeed(t, "002"), "seed-003": loadSeed(t, "003")}
 	for name, r := range docs {
-		for _, f := range []struct{ format, ext string }{{"text", "txt"}, {"md", "md"}, {"csv", "csv"}} {
+		for _, f := range []struct {
+			format Format
+			ext    string
+		}{{"text", "txt"}, {"md", "md"}, {"csv", "csv"}} {
 			t.Run(name+"."+f.ext, func(t *testing.T) {
 				var buf bytes.Buffer
 				if err := Render(&buf, r, f.format); err != nil {

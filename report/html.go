@@ -112,10 +112,12 @@ func (e *htmlWriter) table(class string, head []string, rows [][]string) {
 	e.print("</table></div>\n")
 }
 
-func (e *htmlWriter) head(title string) {
+// head opens the page: its title and the styles, with extra CSS a kind of
+// page adds.
+func (e *htmlWriter) head(title string, extra ...string) {
 	e.print("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	e.print("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-	e.printf("<title>%s</title>\n<style>%s%s</style>\n</head>\n<body>\n<main>\n", h(title), css, beyondCSS)
+	e.printf("<title>%s</title>\n<style>%s%s%s</style>\n</head>\n<body>\n<main>\n", h(title), css, beyondCSS, strings.Join(extra, ""))
 }
 
 func (e *htmlWriter) foot(r *result.Result) {

@@ -22,7 +22,7 @@ func TestLateWindowShown(t *testing.T) {
 	late.Status = result.LateWindow
 	late.Reason = "shard 1 opened the window 2.1s late (more than 300ms): fewer than N requests ran at its start; give a longer --gap"
 	tok := fmtHeadline(late.TotalTokPerSec)
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		var b bytes.Buffer
 		if err := Render(&b, r, format); err != nil {
 			t.Fatal(err)

@@ -38,14 +38,14 @@ func fewSamples() *result.Result {
 func TestPercentilesInEveryFormat(t *testing.T) {
 	r := fewSamples()
 	o := Options{Percentiles: []float64{50, 95, 99.9}}
-	render := func(format string) string {
+	render := func(format Format) string {
 		var buf bytes.Buffer
 		if err := RenderWith(&buf, r, format, o); err != nil {
 			t.Fatal(err)
 		}
 		return buf.String()
 	}
-	for _, format := range []string{"text", "md"} {
+	for _, format := range []Format{"text", "md"} {
 		out := render(format)
 		for _, want := range []string{"Latency percentiles", "p50", "p95", "p99.9", "TTFT, warm prefix", "Time between tokens",
 			"End to end", "400", "6.2 ms", "40 ms" + lowMark, "fewer samples than the percentile needs"} {

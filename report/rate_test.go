@@ -25,7 +25,7 @@ func rateRun(tokS float64) *result.Result {
 // reached are in every format; runs compare rate by rate.
 func TestRateRunRendered(t *testing.T) {
 	r := rateRun(100)
-	for format, wants := range map[string][]string{
+	for format, wants := range map[Format][]string{
 		"text": {"2/s", "8/s", "TTFT, cold", "Achieved", "1.96/s", "Peak", "2 request rates"},
 		"md":   {"| 2/s |", "TTFT, cold", "Achieved rate", "Peak in flight", "request rates (requests per second, Poisson arrivals)"},
 		"html": {"<th>2/s</th>", "TTFT, cold", "2 requests/s", "Achieved rate"},
@@ -73,7 +73,7 @@ func TestRateRunLabels(t *testing.T) {
 	for i := range r.SLO.Capacity {
 		r.SLO.Capacity[i].Rate, r.SLO.Capacity[i].Concurrency = float64(r.SLO.Capacity[i].Concurrency), 0
 	}
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		var buf bytes.Buffer
 		if err := Render(&buf, r, format); err != nil {
 			t.Fatal(err)

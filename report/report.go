@@ -16,48 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/tokentap/tokentap/result"
 )
-
-// Formats lists the formats Render and Compare accept.
-var Formats = []string{"text", "md", "csv", "json", "html"}
-
-// normalize maps a format name (or alias) to its canonical name.
-func normalize(format string) (string, error) {
-	switch strings.ToLower(strings.TrimSpace(format)) {
-	case "text", "txt", "":
-		return "text", nil
-	case "md", "markdown":
-		return "md", nil
-	case "csv":
-		return "csv", nil
-	case "json":
-		return "json", nil
-	case "html", "htm":
-		return "html", nil
-	}
-	return "", fmt.Errorf("unknown report format %q (use %s)", format, strings.Join(Formats, ", "))
-}
-
-// ParseFormat checks a format name (or alias) and returns its canonical
-// name, so a command can refuse an unknown one before it does any work.
-func ParseFormat(format string) (string, error) { return normalize(format) }
-
-// FormatForFile guesses the format from an output file's extension
-// (".md" → "md", ".html" → "html" …); ok is false when it cannot tell.
-func FormatForFile(name string) (format string, ok bool) {
-	ext := strings.TrimPrefix(strings.ToLower(filepath.Ext(name)), ".")
-	switch ext {
-	case "txt", "md", "markdown", "csv", "json", "html", "htm":
-		f, _ := normalize(ext)
-		return f, true
-	}
-	return "", false
-}
 
 // Options change what a report shows.
 type Options struct {
@@ -80,41 +42,50 @@ func (o Options) percentilesFor(r *result.Result) []float64 {
 	return result.DefaultPercentiles
 }
 
-// Render writes r in format: "text" (aligned for a terminal, fits 100
-// columns), "md" (Markdown), "csv" (one row per prefill row and decode cell,
-// raw numbers), "json" (the document re-encoded) or "html" (one
+// run is a run's report subject: the document and the options.
+type run struct {
+	r *result.Result
+	o Options
+}
+
+// runWriters write a run's report in each format.
+var runWriters = writers[run]{
+	Text:     func(w io.Writer, x run) error { return writeText(w, newViewWith(x.r, x.o)) },
+	Markdown: func(w io.Writer, x run) error { return writeMarkdown(w, newViewWith(x.r, x.o)) },
+	HTML:     func(w io.Writer, x run) error { return writeHTML(w, x.r, newViewWith(x.r, x.o)) },
+	CSV:      func(w io.Writer, x run) error { return writeCSV(w, x.r, x.o.percentilesFor(x.r)) },
+	JSON: func(w io.Writer, x run) error {
+		// The numbers beside the histograms are the ones asked for.
+		cp := *x.r
+		cp.Decode = slices.Clone(x.r.Decode)
+		cp.SetPercentiles(x.o.percentilesFor(x.r))
+		return cp.Write(w)
+	},
+}
+
+// NewRunReporter is the report of run r in format f: Text (aligned for a
+// terminal, fits 100 columns), Markdown, CSV (one row per prefill row and
+// decode cell, raw numbers), JSON (the document re-encoded) or HTML (one
 // self-contained page).
-func Render(w io.Writer, r *result.Result, format string) error {
-	return RenderWith(w, r, format, Options{})
+func NewRunReporter(r *result.Result, f Format, o Options) (Reporter, error) {
+	if r == nil {
+		return nil, errors.New("report: no result to render")
+	}
+	return runWriters.reporter(f, run{r, o})
+}
+
+// Render writes r in format f.
+func Render(w io.Writer, r *result.Result, f Format) error {
+	return RenderWith(w, r, f, Options{})
 }
 
 // RenderWith is Render with options.
-func RenderWith(w io.Writer, r *result.Result, format string, o Options) error {
-	if r == nil {
-		return errors.New("report: no result to render")
-	}
-	f, err := normalize(format)
+func RenderWith(w io.Writer, r *result.Result, f Format, o Options) error {
+	rep, err := NewRunReporter(r, f, o)
 	if err != nil {
 		return err
 	}
-	switch f {
-	case "json":
-		// The numbers beside the histograms are the ones asked for.
-		cp := *r
-		cp.Decode = slices.Clone(r.Decode)
-		cp.SetPercentiles(o.percentilesFor(r))
-		return cp.Write(w)
-	case "csv":
-		return writeCSV(w, r, o.percentilesFor(r))
-	}
-	v := newViewWith(r, o)
-	switch f {
-	case "md":
-		return writeMarkdown(w, v)
-	case "html":
-		return writeHTML(w, r, v)
-	}
-	return writeText(w, v)
+	return rep(w)
 }
 
 // errWriter remembers the first write error so renderers can write freely

@@ -13,33 +13,33 @@ import (
 	"github.com/tokentap/tokentap/traffic"
 )
 
-// RenderTraffic writes a traffic summary — a proxy capture's requests,
-// summarised by package traffic — in format (text, md, csv, json, html):
-// requests by model and outcome, each model's tokens per second, and
-// TTFT, time between tokens and end-to-end percentiles with their sample
-// counts. title names what was summarised (the capture's file name).
-func RenderTraffic(w io.Writer, s traffic.Summary, format, title string) error {
-	f, err := normalize(format)
-	if err != nil {
-		return err
-	}
-	switch f {
-	case "json":
+// trafficWriters write a traffic summary in each format.
+var trafficWriters = writers[trafficSubject]{
+	Text:     func(w io.Writer, x trafficSubject) error { return newTrafficView(x.s, x.title).text(w) },
+	Markdown: func(w io.Writer, x trafficSubject) error { return newTrafficView(x.s, x.title).markdown(w) },
+	HTML:     func(w io.Writer, x trafficSubject) error { return newTrafficView(x.s, x.title).html(w) },
+	CSV:      func(w io.Writer, x trafficSubject) error { return trafficCSV(w, x.s) },
+	JSON: func(w io.Writer, x trafficSubject) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		return enc.Encode(s)
-	case "csv":
-		return trafficCSV(w, s)
-	}
-	t := newTrafficView(s, title)
-	switch f {
-	case "md":
-		return t.markdown(w)
-	case "html":
-		return t.html(w)
-	}
-	return t.text(w)
+		return enc.Encode(x.s)
+	},
+}
+
+// trafficSubject is a traffic summary and what it summarised.
+type trafficSubject struct {
+	s     traffic.Summary
+	title string
+}
+
+// RenderTraffic writes a traffic summary — a proxy capture's requests,
+// summarised by package traffic — in format f: requests by model and
+// outcome, each model's tokens per second, and TTFT, time between tokens
+// and end-to-end percentiles with their sample counts. title names what
+// was summarised (the capture's file name).
+func RenderTraffic(w io.Writer, s traffic.Summary, f Format, title string) error {
+	return trafficWriters.write(w, f, trafficSubject{s, title})
 }
 
 // trafficView is a traffic summary as display strings.

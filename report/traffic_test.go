@@ -41,7 +41,7 @@ func TestRenderTraffic(t *testing.T) {
 	if s.Requests != 5 || s.OK != 3 || s.Failed != 1 || s.Cancelled != 1 || len(s.Models) != 3 {
 		t.Fatalf("summary %+v", s)
 	}
-	for _, format := range []string{"text", "md", "html"} {
+	for _, format := range []Format{"text", "md", "html"} {
 		var buf bytes.Buffer
 		if err := RenderTraffic(&buf, s, format, "cap.jsonl"); err != nil {
 			t.Fatal(err)

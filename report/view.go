@@ -575,6 +575,16 @@ func title(r *result.Result) string {
 	if model == "" {
 		model = "Unknown model"
 	}
+	on := hardwareName(r)
+	if on == "" {
+		return model
+	}
+	return model + " on " + on
+}
+
+// hardwareName is what the run ran on as a title names it: the GPU with
+// its VRAM ("RTX 3060 12GB"), else the CPU without its core count.
+func hardwareName(r *result.Result) string {
 	h := r.Hardware
 	on := h.GPU
 	if on != "" && plainSize.MatchString(h.VRAM) && !strings.Contains(on, "×") {
@@ -586,10 +596,7 @@ func title(r *result.Result) string {
 			on = on[:i]
 		}
 	}
-	if on == "" {
-		return model
-	}
-	return model + " on " + on
+	return on
 }
 
 func ctxList(cs []int) string {

@@ -408,7 +408,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if f.Format != "none" {
-		if rerr := report.RenderWith(stdout, res, f.Format, report.Options{Percentiles: percentiles}); rerr != nil {
+		if rerr := report.RenderWith(stdout, res, report.Format(f.Format), report.Options{Percentiles: percentiles}); rerr != nil {
 			fmt.Fprintf(stderr, "tokentap matrix: report: %v\n", rerr)
 			code = max(code, exitError)
 		}

@@ -24,10 +24,15 @@ type reportConfig struct {
 	Output      string `env:"REPORT_OUTPUT"`
 	Percentiles string `env:"REPORT_PERCENTILES"`
 	Overwrite   bool   `env:"OVERWRITE"`
+	Sort        string `env:"REPORT_SORT"`
+	SLO         string `env:"REPORT_SLO"`
+	Board       bool   `env:"REPORT_BOARD"`
 }
 
 const reportSummary = `Render a run's result document (the JSON a matrix run writes) as text, Markdown, CSV,
 JSON or a self-contained HTML page; give two documents to compare them cell by cell.
+Give three or more (or a directory of them, or --board) for a leaderboard of the runs and,
+per context, the Pareto frontier of per-request against total tok/s over their Valid cells.
 Given a proxy capture (the JSONL tokentap proxy --capture writes), it renders a traffic
 summary: requests by model and outcome, tokens per second, and TTFT, time between tokens
 and end-to-end percentiles.
@@ -35,6 +40,8 @@ and end-to-end percentiles.
   tokentap report run.json
   tokentap report run.json --format html -o run.html
   tokentap report before.json after.json --format md
+  tokentap report runs/ --format html -o board.html
+  tokentap report a.json b.json c.json --sort ttft --slo ttft=500ms,tbt=50ms
   tokentap report traffic.jsonl
 
 Without --format the format follows the -o file's extension (.txt .md .csv .json .html),
@@ -51,27 +58,30 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout (- is stdout); an existing file is kept unless --overwrite [TOKENTAP_REPORT_OUTPUT]")
 	fset.BoolVar(&cfg.Overwrite, "overwrite", cfg.Overwrite, "let -o replace an existing file (never one of the files read) [TOKENTAP_OVERWRITE]")
 	fset.StringVar(&cfg.Percentiles, "percentiles", cfg.Percentiles, "latency percentiles to show, e.g. 50,90,99,99.9 (default: the run's, else 50,90,99) [TOKENTAP_REPORT_PERCENTILES]")
+	fset.StringVar(&cfg.Sort, "sort", cfg.Sort, "with many runs: the leaderboard's column to sort by: "+report.SortColumns()+" [TOKENTAP_REPORT_SORT]")
+	fset.StringVar(&cfg.SLO, "slo", cfg.SLO, "with many runs: keep on the Pareto frontiers only cells that meet these objectives, e.g. ttft=500ms,tbt=50ms,target=90% (judged per request where a run measured the same --slo, else from each cell's percentiles) [TOKENTAP_REPORT_SLO]")
+	fset.BoolVar(&cfg.Board, "board", cfg.Board, "show the leaderboard and Pareto frontier even of one or two runs (two are otherwise compared cell by cell) [TOKENTAP_REPORT_BOARD]")
 	// Flags may come before or after the file names.
 	files, code, done := fset.parseArgs(args)
 	if done {
 		return code
 	}
-	if len(files) == 0 || len(files) > 2 {
-		fmt.Fprintf(stderr, "tokentap report: give one result file to render or two to compare (got %d); see tokentap report --help\n", len(files))
-		return 2
+	if len(files) == 0 {
+		fmt.Fprintf(stderr, "tokentap report: give one result file to render, two to compare, or more (or a directory) for a leaderboard; see tokentap report --help\n")
+		return exitUsage
 	}
-	format := cfg.Format
-	if format == "" {
-		if f, ok := report.FormatForFile(cfg.Output); ok {
-			format = f
-		} else {
-			format = "text"
-		}
+	format := report.Text
+	if f, ok := report.FormatForFile(cfg.Output); ok {
+		format = f
 	}
 	// Check what can be checked before reading anything.
-	if err := checkFormat(format, fset.source("format"), false); err != nil {
-		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
-		return exitUsage
+	if cfg.Format != "" {
+		f, err := report.ParseFormat(cfg.Format)
+		if err != nil {
+			fmt.Fprintf(stderr, "tokentap report: %s: %v\n", fset.source("format"), err)
+			return exitUsage
+		}
+		format = f
 	}
 	var opts report.Options
 	if cfg.Percentiles != "" {
@@ -95,6 +105,9 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "tokentap report: %s does not exist: give the result file a matrix run wrote, or a proxy capture\n", f)
 			return exitUsage
 		}
+	}
+	if cfg.Board || len(files) > 2 || hasDir(files) || cfg.Sort != "" || cfg.SLO != "" {
+		return reportBoard(files, cfg, format, out, stdout, stderr)
 	}
 	for _, f := range files {
 		if !isCapture(f) {
@@ -168,7 +181,7 @@ func isCapture(path string) bool {
 }
 
 // reportCapture renders the traffic summary of a capture.
-func reportCapture(path, format string, o report.Options, output outfile.Target, stdout, stderr io.Writer) int {
+func reportCapture(path string, format report.Format, o report.Options, output outfile.Target, stdout, stderr io.Writer) int {
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)

@@ -21,6 +21,22 @@ func TestReportCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "run.html")
+	runs := filepath.Join(dir, "runs")
+	if err := os.MkdirAll(runs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{seedDoc, "../../report/testdata/seed-003.json"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(runs, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(runs, "notes.json"), []byte(`{"a": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		args   []string
@@ -38,7 +54,15 @@ func TestReportCommand(t *testing.T) {
 		{name: "html to a file by extension", args: []string{seedDoc, "-o", out}},
 		{name: "compare", args: []string{seedDoc, "../../report/testdata/seed-003.json"}, stdout: "A = seed-002.json"},
 		{name: "no file", args: nil, code: 2, stderr: "give one result file"},
-		{name: "three files", args: []string{seedDoc, seedDoc, seedDoc}, code: 2, stderr: "(got 3)"},
+		{name: "three files: a leaderboard", args: []string{seedDoc, "../../report/testdata/seed-000.json", "../../report/testdata/seed-003.json"}, stdout: "Leaderboard of 3 runs"},
+		{name: "the same file thrice: told apart", args: []string{seedDoc, seedDoc, seedDoc}, stdout: "seed-002.json (3)"},
+		{name: "a directory: a leaderboard", args: []string{runs}, stdout: "notes.json: not read as a run"},
+		{name: "two files on a board", args: []string{"--board", seedDoc, "../../report/testdata/seed-003.json"}, stdout: "Pareto frontier at context 0"},
+		{name: "sort", args: []string{"--sort", "ttft", seedDoc, "../../report/testdata/seed-000.json", "../../report/testdata/seed-003.json"}, stdout: "1  seed-000.json"},
+		{name: "unknown sort", args: []string{"--sort", "speed", seedDoc, seedDoc, seedDoc}, code: 2, stderr: `--sort "speed" is no leaderboard column`},
+		{name: "sort within an SLO without one", args: []string{"--sort", "slo-decode", seedDoc, seedDoc, seedDoc}, code: 2, stderr: "give --slo too"},
+		{name: "bad slo", args: []string{"--slo", "ttft=fast", seedDoc, seedDoc, seedDoc}, code: 2, stderr: "--slo"},
+		{name: "an empty directory", args: []string{t.TempDir()}, code: 2, stderr: "holds no .json file"},
 		{name: "missing file", args: []string{filepath.Join(dir, "nope.json")}, code: 2, stderr: "nope.json does not exist"},
 		{name: "invalid file", args: []string{bad}, code: 2, stderr: "not a tokentap result document"},
 		{name: "unknown format", args: []string{"--format", "pdf", seedDoc}, code: 2, stderr: `unknown report format "pdf"`},

@@ -1,4 +1,5 @@
-// Package schematest holds result documents to result/schema.json in
+// Package schematest holds result documents to result/schema.json (and
+// other documents to their schemas, ValidateAgainst) in
 // tests, wherever a test makes one (the matrix, the commands), so the
 // schema cannot drift from what tokentap writes.
 package schematest
@@ -58,4 +59,41 @@ func Result(r *result.Result) error {
 		return err
 	}
 	return Validate(buf.Bytes())
+}
+
+var (
+	otherMu       sync.Mutex
+	otherCompiled = map[string]*jsonschema.Schema{}
+)
+
+// ValidateAgainst checks an encoded document against another of
+// tokentap's schemas (report/board.schema.json, say), given as its bytes;
+// each is compiled once.
+func ValidateAgainst(schema, doc []byte) error {
+	otherMu.Lock()
+	s, ok := otherCompiled[string(schema)]
+	if !ok {
+		d, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+		if err != nil {
+			otherMu.Unlock()
+			return fmt.Errorf("the schema is not JSON: %w", err)
+		}
+		c := jsonschema.NewCompiler()
+		c.AssertFormat()
+		if err := c.AddResource("other.schema.json", d); err != nil {
+			otherMu.Unlock()
+			return err
+		}
+		if s, err = c.Compile("other.schema.json"); err != nil {
+			otherMu.Unlock()
+			return fmt.Errorf("not a valid JSON Schema: %w", err)
+		}
+		otherCompiled[string(schema)] = s
+	}
+	otherMu.Unlock()
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	return s.Validate(v)
 }
