@@ -132,8 +132,7 @@ func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record,
 	} else {
 		r.drain(ctx)
 	}
-	recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: rw.warm[:k], MaxTokens: 1, Stream: true,
-		Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids, Once: true}).Records
+	recs := replay.Run(ctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: 1, Stream: true, Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids}, Bodies: rw.warm[:k], Once: true}).Records
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -201,18 +200,13 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	defer stopScrape()
 	smp, scrapeDone := r.sample(sctx)
 	hearFor := r.hearFor(rw, n)
-	run := replay.RunClosed(wctx, replay.Closed{
-		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
-		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		StartAt: startAt, Ending: r.ending(c, col), Hear: hearFor,
-		OnWindow: func() {
-			stopScrape()
-			if hearFor > 0 {
-				r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: waiting up to %v for the engine to answer every request (its KV cache may not hold the cell)",
-					label, hearFor.Round(time.Second)))
-			}
-		},
-	})
+	run := replay.Run(wctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: r.sc.MaxOutput, Stream: true, Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(), Ending: r.ending(c, col)}, Bodies: rw.decode[:share], StartAt: startAt, Hear: hearFor, OnWindow: func() {
+		stopScrape()
+		if hearFor > 0 {
+			r.prog.begin(stepFinish, c, col, fmt.Sprintf("%s: waiting up to %v for the engine to answer every request (its KV cache may not hold the cell)",
+				label, hearFor.Round(time.Second)))
+		}
+	}})
 	cancel()
 	<-scrapeDone
 	recs := run.Records

@@ -100,11 +100,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	defer cancel()
 	timings0 := r.beyondStart(ctx)
 	smp, scrapeDone := r.sample(wctx)
-	run := replay.RunOpen(ctx, replay.Open{
-		Target: r.tgt, Clock: r.clock, Bodies: bodies, At: at, MaxTokens: r.sc.MaxOutput, Stream: true,
-		Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Grace: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		Ending: r.ending(c, col),
-	})
+	run := replay.Run(ctx, replay.Open{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: r.sc.MaxOutput, Stream: true, Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(), Ending: r.ending(c, col)}, Bodies: bodies, At: at, Grace: win})
 	cancel()
 	<-scrapeDone
 	recs := run.Records
