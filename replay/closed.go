@@ -17,6 +17,11 @@ type Closed struct {
 	Options
 	// Bodies holds one encoded request body per stream (see Target.Body).
 	Bodies []Body
+	// Queue, when set, gives every request the next body of a shared
+	// queue (a dataset's prompts) instead of its stream's own; Streams
+	// says how many streams then run (Bodies is unused).
+	Queue   *Queue
+	Streams int
 	// Hear, when > 0 with a Window, keeps the loop going after its window
 	// closes until the engine has answered every stream (each has had a
 	// token event, or a request failed: with StopOnFailure that stops the
@@ -48,7 +53,11 @@ func (cfg Closed) run(parent context.Context) Result {
 	ids := cfg.ids()
 
 	// Connections first, so the window measures requests, not TCP set-up.
-	conns := make([]*Conn, len(cfg.Bodies))
+	streams := len(cfg.Bodies)
+	if cfg.Queue != nil {
+		streams = cfg.Streams
+	}
+	conns := make([]*Conn, streams)
 	var wg sync.WaitGroup
 	for i := range conns {
 		conns[i] = NewConn(cfg.Target, cfg.Clock)
@@ -81,11 +90,12 @@ func (cfg Closed) run(parent context.Context) Result {
 		out      []record.Record
 		failOn   atomic.Bool
 		stopped  atomic.Int64 // when StopOnFailure stopped the loop, +1
+		begun    atomic.Int64 // requests begun, against Requests
 		windowed bool
 		fl       = newFlights(cfg.Ending)
 	)
 	// answered[i]: stream i has had a token event or a failed request.
-	answered := make([]atomic.Bool, len(cfg.Bodies))
+	answered := make([]atomic.Bool, streams)
 	start := cfg.Clock.Now()
 	if cfg.Window > 0 {
 		windowed = true
@@ -108,13 +118,25 @@ func (cfg Closed) run(parent context.Context) Result {
 		})
 		defer t.Stop()
 	}
-	for i, body := range cfg.Bodies {
+	for i := range streams {
 		conn := conns[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []record.Record
 			for ctx.Err() == nil {
+				if cfg.Requests > 0 && begun.Add(1) > int64(cfg.Requests) {
+					break
+				}
+				var body Body
+				if cfg.Queue != nil {
+					var more bool
+					if body, more = cfg.Queue.take(); !more {
+						break
+					}
+				} else {
+					body = cfg.Bodies[i]
+				}
 				rctx, done, ok := fl.begin(ctx, conn)
 				if !ok {
 					break
@@ -122,7 +144,7 @@ func (cfg Closed) run(parent context.Context) Result {
 				rec := record.Record{
 					ID:        cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10),
 					Tag:       cfg.Tag,
-					MaxTokens: cfg.MaxTokens,
+					MaxTokens: bodyMax(body, cfg.MaxTokens),
 					Stream:    cfg.Stream,
 				}
 				conn.Do(rctx, body, &rec)

@@ -16,7 +16,7 @@ type Options struct {
 	Target Target
 	Clock  record.Clock
 	// MaxTokens and Stream describe what the bodies ask for; they are
-	// copied into every record.
+	// copied into every record (a body's own Body.MaxTokens wins).
 	MaxTokens int
 	Stream    bool
 	// Tag labels every record, e.g. "C=16384 N=4"; IDs gives every request
@@ -28,6 +28,10 @@ type Options struct {
 	// end as Ending says. 0: no window (Requests, or the schedule's own
 	// end, stops the loop).
 	Window time.Duration
+	// Requests, when > 0, ends the loop once that many requests have been
+	// sent and have ended (vllm bench serve --num-prompts, GuideLLM
+	// --max-requests); with a Window, whichever comes first.
+	Requests int
 	// StopOnFailure ends the whole loop after the first failed request: a
 	// cell with a failure is Failed whatever else happens (METHOD.md §3),
 	// so hammering a broken engine for the rest of the window tells
@@ -48,8 +52,8 @@ type Result struct {
 	Failed bool
 	// Start is when the loop started, after its first connections were
 	// dialled: no request was sent before it. End is Start + Window for a
-	// loop that ran its window, else when the loop stopped (a failure,
-	// every body sent).
+	// loop that ran its window, else when the loop stopped (a failure, the
+	// last of Requests ending, every body sent).
 	Start, End time.Duration
 	// Heard is when the loop stopped: after End when a closed loop kept
 	// going to hear the engine's answer (Closed.Hear), else End.
@@ -83,4 +87,49 @@ func (o *Options) ids() *atomic.Int64 {
 		o.IDs = new(atomic.Int64)
 	}
 	return o.IDs
+}
+
+// bodyMax is the max_tokens a record of body b says: the body's own, else
+// the loop's.
+func bodyMax(b Body, loop int) int {
+	if b.MaxTokens > 0 {
+		return b.MaxTokens
+	}
+	return loop
+}
+
+// Queue hands a closed loop's streams their bodies in order, one request
+// each, instead of one body per stream: a dataset's prompts, each sent
+// once. With Wrap it starts again from the first when every body was
+// taken (a window longer than the dataset); without, a stream that finds
+// it empty stops.
+type Queue struct {
+	bodies []Body
+	wrap   bool
+	next   atomic.Int64
+}
+
+// NewQueue returns a queue of bodies.
+func NewQueue(bodies []Body, wrap bool) *Queue { return &Queue{bodies: bodies, wrap: wrap} }
+
+// take returns the next body.
+func (q *Queue) take() (Body, bool) {
+	if len(q.bodies) == 0 {
+		return Body{}, false
+	}
+	i := q.next.Add(1) - 1
+	if i >= int64(len(q.bodies)) && !q.wrap {
+		return Body{}, false
+	}
+	return q.bodies[i%int64(len(q.bodies))], true
+}
+
+// Taken is how many bodies were taken, wrapping included: above the
+// queue's length, some were sent more than once.
+func (q *Queue) Taken() int {
+	n := int(q.next.Load())
+	if !q.wrap {
+		n = min(n, len(q.bodies))
+	}
+	return n
 }

@@ -17,7 +17,7 @@ import (
 // the loop's start, whatever is still running (arrivals do not wait for
 // answers, as in vllm bench serve --request-rate), each on a connection of
 // its own while it runs. Options.Window ends the sending: no request is
-// sent at or after it.
+// sent at or after it; Requests limits how many are sent.
 type Open struct {
 	Options
 	// Bodies[i] is sent at At[i] (ascending offsets).
@@ -56,11 +56,11 @@ func (cfg Open) run(ctx context.Context) Result {
 	ids := cfg.ids()
 	jobs := make([]openJob, 0, len(cfg.At))
 	for i, at := range cfg.At {
-		if i >= len(cfg.Bodies) || (cfg.Window > 0 && at >= cfg.Window) {
+		if i >= len(cfg.Bodies) || (cfg.Window > 0 && at >= cfg.Window) || (cfg.Requests > 0 && i >= cfg.Requests) {
 			break
 		}
 		jobs = append(jobs, openJob{at: at, target: cfg.Target, body: cfg.Bodies[i],
-			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: cfg.MaxTokens, Stream: cfg.Stream}})
+			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: bodyMax(cfg.Bodies[i], cfg.MaxTokens), Stream: cfg.Stream}})
 	}
 	return runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure, ending: cfg.Ending,
 		tokens: cfg.Tokens, dial: min(len(jobs), 16)})
