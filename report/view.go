@@ -222,6 +222,7 @@ func newViewWith(r *result.Result, o Options) *view {
 	if len(s.RequestFields) > 0 {
 		run = append(run, kv{"Request fields", fieldList(s.RequestFields, ": ")})
 	}
+	run = append(run, workloadRows(s)...)
 	v.Sections = append(v.Sections, section{"Run", nonEmpty(run...)})
 
 	v.Notes = append(v.Notes, r.Notes...)

@@ -24,9 +24,7 @@ const MaxFileSize = 1 << 20
 var settings = []string{
 	"name", "model", "api", "contexts", "concurrency", "rate", "prefill", "window", "max_output",
 	"shared_prefix", "kv_capacity", "max_model_len", "sampling", "extra",
-	"dataset", "requests", "burstiness", "sweep", "seed", "random_range_ratio",
-	"prompt_tokens_stdev", "prompt_tokens_min", "prompt_tokens_max",
-	"output_tokens_stdev", "output_tokens_min", "output_tokens_max",
+	"dataset", "requests", "burstiness", "sweep", "seed",
 }
 
 var samplingKeys = []string{

@@ -76,17 +76,13 @@ type Scenario struct {
 	// cell's gaps (0 or 1: Poisson); Sweep measures, per context, one
 	// request at a time, then the throughput, then rates between (Rates
 	// and Concurrency then unused but for the throughput cell's N, the
-	// largest concurrency); Seed draws the dataset's sample, the arrival
-	// schedules and the lengths; PromptLengths and OutputLengths vary
-	// synthetic prompts' and outputs' lengths around the context and max
-	// output.
-	Dataset       string
-	Requests      int
-	Burstiness    float64
-	Sweep         bool
-	Seed          int64
-	PromptLengths Lengths
-	OutputLengths Lengths
+	// largest concurrency); Seed draws the dataset's sample and the
+	// arrival schedules.
+	Dataset    string
+	Requests   int
+	Burstiness float64
+	Sweep      bool
+	Seed       int64
 }
 
 // Sampling parameters, in the OpenAI / vLLM request field names. A nil field
