@@ -55,9 +55,13 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 		maxN = max(maxN, n)
 		cols[i] = result.Column{N: n}
 	}
-	rw, ok, err := r.rowStart(ctx, c, maxN, cols)
-	if err != nil || !ok {
-		return err
+	rw := &rowRun{c: c} // a dataset's prompts: no synthetic row to build or warm
+	if r.ds == nil {
+		var ok bool
+		var err error
+		if rw, ok, err = r.rowStart(ctx, c, maxN, cols); err != nil || !ok {
+			return err
+		}
 	}
 	for _, n := range ns {
 		if r.kvBelow > 0 && need(c, n, r.sc.MaxOutput) >= r.kvBelow {
@@ -132,8 +136,7 @@ func (r *runner) warmUp(ctx context.Context, rw *rowRun, n int) (*record.Record,
 	} else {
 		r.drain(ctx)
 	}
-	recs := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: rw.warm[:k], MaxTokens: 1, Stream: true,
-		Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids, Once: true}).Records
+	recs := replay.Run(ctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: 1, Stream: true, Tag: "warmup C=" + TokenLabel(rw.c), IDs: &r.ids}, Bodies: rw.warm[:k], Once: true}).Records
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -172,9 +175,12 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		}
 		r.drainUntil(ctx, r.sched.Warm(slot, r.rowFirst(c, n)))
 	}
-	refused, err := r.warmUp(ctx, rw, n)
-	if err != nil {
-		return err
+	var refused *record.Record
+	if r.ds == nil { // a dataset's prompts are sent cold, each once
+		var err error
+		if refused, err = r.warmUp(ctx, rw, n); err != nil {
+			return err
+		}
 	}
 	if refused != nil {
 		r.learn(c, n)
@@ -201,10 +207,14 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	defer stopScrape()
 	smp, scrapeDone := r.sample(sctx)
 	hearFor := r.hearFor(rw, n)
-	run := replay.RunClosed(wctx, replay.Closed{
-		Target: r.tgt, Clock: r.clock, Bodies: rw.decode[:share], MaxTokens: r.sc.MaxOutput, Stream: true,
-		Tag: fmt.Sprintf("C=%d N=%d", c, n), IDs: &r.ids, Window: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		StartAt: startAt, Ending: r.ending(c, col), HearFor: hearFor,
+	decode := rw.decode // a dataset's cell has none: its queue feeds the streams
+	if r.ds == nil {
+		decode = decode[:share]
+	}
+	sched := replay.Closed{
+		Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: r.sc.MaxOutput, Stream: true, Tag: fmt.Sprintf("C=%d N=%d", c, n),
+			IDs: &r.ids, Window: win, Requests: r.requests(), StopOnFailure: true, Tokens: r.prog.counter(), Ending: r.ending(c, col)},
+		Bodies: decode, StartAt: startAt, HearFor: hearFor,
 		OnWindow: func() {
 			stopScrape()
 			if hearFor > 0 {
@@ -212,7 +222,16 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 					label, hearFor.Round(time.Second)))
 			}
 		},
-	})
+	}
+	var q *replay.Queue
+	if r.ds != nil {
+		q = replay.NewQueue(r.ds.take(0), win > 0) // a window may outlast the sample: wrap
+		sched.Queue, sched.Streams = q, share
+	}
+	run := replay.Run(wctx, sched)
+	if q != nil {
+		r.ds.used(q.Taken())
+	}
 	cancel()
 	<-scrapeDone
 	recs := run.Records
@@ -222,7 +241,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	}
 	w := cell.Window{Start: run.Start, End: run.End}
 	o := observations{Planned: *r.res.Cell(c, n), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: run.Heard, HearFor: hearFor,
-		Share: share, PromptTokens: shortestPrompt(rw.decode[:share]), Estimated: r.build.Estimate,
+		Share: share, PromptTokens: shortestPrompt(decode), Estimated: r.build.Estimate,
 		ColdTTFT: rw.cold, Between: r.between(c, n) && r.warmSlots(n) >= share, EngineSlots: r.info.SlotsAtMost()}
 	if lerr := smp.observe(&o, r.clock); lerr != nil {
 		r.log.Warn().Err(lerr).Msg("matrix: scraping the engine's gauges failed; queueing judged from the requests decoding at once")
@@ -238,6 +257,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	judged, notes := judge(o)
 	out := r.res.Cell(c, n)
 	*out = judged
+	r.workloadFigures(out, recs, w)
 	r.note(notes...)
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)

@@ -138,10 +138,7 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	}
 	warm := []replay.Body{w}
 	r.drain(ctx) // the measurement must not share the engine with streams still winding down
-	recs := replay.RunClosed(ctx, replay.Closed{
-		Target: r.tgt, Clock: r.clock, Bodies: warm, MaxTokens: 1, Stream: true,
-		Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids, Once: true,
-	}).Records
+	recs := replay.Run(ctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: 1, Stream: true, Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids}, Bodies: warm, Once: true}).Records
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -257,7 +254,7 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 	// previous row's cancelled streams leave the engine first.
 	r.drainUntil(ctx, r.prepareEnd(c, []int{cols[0].N}))
 	tag := "warmup C=" + TokenLabel(c)
-	first := replay.RunClosed(ctx, replay.Closed{Target: r.tgt, Clock: r.clock, Bodies: warm[:1], MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids, Once: true}).Records
+	first := replay.Run(ctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids}, Bodies: warm[:1], Once: true}).Records
 	if ctx.Err() != nil {
 		return nil, false, ctx.Err()
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strconv"
@@ -35,9 +34,13 @@ func (r *runner) rateRow(ctx context.Context, c int, rates []float64) error {
 	for i, rate := range rates {
 		cols[i] = result.Column{Rate: rate}
 	}
-	rw, ok, err := r.rowStart(ctx, c, 1, cols)
-	if err != nil || !ok {
-		return err
+	rw := &rowRun{c: c} // a dataset's prompts: no synthetic row to build
+	if r.ds == nil {
+		var ok bool
+		var err error
+		if rw, ok, err = r.rowStart(ctx, c, 1, cols); err != nil || !ok {
+			return err
+		}
 	}
 	for k, rate := range rates {
 		col := cols[k]
@@ -52,62 +55,49 @@ func (r *runner) rateRow(ctx context.Context, c int, rates []float64) error {
 	return nil
 }
 
-// rateSeed makes a cell's arrival schedule reproducible for a run (its
-// salt) and distinct between cells.
-func (r *runner) rateSeed(c int, rate float64) uint64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%d|%g", r.build.Salt(), c, rate)
-	return h.Sum64()
-}
-
 // rateCell runs arrival-rate cell (rw.c, rate), the k-th of its row.
 func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) error {
 	c := rw.c
 	col := result.Column{Rate: rate}
 	label := cellLabel(c, col)
-	win := r.sc.Window
-	at := replay.PoissonArrivals(rate, win, r.rateSeed(c, rate))
+	win := r.sc.Window // 0: a request count alone ends the cell
+	at := r.arrivals(c, rate)
 	if len(at) == 0 {
 		r.skip(c, col, result.Failed, fmt.Sprintf("%s requests/s over a %s window is no request: raise the rate or the window", strconv.FormatFloat(rate, 'f', -1, 64), win))
 		return nil
 	}
-	r.prog.begin(stepPrompts, c, col, fmt.Sprintf("prompts for context %s, %d requests", TokenLabel(c), len(at)))
-	if err := r.primeEstimate(ctx, c); err != nil {
-		return err
+	if q := r.requests(); q > 0 && len(at) > q {
+		at = at[:q]
 	}
-	ps, err := r.builder(c).PromptsFrom(ctx, c, rateSlot(k), len(at))
-	var capped *prompts.CappedError
-	if errors.As(err, &capped) {
-		r.skip(c, col, result.Failed, r.noteTruncated(c, capped.Target, capped.Max))
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("build the %d cold %s-token prompts of %s requests/s: %w", len(at), TokenLabel(c), strconv.FormatFloat(rate, 'f', -1, 64), err)
-	}
-	bodies := make([]replay.Body, len(ps))
-	for i := range ps {
-		if bodies[i], _, err = r.bodies(ps[i]); err != nil {
+	var bodies []replay.Body
+	if r.ds != nil {
+		bodies = r.ds.take(len(at))
+	} else {
+		var err error
+		var stop bool
+		if bodies, stop, err = r.rateBodies(ctx, c, col, k, rate, len(at)); err != nil || stop {
 			return err
 		}
-		ps[i].Text = ""
 	}
-
 	r.prog.begin(stepWindow, c, col, label)
 	r.drain(ctx)
 	// The gauges are read over the window only: the grace after it is
 	// for the stragglers' latencies, not the cell's load.
-	wctx, cancel := context.WithTimeout(ctx, win)
+	wctx, cancel := context.WithCancel(ctx)
+	if win > 0 {
+		wctx, cancel = context.WithTimeout(ctx, win)
+	}
 	defer cancel()
 	timings0 := r.beyondStart(ctx)
 	smp, scrapeDone := r.sample(wctx)
-	run := replay.RunOpen(ctx, replay.Open{
-		Target: r.tgt, Clock: r.clock, Bodies: bodies, At: at, MaxTokens: r.sc.MaxOutput, Stream: true,
-		Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Grace: win, StopOnFailure: true, Tokens: r.prog.counter(),
-		Ending: r.ending(c, col),
-	})
+	run := replay.Run(ctx, replay.Open{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: r.sc.MaxOutput, Stream: true, Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Requests: r.requests(), StopOnFailure: true, Tokens: r.prog.counter(), Ending: r.ending(c, col)},
+		Bodies: bodies, At: at, Grace: win})
 	cancel()
 	<-scrapeDone
 	recs := run.Records
+	if r.ds != nil {
+		r.ds.used(len(recs))
+	}
 	r.emit(recs)
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -196,4 +186,30 @@ func inFlight(recs []record.Record, w cell.Window) (peak int, avg float64) {
 		avg = math.Round(sum.Seconds()/secs*100) / 100
 	}
 	return peak, avg
+}
+
+// rateBodies builds the n cold prompts of rate cell (c, rate), the k-th
+// of its row; stop: the cell was decided without running.
+func (r *runner) rateBodies(ctx context.Context, c int, col result.Column, k int, rate float64, n int) (bodies []replay.Body, stop bool, err error) {
+	r.prog.begin(stepPrompts, c, col, fmt.Sprintf("prompts for context %s, %d requests", TokenLabel(c), n))
+	if err := r.primeEstimate(ctx, c); err != nil {
+		return nil, false, err
+	}
+	ps, err := r.builder(c).PromptsFrom(ctx, c, rateSlot(k), n)
+	var capped *prompts.CappedError
+	if errors.As(err, &capped) {
+		r.skip(c, col, result.Failed, r.noteTruncated(c, capped.Target, capped.Max))
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("build the %d cold %s-token prompts of %s requests/s: %w", n, TokenLabel(c), strconv.FormatFloat(rate, 'f', -1, 64), err)
+	}
+	bodies = make([]replay.Body, len(ps))
+	for i := range ps {
+		if bodies[i], _, err = r.bodies(ps[i]); err != nil {
+			return nil, false, err
+		}
+		ps[i].Text = ""
+	}
+	return bodies, false, nil
 }

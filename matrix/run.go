@@ -30,6 +30,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/dataset"
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/prompts"
@@ -140,6 +142,11 @@ type Config struct {
 	// Host names this load generator in a sharded run's result; empty:
 	// the host name.
 	Host string
+	// Dataset, when set, holds the prompts the run sends in place of
+	// synthetic ones (Scenario.Dataset, read by the caller): one decode
+	// row, its columns the scenario's, its requests sampled by
+	// Scenario.Seed (workload.go).
+	Dataset *dataset.Dataset
 }
 
 // CellRun is a measured cell with what it was judged from.
@@ -186,6 +193,8 @@ type runner struct {
 	// rateRefused is, per context, the lowest request rate whose cell the
 	// engine refused for not fitting: higher rates are not run.
 	rateRefused map[int]float64
+	// ds is a dataset run's sample (workload.go); nil: synthetic prompts.
+	ds *datasetRun
 }
 
 // note adds notes to the run's result: every note of a run, the cells'
@@ -314,8 +323,26 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 			ErrNothingToMeasure, strings.Join(r.plan.whyNothing(maxLen, kv, kvMax), " "))
 	}
 	decodeTest := "Fixed duration"
-	if len(r.plan.rates) > 0 {
-		decodeTest = "Fixed duration, Poisson arrivals (open loop)"
+	switch {
+	case sc.Requests > 0 && sc.Window > 0:
+		decodeTest = fmt.Sprintf("Fixed duration or %d requests, whichever ends first", sc.Requests)
+	case sc.Requests > 0:
+		decodeTest = fmt.Sprintf("%d requests", sc.Requests)
+	}
+	arrivals := "Poisson arrivals"
+	if sc.Burstiness > 0 && sc.Burstiness != 1 {
+		arrivals = "gamma arrivals of burstiness " + strconv.FormatFloat(sc.Burstiness, 'g', -1, 64)
+	}
+	switch {
+	case sc.Sweep:
+		decodeTest += ", sweep (one at a time, throughput, then " + arrivals + " at rates between)"
+	case len(r.plan.rates) > 0:
+		decodeTest += ", " + arrivals + " (open loop)"
+	}
+	if cfg.Dataset != nil {
+		if err := r.loadDataset(ctx, cfg.Dataset, maxLen); err != nil {
+			return nil, err
+		}
 	}
 	res.Settings = result.Settings{
 		DecodeTest:    decodeTest,
@@ -335,6 +362,15 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		SharedPrefix:  sc.SharedPrefix,
 
 		FinishRequests: cfg.FinishRequests,
+
+		Requests:   sc.Requests,
+		Burstiness: sc.Burstiness,
+		Sweep:      sc.Sweep,
+		Seed:       sc.Seed,
+	}
+	if cfg.Dataset != nil {
+		res.Settings.Dataset = datasetSettings(cfg.Dataset)
+		res.Settings.Contexts = nil // the dataset's prompts, not contexts
 	}
 	if f := sc.SamplingFields(); len(f) > 0 {
 		res.Settings.Sampling = f
@@ -386,6 +422,10 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		Int("max_model_len", maxLen).Int("kv_capacity", kv).Int("cells", r.plan.runnableCells()).Msg("matrix: plan ready")
 
 	err = r.execute(ctx)
+	if r.ds != nil && r.ds.taken > len(r.ds.bodies) {
+		res.Notes = append(res.Notes, fmt.Sprintf("The cells took %d prompts from a sample of %d: %d requests sent a prompt sent before (the windows outlasted the dataset), which the engine's prefix cache may have held.",
+			r.ds.taken, len(r.ds.bodies), r.ds.taken-len(r.ds.bodies)))
+	}
 	r.prog.close()
 	r.finishBeyond()
 	res.Ended = time.Now()
@@ -422,6 +462,12 @@ func (r *runner) execute(ctx context.Context) error {
 		return err
 	}
 	for _, c := range r.plan.contexts {
+		if r.sc.Sweep {
+			if err := r.sweepRow(ctx, c); err != nil {
+				return err
+			}
+			continue
+		}
 		if ns := r.plan.runnable(c); len(ns) > 0 {
 			if err := r.row(ctx, c, ns); err != nil {
 				return err

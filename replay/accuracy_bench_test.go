@@ -232,7 +232,7 @@ func accuracyRun(b *testing.B, streams int, dur time.Duration) {
 		time.Sleep(dur - 1500*time.Millisecond)
 		mid <- [2]sample{a, {cpuTime(), time.Now()}}
 	}()
-	run := RunClosed(context.Background(), Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 256, Stream: true, Window: dur})
+	run := Run(context.Background(), Closed{Options: Options{Target: tg, Clock: clock, MaxTokens: 256, Stream: true, Window: dur}, Bodies: bodies})
 	cpu := cpuTime() - cpu0
 	wall := time.Since(wall0)
 	m := <-mid

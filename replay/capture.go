@@ -28,14 +28,16 @@ type PromptFunc func(ctx context.Context, tokens, i int) (string, error)
 //     --capture-prompts), else its captured model name, neither Target.Model
 //     nor a fallback, so an unknown model is refused again.
 type Capture struct {
+	// Options: Target and Clock are used; each request's max_tokens,
+	// streaming and tag are its captured record's, and the capture's own
+	// timing ends the loop, not Window, Requests or StopOnFailure.
 	// Target.API and Model, when set, override each record's (but a
 	// refused request keeps its model).
-	Target Target
+	Options
 	// Listed are the models the target serves; with Target.Model empty a
 	// record keeps its model when the target lists it, else gets Fallback.
 	Listed   []string
 	Fallback string
-	Clock    record.Clock
 	// Records is the capture, in any order; their Sent offsets give the
 	// arrival times.
 	Records []record.Record
@@ -77,17 +79,18 @@ type Late struct {
 	Median time.Duration
 }
 
-// RunCapture replays cfg.Records and returns one record per request sent, in
-// capture order, and how late the sends were against the schedule. Prompts
+// run replays cfg.Records: one record per request sent, in capture order,
+// and how late the sends were against the schedule (Result.Late). Prompts
 // are built before the first request is sent so building them costs the
 // schedule nothing. A cancelled ctx stops sending and cancels what is in
-// flight; the records so far are returned with ctx's error.
-func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error) {
+// flight; the records so far are returned with ctx's error (Result.Err).
+// A capture that cannot be replayed returns Err and no records.
+func (cfg Capture) run(ctx context.Context) Result {
 	if cfg.Prompt == nil {
-		return nil, Late{}, errors.New("replay: no prompt builder")
+		return Result{Err: errors.New("replay: no prompt builder")}
 	}
 	if len(cfg.Records) == 0 {
-		return nil, Late{}, errors.New("replay: the capture holds no records")
+		return Result{Err: errors.New("replay: the capture holds no records")}
 	}
 	speed := cfg.Speed
 	if speed <= 0 {
@@ -136,10 +139,10 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 			}
 			prompt, err := cfg.Prompt(ctx, tokens, i)
 			if err != nil {
-				return nil, Late{}, fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)
+				return Result{Err: fmt.Errorf("replay: prompt of %d tokens for capture record %d (%s): %w", tokens, i+1, c.ID, err)}
 			}
 			if body, err = t.Body(Request{Prompt: prompt, MaxTokens: maxTokens, Stream: c.Stream, IgnoreEOS: cfg.IgnoreEOS, Extra: cfg.Extra}); err != nil {
-				return nil, Late{}, err
+				return Result{Err: err}
 			}
 			body.PromptTokens = c.PromptTokens
 		}
@@ -158,6 +161,5 @@ func RunCapture(ctx context.Context, cfg Capture) ([]record.Record, Late, error)
 		}
 	}
 
-	res := runOpen(ctx, cfg.Clock, jobs, openOpts{})
-	return res.recs, res.late, res.err
+	return runOpen(ctx, cfg.Clock, jobs, openOpts{})
 }

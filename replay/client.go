@@ -3,15 +3,16 @@
 // the same measuring core the proxy uses, so a record means the same thing
 // whoever produced it (METHOD.md §2).
 //
-// Three ways of sending load live here:
-//   - Closed loop (RunClosed): N streams kept in flight, one connection per
-//     stream, each stream sending its own request again the moment the last
-//     one ends, until the context is cancelled (the matrix window's end).
-//   - Open loop at a rate (RunOpen): requests sent at given arrival times
-//     (Poisson, PoissonArrivals), each on a connection of its own, whatever
+// Every way of sending load is a Schedule run by Run (loop.go), with the
+// Options every loop shares and one Result:
+//   - Closed: N streams kept in flight, one connection per stream, each
+//     stream sending its own request again the moment the last one ends,
+//     until the window closes or the context is cancelled.
+//   - Open: requests sent at given arrival times (a rate's Poisson
+//     arrivals, PoissonArrivals), each on a connection of its own, whatever
 //     is still running.
-//   - Capture replay (RunCapture): the requests of a proxy capture sent at
-//     their original arrival times, scaled by a speed factor.
+//   - Capture: the requests of a proxy capture sent at their original
+//     arrival times, scaled by a speed factor.
 //
 // A request is encoded once (target.go: Target, Request, Body); a Conn
 // (client.go) sends it and reads the answer (response.go) through the tap.

@@ -10,84 +10,54 @@ import (
 	"github.com/tokentap/tokentap/record"
 )
 
-// Closed configures a closed loop: len(Bodies) streams, stream i sending
-// Bodies[i] again the moment its last request ended.
+// Closed is a closed-loop schedule: len(Bodies) streams, stream i sending
+// Bodies[i] again the moment its last request ended. Window, Requests and
+// StopOnFailure (Options) stop it.
 type Closed struct {
-	Target Target
-	Clock  record.Clock
+	Options
 	// Bodies holds one encoded request body per stream (see Target.Body).
 	Bodies []Body
-	// MaxTokens and Stream describe what the bodies ask for; they are copied
-	// into every record.
-	MaxTokens int
-	Stream    bool
-	// Tag labels every record, e.g. "C=16384 N=4".
-	Tag string
-	// IDs gives every request a run-unique id (Tag#n); nil numbers them
-	// from 1.
-	IDs *atomic.Int64
-	// Window, when > 0, ends the loop that long after the streams start:
-	// whatever still runs then is cancelled (and recorded as cancelled),
-	// or left to end as Ending says.
-	Window time.Duration
-	// StopOnFailure ends the whole loop after the first failed request:
-	// a cell with a failure is Failed whatever else happens (METHOD.md §3),
-	// so hammering a broken engine for the rest of the window tells nothing.
-	StopOnFailure bool
-	// Ending is how the requests still running when the loop stops end.
-	Ending Ending
+	// Queue, when set, gives every request the next body of a shared
+	// queue (a dataset's prompts) instead of its stream's own; Streams
+	// says how many streams then run (Bodies is unused).
+	Queue   *Queue
+	Streams int
 	// HearFor, when > 0 with a Window, keeps the loop going after its window
 	// closes until the engine has answered every stream (each has had a
 	// token event, or a request failed: with StopOnFailure that stops the
 	// loop), for at most HearFor: an engine that finds it cannot fit a cell
 	// only when its KV cache fills says so when the cache fills, however
 	// slow the machine (METHOD.md §3, hearing the engine). The loop's
-	// figures are still the window's (Run.End); Run.Heard is when it
+	// figures are still the window's (Result.End); Result.Heard is when it
 	// stopped.
 	HearFor time.Duration
 	// OnWindow, when set, is called when the window closes, before any
 	// hearing.
 	OnWindow func()
-	// Tokens, when set, counts tokens as they arrive (live progress).
-	Tokens *atomic.Int64
 	// Once sends each body exactly once instead of looping (warm-up).
 	Once bool
 	// StartAt, when set, is when the streams start (a sharded run's
 	// schedule): the connections are dialled first, then the loop waits
-	// for it. A StartAt already past starts at once; Run.Start says when
-	// the streams really started.
+	// for it. A StartAt already past starts at once; Result.Start says
+	// when the streams really started.
 	StartAt time.Time
 }
 
-// Run is what a closed loop did.
-type Run struct {
-	// Records of every request, in no particular order.
-	Records []record.Record
-	// Failed is true when a request failed (record.Outcome.Failed).
-	Failed bool
-	// Start is when the streams were started, after their connections were
-	// dialled: no request was sent before it. End is Start + Window for a
-	// loop that ran its window, else when the loop stopped.
-	Start, End time.Duration
-	// Heard is when the loop stopped: after End when it kept going to
-	// hear the engine's answer (Closed.HearFor), else End.
-	Heard time.Duration
-}
-
-// RunClosed dials one connection per stream, then starts every stream at
-// once and keeps them going until the window closes, ctx is done or, with
-// Once, every stream sent its body once. Requests still running at the end
-// are cancelled and recorded as cancelled, or end as cfg.Ending says.
-func RunClosed(ctx context.Context, cfg Closed) Run {
-	ctx, cancel := context.WithCancel(ctx)
+// run dials one connection per stream, then starts every stream at once
+// and keeps them going until the window closes, ctx is done or, with Once,
+// every stream sent its body once. Requests still running at the end are
+// cancelled and recorded as cancelled, or end as cfg.Ending says.
+func (cfg Closed) run(parent context.Context) Result {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	ids := cfg.IDs
-	if ids == nil {
-		ids = new(atomic.Int64)
-	}
+	ids := cfg.ids()
 
 	// Connections first, so the window measures requests, not TCP set-up.
-	conns := make([]*Conn, len(cfg.Bodies))
+	streams := len(cfg.Bodies)
+	if cfg.Queue != nil {
+		streams = cfg.Streams
+	}
+	conns := make([]*Conn, streams)
 	var wg sync.WaitGroup
 	for i := range conns {
 		conns[i] = NewConn(cfg.Target, cfg.Clock)
@@ -120,11 +90,12 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 		out      []record.Record
 		failOn   atomic.Bool
 		stopped  atomic.Int64 // when StopOnFailure stopped the loop, +1
+		begun    atomic.Int64 // requests begun, against Requests
 		windowed bool
 		fl       = newFlights(cfg.Ending)
 	)
 	// answered[i]: stream i has had a token event or a failed request.
-	answered := make([]atomic.Bool, len(cfg.Bodies))
+	answered := make([]atomic.Bool, streams)
 	start := cfg.Clock.Now()
 	if cfg.Window > 0 {
 		windowed = true
@@ -147,13 +118,25 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 		})
 		defer t.Stop()
 	}
-	for i, body := range cfg.Bodies {
+	for i := range streams {
 		conn := conns[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []record.Record
 			for ctx.Err() == nil {
+				if cfg.Requests > 0 && begun.Add(1) > int64(cfg.Requests) {
+					break
+				}
+				var body Body
+				if cfg.Queue != nil {
+					var more bool
+					if body, more = cfg.Queue.take(); !more {
+						break
+					}
+				} else {
+					body = cfg.Bodies[i]
+				}
 				rctx, done, ok := fl.begin(ctx, conn)
 				if !ok {
 					break
@@ -161,7 +144,7 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 				rec := record.Record{
 					ID:        cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10),
 					Tag:       cfg.Tag,
-					MaxTokens: cfg.MaxTokens,
+					MaxTokens: bodyMax(body, cfg.MaxTokens),
 					Stream:    cfg.Stream,
 				}
 				conn.Do(rctx, body, &rec)
@@ -198,7 +181,7 @@ func RunClosed(ctx context.Context, cfg Closed) Run {
 	if cfg.HearFor <= 0 {
 		heard = end
 	}
-	return Run{Records: out, Failed: failOn.Load(), Start: start, End: end, Heard: max(heard, end)}
+	return Result{Records: out, Failed: failOn.Load(), Start: start, End: end, Heard: max(heard, end), Err: parent.Err()}
 }
 
 // hear stops the loop once every stream has been answered (answered), or

@@ -48,13 +48,10 @@ func TestEnding(t *testing.T) {
 			end.OnStop = func(running int) { called.Store(int64(running) + 1) }
 			var recs []record.Record
 			if tt.open {
-				run := RunOpen(context.Background(), Open{Target: tg, Clock: record.NewClock(), Bodies: bodies,
-					At: []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond}, MaxTokens: tokens, Stream: true,
-					Window: 100 * time.Millisecond, Grace: 100 * time.Millisecond, Ending: end})
+				run := Run(context.Background(), Open{Options: Options{Target: tg, Clock: record.NewClock(), MaxTokens: tokens, Stream: true, Window: 100 * time.Millisecond, Ending: end}, Bodies: bodies, At: []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond}, Grace: 100 * time.Millisecond})
 				recs = run.Records
 			} else {
-				run := RunClosed(context.Background(), Closed{Target: tg, Clock: record.NewClock(), Bodies: bodies,
-					MaxTokens: tokens, Stream: true, Window: 200 * time.Millisecond, Ending: end})
+				run := Run(context.Background(), Closed{Options: Options{Target: tg, Clock: record.NewClock(), MaxTokens: tokens, Stream: true, Window: 200 * time.Millisecond, Ending: end}, Bodies: bodies})
 				recs = run.Records
 			}
 			ok, cancelled := 0, 0
@@ -117,9 +114,7 @@ func TestHear(t *testing.T) {
 			tg := Target{BaseURL: eng.URL(), Model: "test", IdleTimeout: 10 * time.Second}
 			bodies := []Body{body(t, tg, "heard one", 1000), body(t, tg, "heard two", 1000)}
 			var windows atomic.Int64
-			run := RunClosed(context.Background(), Closed{Target: tg, Clock: record.NewClock(), Bodies: bodies,
-				MaxTokens: 1000, Stream: true, Window: window, StopOnFailure: true, HearFor: tt.hear,
-				OnWindow: func() { windows.Add(1) }})
+			run := Run(context.Background(), Closed{Options: Options{Target: tg, Clock: record.NewClock(), MaxTokens: 1000, Stream: true, Window: window, StopOnFailure: true}, Bodies: bodies, HearFor: tt.hear, OnWindow: func() { windows.Add(1) }})
 			if run.End != run.Start+window {
 				t.Errorf("End %v after Start, want the window %v", run.End-run.Start, window)
 			}

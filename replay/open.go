@@ -13,48 +13,19 @@ import (
 	"github.com/tokentap/tokentap/record"
 )
 
-// Open configures an open loop: request i is sent at offset At[i] from the
-// loop's start, whatever is still running (arrivals do not wait for
+// Open is an open-loop schedule: request i is sent at offset At[i] from
+// the loop's start, whatever is still running (arrivals do not wait for
 // answers, as in vllm bench serve --request-rate), each on a connection of
-// its own while it runs.
+// its own while it runs. Options.Window ends the sending: no request is
+// sent at or after it; Requests limits how many are sent.
 type Open struct {
-	Target Target
-	Clock  record.Clock
+	Options
 	// Bodies[i] is sent at At[i] (ascending offsets).
 	Bodies []Body
 	At     []time.Duration
-	// MaxTokens and Stream describe what the bodies ask for; they are
-	// copied into every record.
-	MaxTokens int
-	Stream    bool
-	// Tag labels every record; IDs numbers them (nil: from 1).
-	Tag string
-	IDs *atomic.Int64
-	// Window ends the sending: no request is sent at or after it. Requests
-	// still running then get Grace more to end (their latencies count),
-	// and are cancelled after it.
-	Window, Grace time.Duration
-	// StopOnFailure ends the loop at the first failed request: what still
-	// runs is cancelled (or ends as Ending says) and nothing more is sent.
-	StopOnFailure bool
-	// Ending is how the requests still running after the grace, or at a
-	// StopOnFailure stop, end.
-	Ending Ending
-	// Tokens, when set, counts tokens as they arrive (live progress).
-	Tokens *atomic.Int64
-}
-
-// OpenRun is what an open loop did.
-type OpenRun struct {
-	// Records of the requests sent, in send order.
-	Records []record.Record
-	// Start is the loop's start (offset 0 of At), End the window's end
-	// (or when a failure stopped it), on the run clock.
-	Start, End time.Duration
-	// Late is how far behind their times the requests were sent.
-	Late Late
-	// Failed is true when a request failed.
-	Failed bool
+	// Grace is how long the requests still running when the window closes
+	// get to end (their latencies count); they are cancelled after it.
+	Grace time.Duration
 }
 
 // PoissonArrivals returns the arrival offsets of requests at rate per
@@ -79,24 +50,20 @@ func PoissonArrivals(rate float64, w time.Duration, seed uint64) []time.Duration
 	return at
 }
 
-// RunOpen runs the open loop. A cancelled ctx cancels everything and
-// returns the records so far.
-func RunOpen(ctx context.Context, cfg Open) OpenRun {
-	ids := cfg.IDs
-	if ids == nil {
-		ids = new(atomic.Int64)
-	}
+// run runs the open loop. A cancelled ctx cancels everything and returns
+// the records so far.
+func (cfg Open) run(ctx context.Context) Result {
+	ids := cfg.ids()
 	jobs := make([]openJob, 0, len(cfg.At))
 	for i, at := range cfg.At {
-		if i >= len(cfg.Bodies) || (cfg.Window > 0 && at >= cfg.Window) {
+		if i >= len(cfg.Bodies) || (cfg.Window > 0 && at >= cfg.Window) || (cfg.Requests > 0 && i >= cfg.Requests) {
 			break
 		}
 		jobs = append(jobs, openJob{at: at, target: cfg.Target, body: cfg.Bodies[i],
-			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: cfg.MaxTokens, Stream: cfg.Stream}})
+			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: bodyMax(cfg.Bodies[i], cfg.MaxTokens), Stream: cfg.Stream}})
 	}
-	res := runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure, ending: cfg.Ending,
+	return runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure, ending: cfg.Ending,
 		tokens: cfg.Tokens, dial: min(len(jobs), 16)})
-	return OpenRun{Records: res.recs, Start: res.start, End: res.end, Late: res.late, Failed: res.failed}
 }
 
 // openJob is one request of an open loop.
@@ -119,17 +86,9 @@ type openOpts struct {
 	dial          int // connections to dial before the start
 }
 
-type openResult struct {
-	recs       []record.Record
-	start, end time.Duration
-	late       Late
-	failed     bool
-	err        error
-}
-
 // runOpen sends each job at its offset from the start on a connection of
 // its own (idle ones are reused, per target) and waits for them all.
-func runOpen(parent context.Context, clock record.Clock, jobs []openJob, o openOpts) openResult {
+func runOpen(parent context.Context, clock record.Clock, jobs []openJob, o openOpts) Result {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
@@ -297,5 +256,5 @@ loop:
 		slices.Sort(lates)
 		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
 	}
-	return openResult{recs: out, start: start, end: end, late: late, failed: failed.Load(), err: err}
+	return Result{Records: out, Start: start, End: end, Heard: end, Late: late, Failed: failed.Load(), Err: err}
 }

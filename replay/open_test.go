@@ -56,8 +56,7 @@ func TestRunOpen(t *testing.T) {
 	at := []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}
 	const window, grace = 300 * time.Millisecond, 3 * time.Second
 	clock := record.NewClock()
-	run := RunOpen(context.Background(), Open{Target: tg, Clock: clock, Bodies: []Body{short, long, short, short}, At: at,
-		MaxTokens: 4, Stream: true, Tag: "open", Window: window, Grace: grace})
+	run := Run(context.Background(), Open{Options: Options{Target: tg, Clock: clock, MaxTokens: 4, Stream: true, Tag: "open", Window: window}, Bodies: []Body{short, long, short, short}, At: at, Grace: grace})
 	if len(run.Records) != 4 {
 		t.Fatalf("%d records", len(run.Records))
 	}
@@ -81,8 +80,7 @@ func TestRunOpen(t *testing.T) {
 		t.Errorf("window %v, failed %v", run.End-run.Start, run.Failed)
 	}
 	// Requests that all end early leave the window its full length.
-	run = RunOpen(context.Background(), Open{Target: tg, Clock: clock, Bodies: []Body{short}, At: at[:1],
-		MaxTokens: 4, Stream: true, Window: 400 * time.Millisecond, Grace: time.Second})
+	run = Run(context.Background(), Open{Options: Options{Target: tg, Clock: clock, MaxTokens: 4, Stream: true, Window: 400 * time.Millisecond}, Bodies: []Body{short}, At: at[:1], Grace: time.Second})
 	if len(run.Records) != 1 || run.End-run.Start != 400*time.Millisecond || clock.Now()-run.Start < 400*time.Millisecond {
 		t.Errorf("a window whose one request ended early was measured for %v", run.End-run.Start)
 	}

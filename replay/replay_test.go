@@ -382,9 +382,9 @@ func TestRunClosed(t *testing.T) {
 	// 30 tokens at 4 ms is ~140 ms a request: each stream sends ~5 in
 	// 800 ms on an idle machine; on a busy one the window grows until 8
 	// completed (internal/test/testwindow).
-	var run Run
+	var run Result
 	window := testwindow.Enough(t, 800*time.Millisecond, 20*time.Second, func(w time.Duration) (got, want int) {
-		run = RunClosed(context.Background(), Closed{Target: tg, Clock: clock, Bodies: bodies, MaxTokens: 30, Stream: true, Tag: "t", IDs: &ids, Window: w})
+		run = Run(context.Background(), Closed{Options: Options{Target: tg, Clock: clock, MaxTokens: 30, Stream: true, Tag: "t", IDs: &ids, Window: w}, Bodies: bodies})
 		for _, r := range run.Records {
 			if r.Outcome == record.OK {
 				got++
@@ -435,8 +435,7 @@ func TestRunClosedStopsOnFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	run := RunClosed(ctx, Closed{Target: tg, Clock: record.NewClock(), Bodies: []Body{body(t, tg, "a", 10), body(t, tg, "b", 10)},
-		MaxTokens: 10, Stream: true, StopOnFailure: true, Window: 5 * time.Second})
+	run := Run(ctx, Closed{Options: Options{Target: tg, Clock: record.NewClock(), MaxTokens: 10, Stream: true, StopOnFailure: true, Window: 5 * time.Second}, Bodies: []Body{body(t, tg, "a", 10), body(t, tg, "b", 10)}})
 	if !run.Failed || len(run.Records) == 0 {
 		t.Fatalf("failed %v with %d records", run.Failed, len(run.Records))
 	}
@@ -464,7 +463,8 @@ func TestRunCapture(t *testing.T) {
 	}
 	clock := record.NewClock()
 	before := clock.Now()
-	recs, late, err := RunCapture(context.Background(), Capture{Target: Target{BaseURL: eng.URL(), Model: "test"}, Clock: clock, Records: caps, Speed: 4, Prompt: prompt})
+	run := Run(context.Background(), Capture{Options: Options{Target: Target{BaseURL: eng.URL(), Model: "test"}, Clock: clock}, Records: caps, Speed: 4, Prompt: prompt})
+	recs, late, err := run.Records, run.Late, run.Err
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,8 +607,9 @@ func TestRunCaptureFaithful(t *testing.T) {
 		{ID: "tagless", Model: "other", Sent: 50 * time.Millisecond, End: 60 * time.Millisecond, PromptTokens: 10, MaxTokens: 4, Stream: true, API: record.Chat, Outcome: record.OK},
 	}
 	prompt := func(_ context.Context, tokens, i int) (string, error) { return strings.Repeat("w ", tokens), nil }
-	recs, _, err := RunCapture(context.Background(), Capture{Target: Target{BaseURL: eng.URL()}, Listed: []string{"test", "other:latest"},
-		Fallback: "test", Clock: record.NewClock(), Records: caps, Speed: 1, Prompt: prompt, IgnoreEOS: true})
+	run := Run(context.Background(), Capture{Options: Options{Target: Target{BaseURL: eng.URL()}, Clock: record.NewClock()}, Listed: []string{"test", "other:latest"},
+		Fallback: "test", Records: caps, Speed: 1, Prompt: prompt, IgnoreEOS: true})
+	recs, err := run.Records, run.Err
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,10 @@ type Body struct {
 	// known (the prompt builder's count); records of requests that end
 	// before the engine reports usage (cancelled at a window's end) keep it.
 	PromptTokens int
+	// MaxTokens is the body's own max_tokens when it differs from its
+	// loop's (Options.MaxTokens): a dataset's lines, drawn output lengths.
+	// Records say it. 0: the loop's.
+	MaxTokens int
 }
 
 // Len is the body's length in bytes.
@@ -158,10 +162,10 @@ func (t Target) Reshape(b Body, r Request) (Body, error) {
 	}
 	if t.API == record.Completions {
 		head = append(head, `"prompt":`...)
-		return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}"), PromptTokens: b.PromptTokens}, nil
+		return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}"), PromptTokens: b.PromptTokens, MaxTokens: b.MaxTokens}, nil
 	}
 	head = append(head, `"messages":[{"role":"user","content":`...)
-	return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}]}"), PromptTokens: b.PromptTokens}, nil
+	return Body{Head: head, Prompt: b.Prompt, Tail: []byte("}]}"), PromptTokens: b.PromptTokens, MaxTokens: b.MaxTokens}, nil
 }
 
 func encodeJSON(v any) ([]byte, error) {

@@ -238,6 +238,7 @@ func newViewWith(r *result.Result, o Options) *view {
 		}
 		run = append(run, kv{"Percentiles", strings.Join(ps, ", ")})
 	}
+	run = append(run, workloadRows(s)...)
 	v.Sections = append(v.Sections, section{"Run", nonEmpty(run...)})
 
 	v.Notes = append(v.Notes, r.Notes...)

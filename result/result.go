@@ -211,6 +211,30 @@ type Settings struct {
 	// every one is judged against the SLOs and counted by the engine's
 	// TTFT figures; their tokens after the window count nowhere.
 	FinishRequests bool `json:"finish_requests,omitempty"`
+
+	// The workload (METHOD §3, workloads): the user's prompts in place of
+	// synthetic ones; a request count ending each cell; the gamma shape
+	// of rate cells' gaps; a sweep; the seed of the sample and schedules. The same in every shard of a
+	// run (a shard's part of the dataset and of the count is the
+	// schedule's, not a setting), so shards merge.
+	Dataset    *Dataset `json:"dataset,omitempty"`
+	Requests   int      `json:"requests,omitempty"`
+	Burstiness float64  `json:"burstiness,omitempty"`
+	Sweep      bool     `json:"sweep,omitempty"`
+	Seed       int64    `json:"seed,omitempty"`
+}
+
+// Dataset is the file of prompts a run sent (matrix --dataset): which file
+// (name, size, SHA-256), its format, how many usable requests it held and
+// how many lines it skipped, and why.
+type Dataset struct {
+	Name       string `json:"name"`
+	Size       int64  `json:"size_bytes"`
+	SHA256     string `json:"sha256"`
+	Format     string `json:"format"`
+	Entries    int    `json:"entries"`
+	Skipped    int    `json:"skipped,omitempty"`
+	SkippedWhy string `json:"skipped_why,omitempty"`
 }
 
 // Fact is one probed fact and where it came from.

@@ -24,6 +24,7 @@ const MaxFileSize = 1 << 20
 var settings = []string{
 	"name", "model", "api", "contexts", "concurrency", "rate", "prefill", "window", "max_output",
 	"shared_prefix", "kv_capacity", "max_model_len", "sampling", "extra",
+	"dataset", "requests", "burstiness", "sweep", "seed",
 }
 
 var samplingKeys = []string{
@@ -52,6 +53,9 @@ func Load(path string) (Scenario, error) {
 	sc, err := Parse(data, name)
 	if err != nil {
 		return Scenario{}, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	if sc.Dataset != "" && !filepath.IsAbs(sc.Dataset) {
+		sc.Dataset = filepath.Join(filepath.Dir(path), sc.Dataset) // beside the scenario file
 	}
 	return sc, nil
 }
@@ -132,11 +136,16 @@ func Parse(data []byte, name string) (Scenario, error) {
 			sc.Sampling, err = sampling(v)
 		case "extra":
 			sc.Extra, err = extra(v)
+		default:
+			err = workloadKey(&sc, key, v)
 		}
 		return err
 	})
 	if err != nil {
 		return Scenario{}, err
+	}
+	if sc.Requests > 0 && !hasKey(root, "window") {
+		sc.Window = 0 // a count without a window: the count alone ends a cell
 	}
 	if len(sc.Rates) > 0 {
 		if hasKey(root, "concurrency") {

@@ -67,6 +67,22 @@ type Scenario struct {
 	// what the engine reports); MaxModelLen its max model length (0: probe).
 	KVCapacity  int
 	MaxModelLen int
+
+	// Workload settings (workload.go). Dataset is a file of the user's
+	// prompts (package dataset reads it) sent in place of synthetic ones;
+	// Requests, when > 0, ends each cell after that many requests have
+	// been sent and have ended (with a Window, whichever comes first;
+	// Window 0: the count alone); Burstiness is the gamma shape of a rate
+	// cell's gaps (0 or 1: Poisson); Sweep measures, per context, one
+	// request at a time, then the throughput, then rates between (Rates
+	// and Concurrency then unused but for the throughput cell's N, the
+	// largest concurrency); Seed draws the dataset's sample and the
+	// arrival schedules.
+	Dataset    string
+	Requests   int
+	Burstiness float64
+	Sweep      bool
+	Seed       int64
 }
 
 // Sampling parameters, in the OpenAI / vLLM request field names. A nil field
@@ -253,7 +269,7 @@ func (s Scenario) Validate() error {
 			if !(r > 0) || r > MaxRate {
 				return fmt.Errorf("rate: %v is not a request rate above 0 and at most %d per second", r, MaxRate)
 			}
-			if s.Window > 0 && math.Round(r*s.Window.Seconds()) < 1 {
+			if s.Window > 0 && s.Requests == 0 && math.Round(r*s.Window.Seconds()) < 1 {
 				return fmt.Errorf("rate: %v requests/s over a %v window is no request at all: raise the rate or the window", r, s.Window)
 			}
 			if i > 0 && r <= s.Rates[i-1] {
@@ -266,8 +282,8 @@ func (s Scenario) Validate() error {
 	if err := checkList("prefill", s.Prefill, 1, true); err != nil {
 		return err
 	}
-	if s.Window <= 0 {
-		return fmt.Errorf("window %v: give a positive duration such as 30s", s.Window)
+	if err := s.validateWorkload(); err != nil {
+		return err
 	}
 	if s.MaxOutput < 1 {
 		return fmt.Errorf("max_output %d: give at least 1 token (the default is %d)", s.MaxOutput, DefaultMaxOutput)

@@ -80,6 +80,7 @@ type matrixFlags struct {
 
 	LimitFlags
 	LogFlags
+	workloadFlags
 }
 
 const matrixSummary = `Run the speed test matrix (docs/METHOD.md §3) against an engine: prefill tok/s by
@@ -141,6 +142,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.ModelName, "model-name", f.ModelName, "model display name for the report (default: the served name) [TOKENTAP_MODEL_NAME]")
 	fs.StringVar(&f.Revision, "revision", f.Revision, "model revision for the report [TOKENTAP_REVISION]")
 	fs.StringVar(&f.By, "by", f.By, "who ran the matrix, for the report [TOKENTAP_BY]")
+	f.workloadFlags.register(fs)
 	f.LimitFlags.register(fs)
 	f.LogFlags.register(fs)
 	if code, done := fs.parse(args); done {
@@ -229,6 +231,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err := applyRunFlags(&sc, &cfg, f, fs.source); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
+	if err := f.workloadFlags.apply(&sc, f.Window != "" || (f.Scenario != "" && sc.Window > 0), f.Contexts != "", f.PrefillSet, f.Scenario == "", fs.source); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
 	if err := sc.Validate(); err != nil {
 		return fail(exitUsage, "run settings: %v", err)
 	}
@@ -240,8 +245,19 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err := applyShardFlags(&cfg, f, os.Getenv("JOB_COMPLETION_INDEX")); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	if cfg.Shard.Sharded() && len(sc.Rates) > 0 {
-		return fail(exitUsage, "a sharded run measures concurrency cells: request rates (--rate) are an open loop one load generator paces; run them without --shard")
+	if cfg.Shard.Sharded() && (len(sc.Rates) > 0 || sc.Sweep) {
+		return fail(exitUsage, "a sharded run measures concurrency cells: request rates (--rate, --sweep) are an open loop one load generator paces; run them without --shard")
+	}
+	if err := loadDataset(sc, &cfg); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	if cfg.Dataset != nil {
+		inputs = append(inputs, sc.Dataset)
+		if api := datasetAPI(cfg.Dataset.Format); f.API != "" && !strings.EqualFold(f.API, api) {
+			return fail(exitUsage, "%s %s, but %s holds %s requests (they go to /v1/%s): leave %s out", fs.source("api"), f.API, sc.Dataset, cfg.Dataset.Format, map[string]string{"chat": "chat/completions", "completions": "completions"}[api], fs.source("api"))
+		} else {
+			sc.API = api
+		}
 	}
 	cfg.Scenario = sc
 	cfg.Percentiles = percentiles
@@ -375,7 +391,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case ctx.Err() != nil:
 			return fail(exitInterrupted, "interrupted before any load was sent")
-		case errors.Is(err, matrix.ErrNothingToMeasure) || errors.Is(err, engines.ErrModel):
+		case errors.Is(err, matrix.ErrNothingToMeasure) || errors.Is(err, engines.ErrModel) || errors.Is(err, matrix.ErrDataset):
 			// The settings do not fit this engine (a context it cannot
 			// hold, a model it does not serve): a usage error.
 			return fail(exitUsage, "%v", err)

@@ -217,9 +217,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 
 	clock := record.NewClock()
-	recs, late, runErr := replay.RunCapture(ctx, replay.Capture{
-		Target: tgt, Listed: info.Models, Fallback: info.Model, Clock: clock, Records: capture, Speed: f.Speed, Prompt: prompt, IgnoreEOS: true,
-	})
+	run := replay.Run(ctx, replay.Capture{Options: replay.Options{Target: tgt, Clock: clock}, Listed: info.Models, Fallback: info.Model, Records: capture, Speed: f.Speed, Prompt: prompt, IgnoreEOS: true})
+	recs, late, runErr := run.Records, run.Late, run.Err
 	if recs == nil && runErr != nil {
 		if ctx.Err() != nil {
 			return fail(exitInterrupted, "%v", runErr)

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/matrix"
+	"github.com/tokentap/tokentap/scenarios"
+)
+
+// TestWorkloadFlags: each workload flag lands in the scenario or is
+// refused with a message naming it, before any load.
+func TestWorkloadFlags(t *testing.T) {
+	src := func(n string) string { return "--" + n }
+	tests := []struct {
+		name         string
+		f            workloadFlags
+		window, ctxs bool
+		err          string
+		check        func(sc scenarios.Scenario) bool
+	}{
+		{name: "requests without a window: the count alone", f: workloadFlags{Requests: "20"},
+			check: func(sc scenarios.Scenario) bool { return sc.Requests == 20 && sc.Window == 0 }},
+		{name: "requests with a window: both", f: workloadFlags{Requests: "20"}, window: true,
+			check: func(sc scenarios.Scenario) bool { return sc.Requests == 20 && sc.Window == 30*time.Second }},
+		{name: "burstiness", f: workloadFlags{Burstiness: "0.25"}, check: func(sc scenarios.Scenario) bool { return sc.Burstiness == 0.25 }},
+		{name: "seed", f: workloadFlags{Seed: "7"}, check: func(sc scenarios.Scenario) bool { return sc.Seed == 7 }},
+		{name: "sweep", f: workloadFlags{Sweep: true}, check: func(sc scenarios.Scenario) bool { return sc.Sweep && len(sc.Rates) == 0 }},
+		{name: "dataset: one row, no seed prefill rows", f: workloadFlags{Dataset: "d.jsonl"},
+			check: func(sc scenarios.Scenario) bool {
+				return len(sc.Contexts) == 1 && sc.Contexts[0] == 0 && len(sc.Prefill) == 0
+			}},
+		{name: "requests 0", f: workloadFlags{Requests: "0"}, err: "--requests \"0\": want a whole number of requests, at least 1"},
+		{name: "burstiness 0", f: workloadFlags{Burstiness: "0"}, err: "--burstiness \"0\""},
+		{name: "seed negative", f: workloadFlags{Seed: "-1"}, err: "--seed \"-1\""},
+		{name: "dataset with contexts", f: workloadFlags{Dataset: "d.jsonl"}, ctxs: true, err: "--dataset and --contexts are both given"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := scenarios.Seed()
+			err := tt.f.apply(&sc, tt.window, tt.ctxs, false, true, src)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(sc) {
+				t.Errorf("scenario %+v", sc)
+			}
+		})
+	}
+}
+
+// TestLoadDatasetRefuses: more requests than the file holds, or a file
+// that is no dataset, is refused naming the file.
+func TestLoadDatasetRefuses(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "d.jsonl")
+	os.WriteFile(good, []byte(`{"prompt":"a"}`+"\n"+`{"prompt":"b"}`+"\n"+`{"foo":1}`+"\n"), 0o644)
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte("not json\n"), 0o644)
+	for _, tt := range []struct {
+		path     string
+		requests int
+		err      string
+	}{
+		{good, 3, "holds 2 usable requests (1 line skipped: 1 neither messages nor prompt (line 3)); 3 requests would send some twice"},
+		{bad, 0, "not a dataset"},
+		{good, 2, ""},
+	} {
+		var cfg matrix.Config
+		err := loadDataset(scenarios.Scenario{Dataset: tt.path, Requests: tt.requests}, &cfg)
+		switch {
+		case tt.err == "" && (err != nil || cfg.Dataset == nil || cfg.Dataset.Format != "completions"):
+			t.Errorf("%s: %v", tt.path, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s with %d requests: error %v, want one saying %q", tt.path, tt.requests, err, tt.err)
+		}
+	}
+}
