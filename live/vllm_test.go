@@ -70,8 +70,9 @@ func startVLLM(t *testing.T, py string, flags ...string) *server {
 	began := time.Now()
 	s := start(t, vllm, "nice", env, args...)
 	s.url = "http://127.0.0.1:" + strconv.Itoa(port)
-	// Loading and compiling take a minute or two on 2 busy cores.
-	s.waitOK(t, s.url+"/v1/models", 10*time.Minute)
+	// Loading and compiling take a minute or two on 2 cores, over five
+	// on a loaded machine; it logs at least every minute meanwhile.
+	s.waitOK(t, s.url+"/v1/models", 5*time.Minute)
 	t.Logf("vLLM ready in %.0f s", time.Since(began).Seconds())
 	return s
 }
