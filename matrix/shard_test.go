@@ -116,6 +116,33 @@ func roundTrip(t *testing.T, r *result.Result) *result.Result {
 	return out
 }
 
+// sharedCountersMiss says whether a Cache missed verdict came from the
+// engine's prefix-cache counters while the cell's own requests were served
+// from the cache (the fake's ledger says, request by request): the
+// counters are the engine's, moved by every shard's requests, and a
+// shard's warm-up admitted within the late tolerance of another's window
+// lowers that window's rate (METHOD §10). A request the window cut has no
+// usage to say it, so the counters decide where every request is cut.
+func sharedCountersMiss(t *testing.T, eng *fixtures.Engine, c result.Cell, recs []record.Record) bool {
+	t.Helper()
+	if c.Status != result.CacheMissed || c.Cache == nil || c.Cache.Source != result.CacheCounters {
+		return false
+	}
+	var prompt, cached int
+	for _, r := range recs {
+		if e, ok := eng.LedgerEntryByID(r.ResponseID); ok {
+			prompt += e.PromptTokens
+			cached += e.CachedTokens
+		}
+	}
+	if prompt == 0 || float64(cached) < cell.CacheHitShare*float64(prompt) {
+		return false
+	}
+	t.Logf("%d × %d: Cache missed by the engine's shared counters (%.1f%%) while its own requests were %.1f%% cached: another shard's traffic in its window",
+		c.Context, c.Concurrency, 100*c.Cache.HitRate, 100*float64(cached)/float64(prompt))
+	return true
+}
+
 // TestShardedMatrixMergesExactly runs three shards of a matrix at once
 // against one fake engine, merges their documents, and checks the merge
 // against the shards' records: every figure of a merged cell equals the one
@@ -191,8 +218,12 @@ func TestShardedMatrixMergesExactly(t *testing.T) {
 				continue
 			}
 			// A busy machine may make a shard open a window late (marked,
-			// and the figures still exact); anything else is wrong.
-			if (c.Status != result.Valid && c.Status != result.LateWindow) || c.Sent != share || len(c.Shards) != 1 {
+			// and the figures still exact), or another shard's warm-up
+			// move the engine's shared counters (sharedCountersMiss);
+			// anything else is wrong.
+			ok := c.Status == result.Valid || c.Status == result.LateWindow ||
+				sharedCountersMiss(t, eng, c, r.cells[[2]int{c.Context, c.Concurrency}].Records)
+			if !ok || c.Sent != share || len(c.Shards) != 1 {
 				t.Errorf("shard %d, %d × %d: %s (%s), sent %d, want Valid with its share %d", i, c.Context, c.Concurrency, c.Status, c.Reason, c.Sent, share)
 				continue
 			}
@@ -244,7 +275,11 @@ func TestShardedMatrixMergesExactly(t *testing.T) {
 		want := result.Cell{Context: mc.Context, Concurrency: mc.Concurrency}
 		f.Fill(&want, cell.Judge{N: mc.Concurrency, MaxWaiting: 0, AvgRunning: -1})
 		label := fmt.Sprintf("%d × %d", mc.Context, mc.Concurrency)
-		if mc.Status != result.Valid && mc.Status != result.LateWindow {
+		var all []record.Record
+		for _, p := range parts {
+			all = append(all, p.Records...)
+		}
+		if mc.Status != result.Valid && mc.Status != result.LateWindow && !sharedCountersMiss(t, eng, mc, all) {
 			t.Errorf("%s: merged %s (%s)", label, mc.Status, mc.Reason)
 		}
 		for _, c := range []struct {
