@@ -211,6 +211,9 @@ type Figures struct {
 	// Hist holds the TTFT, TBT, end-to-end and per-request rate values the
 	// medians were read from.
 	Hist *histo.Set
+	// Sub are the tok/s and TBT of each tenth of the window (SubWindows),
+	// for the comparison's noise.
+	Sub SubWindows
 }
 
 // Decode computes a cell's figures from its records over window w (see the
@@ -266,6 +269,7 @@ func DecodeAll(parts []Part) Figures {
 		f.MeasuredFor = max(f.MeasuredFor, w.Len())
 		var active time.Duration
 		tokens := 0
+		sw := slicer{w: w}
 		for i := range p.Records {
 			r := &p.Records[i]
 			sentIn := w.Contains(r.Sent)
@@ -333,9 +337,11 @@ func DecodeAll(parts []Part) Figures {
 				k := eventTokens(r, j)
 				tokens += k
 				if j == 0 {
+					sw.add(r.Arrivals[j], k, 0, false)
 					continue
 				}
 				gap := r.Arrivals[j] - r.Arrivals[j-1]
+				sw.add(r.Arrivals[j], k, gap, true)
 				f.Hist.RecordTBT(gap/time.Duration(k), k)
 				gapSum += gap
 				gapTokens += k
@@ -348,6 +354,7 @@ func DecodeAll(parts []Part) Figures {
 		f.OutputTokens += tokens
 		f.TotalTokPerSec += float64(tokens) / secs
 		f.AvgDecoding += active.Seconds() / secs
+		f.Sub.addPart(sw.result(), len(parts))
 	}
 	if !seen {
 		return f
@@ -606,6 +613,7 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.TTFTms = millis(f.TTFT)
 	c.TTFTAtLeast = f.TTFTAtLeast
 	c.TBTms = millis(f.TBT)
+	c.SubWindows = f.Sub.Result()
 	c.AvgActive = f.AvgActive
 	c.AvgActiveSource = result.ActiveClient
 	if j.AvgRunning >= 0 {

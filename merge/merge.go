@@ -445,6 +445,7 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 			}
 		}
 	}
+	out.SubWindows = mergeSubWindows(cells, parts)
 	ttft, atLeast, ok := out.Histograms.TTFTAt(0.5)
 	out.TTFTms, out.TTFTAtLeast = msOf(ttft, ok), atLeast
 	out.TBTms = msOf(histo.Latency(out.Histograms.TBT, 0.5))
@@ -519,3 +520,28 @@ func msOf(d time.Duration, ok bool) float64 {
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// mergeSubWindows sums the shards' tok/s part by part, as Total tok/s is
+// summed (the shards' windows are one schedule's); their medians of time
+// between tokens do not merge, and are left out (METHOD §9: a merged
+// cell's TBT change gets no noise verdict). Nil unless every shard has
+// them, in as many parts.
+func mergeSubWindows(cells []*result.Cell, parts []int) *result.SubWindows {
+	var out *result.SubWindows
+	for _, i := range parts {
+		sw := cells[i].SubWindows
+		if sw == nil || out != nil && len(sw.TokS) != len(out.TokS) {
+			return nil
+		}
+		if out == nil {
+			out = &result.SubWindows{TokS: make([]float64, len(sw.TokS))}
+		}
+		for k, v := range sw.TokS {
+			out.TokS[k] += v
+		}
+	}
+	if out != nil && len(parts) == 1 {
+		out.TBTms = cells[parts[0]].SubWindows.TBTms
+	}
+	return out
+}

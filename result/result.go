@@ -255,7 +255,11 @@ type Cell struct {
 	// token (censored at their wait, METHOD §3), so TTFTms is a lower bound.
 	TTFTAtLeast bool    `json:"ttft_at_least,omitempty"`
 	TBTms       float64 `json:"tbt_ms,omitempty"`
-	AvgActive   float64 `json:"avg_active,omitempty"`
+	// SubWindows are the cell's tok/s and TBT over each equal part of its
+	// window, the batches the comparison's noise is estimated from
+	// (METHOD §9); nil in documents that predate them.
+	SubWindows *SubWindows `json:"sub_windows,omitempty"`
+	AvgActive  float64     `json:"avg_active,omitempty"`
 	// AvgActiveSource says what AvgActive counts: ActiveEngine (the
 	// engine's running gauge) or ActiveClient (requests decoding, as the
 	// client saw them).
@@ -310,6 +314,16 @@ type Cell struct {
 	SLO         *SLO         `json:"slo,omitempty"`
 	TTFTSplit   *TTFTSplit   `json:"ttft_split,omitempty"`
 	DecodeLimit *DecodeLimit `json:"decode_limit,omitempty"`
+}
+
+// SubWindows are a cell's figures over each of the equal, consecutive
+// parts of its window (METHOD §9).
+type SubWindows struct {
+	// TokS is each part's output tokens over its seconds.
+	TokS []float64 `json:"tok_s"`
+	// TBTms is each part's median time between tokens, 0 where no gap
+	// ended in it; nil in a merged cell (medians of shards do not merge).
+	TBTms []float64 `json:"tbt_ms,omitempty"`
 }
 
 // What Cell.TTFTKind says.
