@@ -214,6 +214,9 @@ type Figures struct {
 	// Sub are the tok/s and TBT of each tenth of the window (SubWindows),
 	// for the comparison's noise.
 	Sub SubWindows
+	// Counts is what the requests say of how many tokens each event
+	// carried (Unannounced).
+	Counts EventCounts
 }
 
 // Decode computes a cell's figures from its records over window w (see the
@@ -268,7 +271,7 @@ func DecodeAll(parts []Part) Figures {
 		seen = true
 		f.MeasuredFor = max(f.MeasuredFor, w.Len())
 		var active time.Duration
-		tokens := 0
+		tokens, oneEach := 0, 0
 		sw := slicer{w: w}
 		for i := range p.Records {
 			r := &p.Records[i]
@@ -307,6 +310,14 @@ func DecodeAll(parts []Part) Figures {
 			if r.Outcome == record.OK && w.Contains(r.End) {
 				f.Completed++
 				f.Hist.RecordE2E(r.End - r.Sent)
+				if r.Stream && r.CompletionSource == record.SourceUsage && len(r.Arrivals) > 0 {
+					f.Counts.CompletedTokens += r.CompletionTokens
+					f.Counts.CompletedEvents += len(r.Arrivals)
+				}
+			}
+			noUsage := r.CompletionSource != record.SourceUsage
+			if noUsage && r.Tokens != nil {
+				f.Counts.Announced = true // several tokens in an event, said while it ran
 			}
 			n := len(r.Arrivals)
 			if n == 0 {
@@ -336,6 +347,9 @@ func DecodeAll(parts []Part) Figures {
 			for j := lo; j < hi; j++ {
 				k := eventTokens(r, j)
 				tokens += k
+				if noUsage && r.Tokens == nil {
+					oneEach++
+				}
 				if j == 0 {
 					sw.add(r.Arrivals[j], k, 0, false)
 					continue
@@ -355,6 +369,8 @@ func DecodeAll(parts []Part) Figures {
 		f.TotalTokPerSec += float64(tokens) / secs
 		f.AvgDecoding += active.Seconds() / secs
 		f.Sub.addPart(sw.result(), len(parts))
+		f.Counts.OneEach += oneEach
+		f.Counts.oneEachRate += float64(oneEach) / secs
 	}
 	if !seen {
 		return f
@@ -614,6 +630,7 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.TTFTAtLeast = f.TTFTAtLeast
 	c.TBTms = millis(f.TBT)
 	c.SubWindows = f.Sub.Result()
+	c.Unannounced = f.UnannouncedResult()
 	c.AvgActive = f.AvgActive
 	c.AvgActiveSource = result.ActiveClient
 	if j.AvgRunning >= 0 {

@@ -446,6 +446,7 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 		}
 	}
 	out.SubWindows = mergeSubWindows(cells, parts)
+	out.Unannounced = mergeUnannounced(cells, parts)
 	ttft, atLeast, ok := out.Histograms.TTFTAt(0.5)
 	out.TTFTms, out.TTFTAtLeast = msOf(ttft, ok), atLeast
 	out.TBTms = msOf(histo.Latency(out.Histograms.TBT, 0.5))
@@ -544,4 +545,32 @@ func mergeSubWindows(cells []*result.Cell, parts []int) *result.SubWindows {
 		out.TBTms = cells[parts[0]].SubWindows.TBTms
 	}
 	return out
+}
+
+// mergeUnannounced: where a shard's tokens were counted short (its
+// completed requests carried several tokens an event the engine did not
+// announce), the merged cell is too. Its tokens per event are the shards'
+// weighted by the tokens counted one an event; its scaled tok/s is the sum
+// of each shard's scaled figure, or its tok/s where it had nothing short.
+func mergeUnannounced(cells []*result.Cell, parts []int) *result.Unannounced {
+	var out result.Unannounced
+	var weighted float64
+	short := false
+	for _, i := range parts {
+		c := cells[i]
+		u := c.Unannounced
+		if u == nil {
+			out.ScaledTokPerSec += c.TotalTokPerSec
+			continue
+		}
+		short = true
+		out.OneEachTokens += u.OneEachTokens
+		weighted += u.TokensPerEvent * float64(u.OneEachTokens)
+		out.ScaledTokPerSec += u.ScaledTokPerSec
+	}
+	if !short || out.OneEachTokens == 0 {
+		return nil
+	}
+	out.TokensPerEvent = weighted / float64(out.OneEachTokens)
+	return &out
 }

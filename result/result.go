@@ -259,7 +259,11 @@ type Cell struct {
 	// window, the batches the comparison's noise is estimated from
 	// (METHOD §9); nil in documents that predate them.
 	SubWindows *SubWindows `json:"sub_windows,omitempty"`
-	AvgActive  float64     `json:"avg_active,omitempty"`
+	// Unannounced: the engine announced no per-event token counts while
+	// the completed requests' usage shows several tokens per event, so the
+	// tokens of requests cut without usage are counted short (METHOD §2).
+	Unannounced *Unannounced `json:"unannounced,omitempty"`
+	AvgActive   float64      `json:"avg_active,omitempty"`
 	// AvgActiveSource says what AvgActive counts: ActiveEngine (the
 	// engine's running gauge) or ActiveClient (requests decoding, as the
 	// client saw them).
@@ -324,6 +328,19 @@ type SubWindows struct {
 	// TBTms is each part's median time between tokens, 0 where no gap
 	// ended in it; nil in a merged cell (medians of shards do not merge).
 	TBTms []float64 `json:"tbt_ms,omitempty"`
+}
+
+// Unannounced is a cell whose output tokens are counted short: see
+// Cell.Unannounced.
+type Unannounced struct {
+	// TokensPerEvent is the completed requests' usage tokens per event.
+	TokensPerEvent float64 `json:"tokens_per_event"`
+	// OneEachTokens are the window's tokens counted one per event, of
+	// requests without usage.
+	OneEachTokens int `json:"one_each_tokens"`
+	// ScaledTokPerSec is Total tok/s with those counted TokensPerEvent
+	// per event instead: the estimate.
+	ScaledTokPerSec float64 `json:"scaled_tok_s"`
 }
 
 // What Cell.TTFTKind says.
