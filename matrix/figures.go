@@ -96,6 +96,9 @@ func beyondSummary(c *result.Cell) string {
 	s := ""
 	if c.SLO != nil && c.SLO.Attainment != nil {
 		s += fmt.Sprintf("  SLO met %.0f%%", 100**c.SLO.Attainment)
+		if hi := c.SLO.AttainmentAtMost; hi != nil {
+			s += fmt.Sprintf(" to %.0f%% (undecided)", 100**hi)
+		}
 	}
 	if c.DecodeLimit != nil {
 		s += fmt.Sprintf("  %.0f%% of bandwidth limit", 100*c.DecodeLimit.ShareOfBandwidthLimit)
