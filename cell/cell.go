@@ -173,8 +173,10 @@ type Figures struct {
 	TTFT        time.Duration
 	TTFTAtLeast bool
 	// TBT is the median time between tokens inside the window; 0 when no gap
-	// fell inside it.
+	// fell inside it. ITL is the median of the same gaps whole, per chunk
+	// (vLLM's ITL): k times TBT where events carry k tokens.
 	TBT time.Duration
+	ITL time.Duration
 	// AvgActive is the time-average number of requests the engine ran:
 	// AvgDecoding until the caller has a running gauge (Judge.AvgRunning).
 	AvgActive float64
@@ -356,6 +358,7 @@ func DecodeAll(parts []Part) Figures {
 				}
 				gap := r.Arrivals[j] - r.Arrivals[j-1]
 				sw.add(r.Arrivals[j], k, gap, true)
+				f.Hist.RecordITL(gap)
 				f.Hist.RecordTBT(gap/time.Duration(k), k)
 				gapSum += gap
 				gapTokens += k
@@ -382,6 +385,7 @@ func DecodeAll(parts []Part) Figures {
 	}
 	f.TTFT, f.TTFTAtLeast, _ = f.Hist.TTFTAt(0.5)
 	f.TBT, _ = histo.Latency(f.Hist.TBT, 0.5)
+	f.ITL, _ = histo.Latency(f.Hist.ITL, 0.5)
 	f.PerRequestTokPerSec, _ = f.Hist.RateAt(0.5)
 	if len(prompts) > 0 {
 		slices.Sort(prompts)
@@ -629,6 +633,10 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.TTFTms = millis(f.TTFT)
 	c.TTFTAtLeast = f.TTFTAtLeast
 	c.TBTms = millis(f.TBT)
+	c.ITLChunkMs = millis(f.ITL)
+	if f.PerRequestTokPerSec > 0 {
+		c.TPOTRequestMs = 1000 / f.PerRequestTokPerSec
+	}
 	c.SubWindows = f.Sub.Result()
 	c.Unannounced = f.UnannouncedResult()
 	c.AvgActive = f.AvgActive

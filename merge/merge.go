@@ -450,7 +450,11 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 	ttft, atLeast, ok := out.Histograms.TTFTAt(0.5)
 	out.TTFTms, out.TTFTAtLeast = msOf(ttft, ok), atLeast
 	out.TBTms = msOf(histo.Latency(out.Histograms.TBT, 0.5))
+	out.ITLChunkMs = msOf(histo.Latency(out.Histograms.ITL, 0.5))
 	out.PerRequestTokPerSec, _ = out.Histograms.RateAt(0.5)
+	if out.PerRequestTokPerSec > 0 {
+		out.TPOTRequestMs = 1000 / out.PerRequestTokPerSec
+	}
 	if len(prompts) > 0 {
 		slices.Sort(prompts)
 		out.PromptTokens = prompts[(len(prompts)-1)/2]

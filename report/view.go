@@ -252,19 +252,25 @@ func newViewWith(r *result.Result, o Options) *view {
 			v.TTFTNote += " " + cacheNote
 		}
 	}
-	withSLO, withLimit := hasSLO(r), hasLimit(r)
+	withSLO, withLimit, withDefs := hasSLO(r), hasLimit(r), hasTBTDefs(r)
 	if withSLO {
 		v.Columns = append(slices.Clone(v.Columns), sloColumn)
 	}
 	if withLimit {
 		v.Columns = append(slices.Clone(v.Columns), limitColumn)
 	}
-	extra := 0 // the SLO and limit columns, dashes on prefill rows
+	extra := 0 // the SLO, limit and peers' columns, dashes on prefill rows
 	if withSLO {
 		extra++
 	}
 	if withLimit {
 		extra++
+	}
+	if withDefs {
+		v.Columns = append(slices.Clone(v.Columns), itlChunkHead, tpotRequestHead)
+		v.Columns[7] = tbtPerTokenHead
+		v.TTFTNote += " " + tbtDefsNote
+		extra += 2
 	}
 	v.Beyond = newBeyondView(r)
 	v.LimitMarks = map[cellKey]string{}
@@ -297,7 +303,11 @@ func newViewWith(r *result.Result, o Options) *view {
 				if g.shows() {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtTTFT(cell.TTFTms, cell.TTFTAtLeast), cell.TotalTokPerSec
 				}
-				v.All = append(v.All, append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...))
+				row := append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...)
+				if withDefs {
+					row = append(row, tbtDefsColumns(cell)...)
+				}
+				v.All = append(v.All, row)
 				if m := limitMark(cell); m != "" {
 					v.LimitMarks[cellKey{c, col}] = m
 				}

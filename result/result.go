@@ -255,6 +255,15 @@ type Cell struct {
 	// token (censored at their wait, METHOD §3), so TTFTms is a lower bound.
 	TTFTAtLeast bool    `json:"ttft_at_least,omitempty"`
 	TBTms       float64 `json:"tbt_ms,omitempty"`
+	// ITLChunkMs and TPOTRequestMs are the peers' definitions of the time
+	// between tokens beside tokentap's per-token TBTms (METHOD §3): the
+	// median gap between events whole (vLLM's ITL, per chunk), and the
+	// median over requests of each one's mean time per token after the
+	// first (GuideLLM's and AIPerf's ITL, vLLM's TPOT: 1000 / the per
+	// request tok/s). With k tokens an event, ITL per chunk is k times
+	// the others.
+	ITLChunkMs    float64 `json:"itl_chunk_ms,omitempty"`
+	TPOTRequestMs float64 `json:"tpot_request_ms,omitempty"`
 	// SubWindows are the cell's tok/s and TBT over each equal part of its
 	// window, the batches the comparison's noise is estimated from
 	// (METHOD §9); nil in documents that predate them.

@@ -1,0 +1,48 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+// TestTBTDefinitions: a run with the peers' figures names tokentap's
+// definition in its column head, shows the peers' columns (Markdown, HTML,
+// CSV) and explains all three under the table in every format; a run
+// without them (the seeds) renders as it did.
+func TestTBTDefinitions(t *testing.T) {
+	r := &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{4}},
+		Decode: []result.Cell{{Context: 0, Concurrency: 4, Status: result.Valid, Measured: true, TotalTokPerSec: 400,
+			PerRequestTokPerSec: 100, TTFTms: 30, TBTms: 10, ITLChunkMs: 40, TPOTRequestMs: 10, MaxWaiting: -1}}}
+	for _, format := range []string{"text", "md", "html", "csv"} {
+		var buf bytes.Buffer
+		if err := Render(&buf, r, format); err != nil {
+			t.Fatal(err)
+		}
+		out := strings.Join(strings.Fields(buf.String()), " ")
+		want := []string{"Time between tokens is per token", "ITL per chunk is every gap", "k times the others"}
+		switch format {
+		case "md", "html":
+			want = append(want, tbtPerTokenHead, itlChunkHead, tpotRequestHead, "40.0 ms")
+		case "text":
+			want = append(want, "TBT: time between tokens, per token")
+		case "csv":
+			want = []string{"itl_chunk_ms,tpot_request_ms", ",40,10"}
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: no %q in\n%s", format, w, out)
+			}
+		}
+	}
+	seed := loadSeed(t, "002")
+	var buf bytes.Buffer
+	if err := Render(&buf, seed, "md"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), itlChunkHead) || strings.Contains(buf.String(), tbtPerTokenHead) {
+		t.Error("a document without the peers' figures shows their columns")
+	}
+}
