@@ -46,3 +46,39 @@ func TestTBTDefinitions(t *testing.T) {
 		t.Error("a document without the peers' figures shows their columns")
 	}
 }
+
+// TestCacheBelow1K (METHOD §3): the prefix cache is not judged below 1K
+// tokens, so a decode cell's cache column there says so instead of a
+// share read off a few tokens; at 1K and above it shows the share. The
+// CSV keeps the share measured.
+func TestCacheBelow1K(t *testing.T) {
+	cellAt := func(ctx int, hit float64) result.Cell {
+		return result.Cell{Context: ctx, Concurrency: 1, Status: result.Valid, Measured: true, TotalTokPerSec: 100, TTFTms: 20, TBTms: 10,
+			MaxWaiting: -1, Cache: &result.Cache{HitRate: hit, Source: result.CacheUsage, Requests: 4}}
+	}
+	r := &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0, 1024}, Concurrency: []int{1}},
+		Decode: []result.Cell{cellAt(0, 0.909), cellAt(1024, 0.998)}}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "md"); err != nil {
+		t.Fatal(err)
+	}
+	var row0, row1K string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "| Sustained decode | 0 |"):
+			row0 = l
+		case strings.HasPrefix(l, "| Sustained decode | 1K |"):
+			row1K = l
+		}
+	}
+	if !strings.Contains(row0, cacheNotJudged) || strings.Contains(row0, "90.9%") || !strings.Contains(row1K, "99.8%") {
+		t.Errorf("rows:\n%s\n%s", row0, row1K)
+	}
+	buf.Reset()
+	if err := Render(&buf, r, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "0.909") {
+		t.Errorf("the CSV lost the share measured:\n%s", buf.String())
+	}
+}

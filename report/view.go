@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tokentap/tokentap/internal/english"
+	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -123,6 +124,11 @@ var rateColumns = []string{"Achieved rate", "Peak in flight"}
 // how much of the prompts its prefix cache served (seed documents have no
 // such figures, so their pages render as they are).
 const cacheColumn = "Prefix cache hits"
+
+// cacheNotJudged is the cache column of a decode cell below
+// cell.CacheCheckFrom, where the cache is not judged; the CSV and JSON
+// keep the share measured.
+const cacheNotJudged = "not judged"
 
 // view is everything a report shows, as display strings, in seed order.
 // Every format but JSON renders from it, so they cannot disagree.
@@ -525,7 +531,15 @@ func cellColumns(c *result.Cell, rate, withCache bool) []string {
 	}
 	if withCache {
 		cache := dash
-		if c.Cache != nil && c.ShowsFigures() {
+		switch {
+		case c.Cache == nil || !c.ShowsFigures():
+		case c.Context < cell.CacheCheckFrom && !rate:
+			// METHOD §3: below 1K a prompt is a few cache blocks and
+			// engines cache whole blocks only, so the cache is not judged
+			// there: a share read off a few tokens (0% or 91% of an
+			// 11-token prompt) would pass for a verdict.
+			cache = cacheNotJudged
+		default:
 			cache = fmtPct(c.Cache.HitRate)
 		}
 		cols = append(cols, cache)
