@@ -96,8 +96,8 @@ func beyondSummary(c *result.Cell) string {
 	s := ""
 	if c.SLO != nil && c.SLO.Attainment != nil {
 		s += fmt.Sprintf("  SLO met %.0f%%", 100**c.SLO.Attainment)
-		if hi := c.SLO.AttainmentAtMost; hi != nil {
-			s += fmt.Sprintf(" to %.0f%% (undecided)", 100**hi)
+		if lo, hi := c.SLO.AttainmentAtLeast, c.SLO.AttainmentAtMost; lo != nil && hi != nil {
+			s += fmt.Sprintf(" (%.0f%%–%.0f%%, some undecided)", 100**lo, 100**hi)
 		}
 	}
 	if c.DecodeLimit != nil {

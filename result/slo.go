@@ -40,10 +40,13 @@ type SLO struct {
 	// request sent in the window, cut ones censored at the cut (METHOD §6;
 	// Good / Judged when nothing was undecided); elsewhere Good / Judged.
 	// Absent when nothing was judged. Where requests were undecided past
-	// the last result decided, it is the share known good, a lower bound,
-	// and AttainmentAtMost the upper (had those all been good).
-	Attainment       *float64 `json:"attainment,omitempty"`
-	AttainmentAtMost *float64 `json:"attainment_at_most,omitempty"`
+	// the last result decided, nothing observed tells their result:
+	// AttainmentAtLeast and AttainmentAtMost bound it (had they all missed,
+	// had they all been good), and Attainment splits them as the decided
+	// results split.
+	Attainment        *float64 `json:"attainment,omitempty"`
+	AttainmentAtLeast *float64 `json:"attainment_at_least,omitempty"`
+	AttainmentAtMost  *float64 `json:"attainment_at_most,omitempty"`
 	// GoodputReqPerSec and GoodputTokPerSec are the good requests and
 	// their output tokens per second of the window.
 	GoodputReqPerSec float64 `json:"goodput_req_s"`

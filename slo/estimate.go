@@ -37,8 +37,10 @@ import (
 // still undecided past the last age any result was decided at (every
 // request cut before any could end: long outputs in a short window), S
 // there is the share whose result nothing observed can tell: attainment
-// then lies between A (had they all missed) and A + S (had they all been
-// good), and both are given.
+// lies between A (had they all missed) and A + S (had they all been
+// good), and both bounds are given. The figure shown then splits S as the
+// results decided split, A + S × A / (1 − S): an assumption (those
+// requests fare as the ones decided did), said with the bounds.
 
 // life is one request's result for the estimator: decided good or missed
 // at an age, or still undecided when cut at that age.
@@ -173,25 +175,41 @@ func estimate(lives []life) (low, high float64, ok bool) {
 
 // estSum is attainment estimates of several tallies, each weighted by the
 // requests it counted (judged and undecided): what a document keeps of a
-// cell's estimate, for merging shards and summing a run's cells.
+// cell's estimate, for merging shards and summing a run's cells. point
+// is the figure shown, low and high its bounds.
 type estSum struct {
-	n, low, high float64
+	n, point, low, high float64
+}
+
+// pointOf is the figure shown for bounds low and high (see above): the
+// undecided share split as the decided results split; low when nothing
+// was decided.
+func pointOf(low, high float64) float64 {
+	s := high - low
+	switch {
+	case s <= 1e-12 || s >= 1 || low <= 0:
+		return low
+	case high >= 1-1e-12 && low >= 1-s-1e-12:
+		return 1 // every result decided was good: exactly, not by rounding
+	}
+	return min(low+s*low/(1-s), high)
 }
 
 // attainment is the tally's estimate: its own window's requests and the
 // documents' cells it was merged with, each weighted by the requests it
 // counted. ok is false when it has neither (a proxy's or a replay's
 // running tally: Good / Judged).
-func (t Tally) attainment() (low, high float64, ok bool) {
+func (t Tally) attainment() (point, low, high float64, ok bool) {
 	sum := t.est
 	if l, h, has := estimate(t.lives); has {
 		n := float64(len(t.lives))
 		sum.n += n
+		sum.point += pointOf(l, h) * n
 		sum.low += l * n
 		sum.high += h * n
 	}
 	if sum.n <= 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return sum.low / sum.n, sum.high / sum.n, true
+	return sum.point / sum.n, sum.low / sum.n, sum.high / sum.n, true
 }

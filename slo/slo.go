@@ -441,6 +441,7 @@ func (t *Tally) Merge(o Tally) {
 	t.GoodTokens += o.GoodTokens
 	t.lives = append(t.lives, o.lives...)
 	t.est.n += o.est.n
+	t.est.point += o.est.point
 	t.est.low += o.est.low
 	t.est.high += o.est.high
 	for n, c := range o.Missed {
@@ -458,11 +459,14 @@ func FromFigures(s *result.SLO) Tally {
 	if s.Attainment != nil {
 		// The cell's estimate, weighted by the requests it counted.
 		n := float64(s.Judged + s.Undecided)
-		high := *s.Attainment
+		low, high := *s.Attainment, *s.Attainment
+		if s.AttainmentAtLeast != nil {
+			low = *s.AttainmentAtLeast
+		}
 		if s.AttainmentAtMost != nil {
 			high = *s.AttainmentAtMost
 		}
-		t.est = estSum{n: n, low: *s.Attainment * n, high: high * n}
+		t.est = estSum{n: n, point: *s.Attainment * n, low: low * n, high: high * n}
 	}
 	return t
 }
@@ -472,11 +476,14 @@ func FromFigures(s *result.SLO) Tally {
 // goodput.
 func (t Tally) Figures(seconds float64) *result.SLO {
 	out := &result.SLO{Judged: t.Judged, Good: t.Good, Failed: t.Failed, Undecided: t.Undecided, JudgedCut: t.JudgedCut}
-	switch low, high, ok := t.attainment(); {
+	switch point, low, high, ok := t.attainment(); {
+	case ok && t.Judged == 0:
+		// Nothing decided: no figure, as before (the bounds would be 0
+		// and 1).
 	case ok:
-		out.Attainment = &low
+		out.Attainment = &point
 		if high > low+1e-12 {
-			out.AttainmentAtMost = &high
+			out.AttainmentAtLeast, out.AttainmentAtMost = &low, &high
 		}
 	case t.Judged > 0:
 		a := float64(t.Good) / float64(t.Judged)

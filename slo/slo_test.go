@@ -422,7 +422,7 @@ func TestUndecidedBeyondEvidence(t *testing.T) {
 	}
 	f := s.Window(recs, 0, 10*time.Second).Figures(10)
 	if f.Judged != 3 || f.Good != 0 || f.Undecided != 1 || f.Attainment == nil || *f.Attainment != 0 ||
-		f.AttainmentAtMost == nil || math.Abs(*f.AttainmentAtMost-0.25) > 1e-12 {
+		f.AttainmentAtLeast == nil || *f.AttainmentAtLeast != 0 || f.AttainmentAtMost == nil || math.Abs(*f.AttainmentAtMost-0.25) > 1e-12 {
 		t.Errorf("figures %+v (at most %v)", f, f.AttainmentAtMost)
 	}
 	// A run's overall figure and a merge keep both bounds, weighted by
@@ -432,5 +432,22 @@ func TestUndecidedBeyondEvidence(t *testing.T) {
 	sum.Merge(FromFigures(f))
 	if o := sum.Figures(0); *o.Attainment != 0 || o.AttainmentAtMost == nil || math.Abs(*o.AttainmentAtMost-0.25) > 1e-12 {
 		t.Errorf("two such cells: %v to %v", *o.Attainment, o.AttainmentAtMost)
+	}
+}
+
+// TestPointBetweenBounds: where requests stay undecided past the last
+// result decided, the figure splits them as the decided results split,
+// within the bounds: all good so far reads 100% (at least 92%), a third
+// good reads a third.
+func TestPointBetweenBounds(t *testing.T) {
+	for _, tc := range []struct{ low, high, want float64 }{
+		{12.0 / 13, 1, 1},
+		{0, 0.25, 0},
+		{0.2, 0.4, 0.2 + 0.2*0.2/0.8},
+		{0.5, 0.5, 0.5},
+	} {
+		if got := pointOf(tc.low, tc.high); got != tc.want && math.Abs(got-tc.want) > 1e-12 || got < tc.low || got > tc.high || tc.want == 1 && got != 1 {
+			t.Errorf("pointOf(%v, %v) = %v, want %v", tc.low, tc.high, got, tc.want)
+		}
 	}
 }
