@@ -178,7 +178,7 @@ func csvExtra(r *result.Result) csvMore {
 	for _, c := range r.Decode {
 		m.split = m.split || c.TTFTSplit != nil
 		m.limit = m.limit || c.DecodeLimit != nil
-		m.sloHigh = m.sloHigh || c.SLO != nil && c.SLO.AttainmentAtMost != nil
+		m.sloHigh = m.sloHigh || c.SLO != nil && c.SLO.AttainmentAtLeast != nil
 	}
 	return m
 }
@@ -195,7 +195,7 @@ func (m csvMore) head() []string {
 		h = append(h, "bandwidth_limit_tok_s", "share_of_bandwidth_limit", "limit_batch", "limit_seq_tokens")
 	}
 	if m.sloHigh {
-		h = append(h, "slo_attainment_at_most")
+		h = append(h, "slo_attainment_at_least", "slo_attainment_at_most")
 	}
 	if m.defs {
 		h = append(h, "itl_chunk_ms", "tpot_request_ms")
@@ -247,11 +247,11 @@ func (m csvMore) cell(c *result.Cell) []string {
 		}
 	}
 	if m.sloHigh {
-		hi := ""
-		if s := c.SLO; s != nil && s.AttainmentAtMost != nil {
-			hi = strconv.FormatFloat(*s.AttainmentAtMost, 'f', 4, 64)
+		lo, hi := "", ""
+		if s := c.SLO; s != nil && s.AttainmentAtLeast != nil && s.AttainmentAtMost != nil {
+			lo, hi = strconv.FormatFloat(*s.AttainmentAtLeast, 'f', 4, 64), strconv.FormatFloat(*s.AttainmentAtMost, 'f', 4, 64)
 		}
-		out = append(out, hi)
+		out = append(out, lo, hi)
 	}
 	if m.defs {
 		if c.ShowsFigures() {

@@ -82,3 +82,28 @@ func TestCacheBelow1K(t *testing.T) {
 		t.Errorf("the CSV lost the share measured:\n%s", buf.String())
 	}
 }
+
+// TestAttainmentBounds (METHOD §6): a cell whose undecided requests
+// outlast every decided result shows its figure with both bounds, in the
+// reports and the CSV.
+func TestAttainmentBounds(t *testing.T) {
+	a, lo, hi := 1.0, 12.0/13, 1.0
+	r := &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1}},
+		SLO: &result.SLORun{},
+		Decode: []result.Cell{{Context: 0, Concurrency: 1, Status: result.Valid, Measured: true, TotalTokPerSec: 100, TTFTms: 20, TBTms: 10, MaxWaiting: -1,
+			SLO: &result.SLO{Judged: 12, Good: 12, Undecided: 1, Attainment: &a, AttainmentAtLeast: &lo, AttainmentAtMost: &hi}}}}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "md"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "100% (92%–100%)") {
+		t.Errorf("no bounds in\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := Render(&buf, r, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "slo_attainment_at_least,slo_attainment_at_most") || !strings.Contains(buf.String(), "0.9231,1.0000") {
+		t.Errorf("no bounds in the CSV\n%s", buf.String())
+	}
+}
