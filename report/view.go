@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/cell"
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
 
