@@ -46,6 +46,7 @@ func amdDC(name string) string { return "AMD Instinct " + name + " accelerator d
 // several.
 var gpus = []GPU{
 	// NVIDIA data centre.
+	{Name: "B300", GBPerSec: 8000, Source: "NVIDIA HGX B300 datasheet (8 TB/s per GPU)", tokens: []string{"B300"}},
 	{Name: "B200", GBPerSec: 8000, Source: dc("B200 (HGX B200)"), tokens: []string{"B200"}},
 	{Name: "H200", GBPerSec: 4800, Source: dc("H200"), tokens: []string{"H200"}},
 	{Name: "H100 NVL", GBPerSec: 3900, Source: dc("H100"), tokens: []string{"H100", "NVL"}},
@@ -53,6 +54,14 @@ var gpus = []GPU{
 	{Name: "H100 SXM", GBPerSec: 3350, Source: dc("H100"), tokens: []string{"H100", "HBM3"}, not: []string{"NVL", "PCIE", "SXM"}},
 	{Name: "H100 PCIe", GBPerSec: 2000, Source: dc("H100"), tokens: []string{"H100", "PCIE"}},
 	{Name: "H20", GBPerSec: 4000, Source: dc("H20"), tokens: []string{"H20"}},
+	// H800 and A800: the export variants of the H100 and A100, the same
+	// memory (NVIDIA H800 and A800 datasheets); named as their originals.
+	{Name: "H800 SXM", GBPerSec: 3350, Source: dc("H800"), tokens: []string{"H800", "SXM"}, not: []string{"PCIE"}},
+	{Name: "H800 SXM", GBPerSec: 3350, Source: dc("H800"), tokens: []string{"H800", "HBM3"}, not: []string{"PCIE", "SXM"}},
+	{Name: "H800 PCIe", GBPerSec: 2000, Source: dc("H800"), tokens: []string{"H800", "PCIE"}},
+	{Name: "A800 80 GB SXM4", GBPerSec: 2039, Source: dc("A800"), tokens: []string{"A800", "SXM4"}, vramGB: 80},
+	{Name: "A800 80 GB PCIe", GBPerSec: 1935, Source: dc("A800"), tokens: []string{"A800", "PCIE"}, vramGB: 80},
+	{Name: "A800 40 GB PCIe", GBPerSec: 1555, Source: dc("A800"), tokens: []string{"A800"}, vramGB: 40},
 	{Name: "GH200 96 GB", GBPerSec: 4000, Source: "NVIDIA GH200 Grace Hopper Superchip datasheet", tokens: []string{"GH200"}, vramGB: 96},
 	{Name: "GH200 144 GB", GBPerSec: 4900, Source: "NVIDIA GH200 Grace Hopper Superchip datasheet", tokens: []string{"GH200"}, vramGB: 144},
 	{Name: "A100 80 GB SXM4", GBPerSec: 2039, Source: dc("A100"), tokens: []string{"A100", "SXM4"}, vramGB: 80},
@@ -64,10 +73,12 @@ var gpus = []GPU{
 	{Name: "A10G", GBPerSec: 600, Source: "Amazon EC2 G5 instances (NVIDIA A10G), aws.amazon.com/ec2/instance-types/g5", tokens: []string{"A10G"}},
 	{Name: "L40S", GBPerSec: 864, Source: "NVIDIA L40S datasheet", tokens: []string{"L40S"}},
 	{Name: "L40", GBPerSec: 864, Source: "NVIDIA L40 datasheet", tokens: []string{"L40"}},
+	{Name: "L20", GBPerSec: 864, Source: "NVIDIA L20 datasheet (48 GB GDDR6)", tokens: []string{"L20"}},
 	{Name: "L4", GBPerSec: 300, Source: dc("L4"), tokens: []string{"L4"}},
 	{Name: "T4", GBPerSec: 320, Source: dc("T4"), tokens: []string{"T4"}},
 	{Name: "V100S", GBPerSec: 1134, Source: dc("V100"), tokens: []string{"V100S"}},
 	{Name: "V100", GBPerSec: 900, Source: dc("V100"), tokens: []string{"V100"}},
+	{Name: "RTX PRO 6000 Blackwell", GBPerSec: 1792, Source: "NVIDIA RTX PRO 6000 Blackwell datasheet (96 GB GDDR7, Workstation, Server and Max-Q editions alike)", tokens: []string{"RTX", "6000", "BLACKWELL"}},
 	{Name: "RTX 6000 Ada", GBPerSec: 960, Source: srcNVPro, tokens: []string{"RTX", "6000", "ADA"}},
 	{Name: "RTX A6000", GBPerSec: 768, Source: srcNVPro, tokens: []string{"RTX", "A6000"}},
 	{Name: "RTX A5000", GBPerSec: 768, Source: srcNVPro, tokens: []string{"RTX", "A5000"}},
@@ -109,6 +120,7 @@ var gpus = []GPU{
 	{Name: "TITAN RTX", GBPerSec: 672, Source: srcNVGeForce20, tokens: []string{"TITAN", "RTX"}},
 
 	// AMD data centre.
+	{Name: "MI355X", GBPerSec: 8000, Source: amdDC("MI355X"), tokens: []string{"MI355X"}},
 	{Name: "MI325X", GBPerSec: 6000, Source: amdDC("MI325X"), tokens: []string{"MI325X"}},
 	{Name: "MI300X", GBPerSec: 5300, Source: amdDC("MI300X"), tokens: []string{"MI300X"}},
 	{Name: "MI300A", GBPerSec: 5300, Source: "AMD Instinct MI300A APU data sheet", tokens: []string{"MI300A"}},
@@ -281,7 +293,11 @@ func (e GPU) matches(w []string, sizeGB int) bool {
 // formFactor are words a name may carry that do not change which card it
 // is (bandwidth-changing ones, like SXM4 or PCIE on an A100, are in the
 // entries' tokens where they matter).
-var formFactor = map[string]bool{"PCIE": true, "SXM": true, "SXM2": true, "SXM4": true, "SXM5": true, "HBM3": true, "HBM3E": true,
-	"LAPTOP": false, "ADA": true}
+var formFactor = map[string]bool{"PCIE": true, "SXM": true, "SXM2": true, "SXM4": true, "SXM5": true, "SXM6": true, "HBM3": true, "HBM3E": true,
+	"LAPTOP": false, "ADA": true,
+	// Editions of one card with one memory: the RTX PRO 6000 Blackwell's
+	// Workstation, Server and Max-Q editions, the A800 40GB Active (its
+	// cooling), the B300's "SXM6 AC".
+	"WORKSTATION": true, "SERVER": true, "EDITION": true, "MAX": true, "Q": true, "ACTIVE": true, "AC": true}
 
 func fmtGB(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -42,6 +42,16 @@ func TestLookup(t *testing.T) {
 		{"AMD Radeon RX 7900 XTX", "24 GB", 960},
 		{"Radeon RX 7900 XT", "", 800},
 		{"AMD Radeon PRO W7900", "48 GB", 864},
+		{"NVIDIA H800 80GB HBM3", "80 GB", 3350},
+		{"NVIDIA H800 PCIe", "80 GB", 2000},
+		{"NVIDIA A800-SXM4-80GB", "80 GB", 2039},
+		{"NVIDIA A800 80GB PCIe", "80 GB", 1935},
+		{"NVIDIA A800 40GB Active", "40 GB", 1555},
+		{"NVIDIA L20", "48 GB", 864},
+		{"NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "96 GB", 1792},
+		{"NVIDIA RTX PRO 6000 Blackwell Server Edition", "96 GB", 1792},
+		{"NVIDIA B300 SXM6 AC", "288 GB", 8000},
+		{"AMD Instinct MI355X", "288 GB", 8000},
 	}
 	for _, tt := range tests {
 		g, ok, why := Lookup(tt.name, tt.vram)
@@ -55,6 +65,7 @@ func TestLookup(t *testing.T) {
 		{"2× RTX 3090", "2 × 24 GB", "several GPUs"},
 		{"RTX 3090 + RTX 3060", "", "several GPUs"},
 		{"NVIDIA H100", "", "H100 SXM (3350 GB/s)"},
+		{"NVIDIA H800", "", "H800 SXM (3350 GB/s)"},
 		{"RTX 3060", "", "RTX 3060 12 GB (360 GB/s)"},
 		// Cards that report one name for two memories: refused, never
 		// the faster one.

@@ -173,8 +173,10 @@ type Figures struct {
 	TTFT        time.Duration
 	TTFTAtLeast bool
 	// TBT is the median time between tokens inside the window; 0 when no gap
-	// fell inside it.
+	// fell inside it. ITL is the median of the same gaps whole, per chunk
+	// (vLLM's ITL): k times TBT where events carry k tokens.
 	TBT time.Duration
+	ITL time.Duration
 	// AvgActive is the time-average number of requests the engine ran:
 	// AvgDecoding until the caller has a running gauge (Judge.AvgRunning).
 	AvgActive float64
@@ -211,6 +213,12 @@ type Figures struct {
 	// Hist holds the TTFT, TBT, end-to-end and per-request rate values the
 	// medians were read from.
 	Hist *histo.Set
+	// Sub are the tok/s and TBT of each tenth of the window (SubWindows),
+	// for the comparison's noise.
+	Sub SubWindows
+	// Counts is what the requests say of how many tokens each event
+	// carried (Unannounced).
+	Counts EventCounts
 }
 
 // Decode computes a cell's figures from its records over window w (see the
@@ -265,7 +273,8 @@ func DecodeAll(parts []Part) Figures {
 		seen = true
 		f.MeasuredFor = max(f.MeasuredFor, w.Len())
 		var active time.Duration
-		tokens := 0
+		tokens, oneEach := 0, 0
+		sw := slicer{w: w}
 		for i := range p.Records {
 			r := &p.Records[i]
 			sentIn := w.Contains(r.Sent)
@@ -303,6 +312,14 @@ func DecodeAll(parts []Part) Figures {
 			if r.Outcome == record.OK && w.Contains(r.End) {
 				f.Completed++
 				f.Hist.RecordE2E(r.End - r.Sent)
+				if r.Stream && r.CompletionSource == record.SourceUsage && len(r.Arrivals) > 0 {
+					f.Counts.CompletedTokens += r.CompletionTokens
+					f.Counts.CompletedEvents += len(r.Arrivals)
+				}
+			}
+			noUsage := r.CompletionSource != record.SourceUsage
+			if noUsage && r.Tokens != nil {
+				f.Counts.Announced = true // several tokens in an event, said while it ran
 			}
 			n := len(r.Arrivals)
 			if n == 0 {
@@ -332,10 +349,16 @@ func DecodeAll(parts []Part) Figures {
 			for j := lo; j < hi; j++ {
 				k := eventTokens(r, j)
 				tokens += k
+				if noUsage && r.Tokens == nil {
+					oneEach++
+				}
 				if j == 0 {
+					sw.add(r.Arrivals[j], k, 0, false)
 					continue
 				}
 				gap := r.Arrivals[j] - r.Arrivals[j-1]
+				sw.add(r.Arrivals[j], k, gap, true)
+				f.Hist.RecordITL(gap)
 				f.Hist.RecordTBT(gap/time.Duration(k), k)
 				gapSum += gap
 				gapTokens += k
@@ -348,6 +371,9 @@ func DecodeAll(parts []Part) Figures {
 		f.OutputTokens += tokens
 		f.TotalTokPerSec += float64(tokens) / secs
 		f.AvgDecoding += active.Seconds() / secs
+		f.Sub.addPart(sw.result(), len(parts))
+		f.Counts.OneEach += oneEach
+		f.Counts.oneEachRate += float64(oneEach) / secs
 	}
 	if !seen {
 		return f
@@ -359,6 +385,7 @@ func DecodeAll(parts []Part) Figures {
 	}
 	f.TTFT, f.TTFTAtLeast, _ = f.Hist.TTFTAt(0.5)
 	f.TBT, _ = histo.Latency(f.Hist.TBT, 0.5)
+	f.ITL, _ = histo.Latency(f.Hist.ITL, 0.5)
 	f.PerRequestTokPerSec, _ = f.Hist.RateAt(0.5)
 	if len(prompts) > 0 {
 		slices.Sort(prompts)
@@ -606,6 +633,12 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.TTFTms = millis(f.TTFT)
 	c.TTFTAtLeast = f.TTFTAtLeast
 	c.TBTms = millis(f.TBT)
+	c.ITLChunkMs = millis(f.ITL)
+	if f.PerRequestTokPerSec > 0 {
+		c.TPOTRequestMs = 1000 / f.PerRequestTokPerSec
+	}
+	c.SubWindows = f.Sub.Result()
+	c.Unannounced = f.UnannouncedResult()
 	c.AvgActive = f.AvgActive
 	c.AvgActiveSource = result.ActiveClient
 	if j.AvgRunning >= 0 {

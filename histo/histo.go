@@ -46,6 +46,10 @@ type Set struct {
 	// a latency over every request from both.
 	TTFTCensored *hdr.Histogram
 	E2ECensored  *hdr.Histogram
+	// ITL holds, µs, every gap between two token events whole, however
+	// many tokens the later one carried: vLLM's ITL, per chunk (METHOD
+	// §3). TBT splits the same gaps per token.
+	ITL *hdr.Histogram
 	// Clamped counts values outside a histogram's range: latencies below 0
 	// or above MaxLatency and rates below 0 or above MaxRate (recorded at the
 	// nearest bound), and NaN rates (dropped).
@@ -58,7 +62,7 @@ func newRate() *hdr.Histogram    { return hdr.New(1, int64(MaxRate*rateScale), s
 // New returns an empty set.
 func New() *Set {
 	return &Set{TTFT: newLatency(), TBT: newLatency(), E2E: newLatency(), Rate: newRate(),
-		TTFTCensored: newLatency(), E2ECensored: newLatency()}
+		TTFTCensored: newLatency(), E2ECensored: newLatency(), ITL: newLatency()}
 }
 
 func (s *Set) recordLatency(h *hdr.Histogram, d time.Duration, n int64) {
@@ -87,6 +91,10 @@ func (s *Set) RecordTBT(d time.Duration, n int) {
 	}
 	s.recordLatency(s.TBT, d, int64(n))
 }
+
+// RecordITL records one gap between token events whole (vLLM's ITL, per
+// chunk).
+func (s *Set) RecordITL(d time.Duration) { s.recordLatency(s.ITL, d, 1) }
 
 // RecordE2E records one request's end-to-end time.
 func (s *Set) RecordE2E(d time.Duration) { s.recordLatency(s.E2E, d, 1) }
@@ -129,6 +137,9 @@ func (s *Set) Merge(o *Set) {
 	if o.E2ECensored != nil {
 		s.Clamped += s.E2ECensored.Merge(o.E2ECensored)
 	}
+	if o.ITL != nil {
+		s.Clamped += s.ITL.Merge(o.ITL)
+	}
 	s.Clamped += o.Clamped
 }
 
@@ -166,9 +177,9 @@ type histPair struct {
 	a, b *hdr.Histogram
 }
 
-func (s *Set) pairs(o *Set) [6]histPair {
-	return [6]histPair{{"ttft_us", s.TTFT, o.TTFT}, {"tbt_us", s.TBT, o.TBT}, {"e2e_us", s.E2E, o.E2E}, {"rate_mtok_s", s.Rate, o.Rate},
-		{"ttft_censored_us", s.TTFTCensored, o.TTFTCensored}, {"e2e_censored_us", s.E2ECensored, o.E2ECensored}}
+func (s *Set) pairs(o *Set) [7]histPair {
+	return [7]histPair{{"ttft_us", s.TTFT, o.TTFT}, {"tbt_us", s.TBT, o.TBT}, {"e2e_us", s.E2E, o.E2E}, {"rate_mtok_s", s.Rate, o.Rate},
+		{"ttft_censored_us", s.TTFTCensored, o.TTFTCensored}, {"e2e_censored_us", s.E2ECensored, o.E2ECensored}, {"itl_us", s.ITL, o.ITL}}
 }
 
 func sameSettings(a, b *hdr.Histogram) bool {
@@ -184,6 +195,7 @@ func (s *Set) Reset() {
 	s.Rate.Reset()
 	s.TTFTCensored.Reset()
 	s.E2ECensored.Reset()
+	s.ITL.Reset()
 	s.Clamped = 0
 }
 
@@ -213,7 +225,10 @@ type wireSet struct {
 	// them reads as none censored.
 	TTFTCensored string `json:"ttft_censored_us,omitempty"`
 	E2ECensored  string `json:"e2e_censored_us,omitempty"`
-	Clamped      int64  `json:"clamped,omitempty"`
+	// Written only where there was a gap; documents from before it have
+	// none.
+	ITL     string `json:"itl_us,omitempty"`
+	Clamped int64  `json:"clamped,omitempty"`
 }
 
 // MarshalJSON encodes each histogram as HDR V2 compressed, base64.
@@ -232,7 +247,7 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 	for _, p := range []struct {
 		h   *hdr.Histogram
 		dst *string
-	}{{s.TTFTCensored, &w.TTFTCensored}, {s.E2ECensored, &w.E2ECensored}} {
+	}{{s.TTFTCensored, &w.TTFTCensored}, {s.E2ECensored, &w.E2ECensored}, {s.ITL, &w.ITL}} {
 		if p.h == nil || p.h.TotalCount() == 0 {
 			continue
 		}
@@ -278,6 +293,9 @@ func (s *Set) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	if n.E2ECensored, err = decodeHist("e2e_censored_us", w.E2ECensored, latencyHighest, newLatency); err != nil {
+		return err
+	}
+	if n.ITL, err = decodeHist("itl_us", w.ITL, latencyHighest, newLatency); err != nil {
 		return err
 	}
 	n.Clamped = w.Clamped

@@ -47,18 +47,22 @@ func Quantile(events, censored *hdr.Histogram, q float64) (d time.Duration, atLe
 		d, ok = Latency(events, q)
 		return d, false, ok
 	}
-	q = min(max(q, 0), 1)
-	rank := max(math.Floor(q*float64(n)+0.5), 1)
-	rank = min(rank, float64(n))
-	level := rank / float64(n)
+	v, atLeast := KaplanMeier(Steps(events, censored), q)
+	return time.Duration(v) * time.Microsecond, atLeast, true
+}
+
+// Steps lays the seen latencies (events) and censored waits side by side,
+// bucket by bucket in increasing value (µs), for KaplanMeier. A nil
+// histogram counts as empty.
+func Steps(events, censored *hdr.Histogram) []Step {
 	var eb, cb []hdr.Bar
-	if ne > 0 {
+	if events != nil && events.TotalCount() > 0 {
 		eb = events.Distribution()
 	}
-	cb = censored.Distribution()
-	atRisk := float64(n)
-	surv := 1.0
-	var last int64
+	if censored != nil && censored.TotalCount() > 0 {
+		cb = censored.Distribution()
+	}
+	var steps []Step
 	i, j := 0, 0
 	for i < len(eb) || j < len(cb) {
 		// The next bucket value either histogram holds.
@@ -69,30 +73,65 @@ func Quantile(events, censored *hdr.Histogram, q float64) (d time.Duration, atLe
 		if j < len(cb) && cb[j].To < v {
 			v = cb[j].To
 		}
-		var dead, cut int64
+		st := Step{Value: v}
 		for i < len(eb) && eb[i].To == v {
-			dead += eb[i].Count
+			st.Seen += eb[i].Count
 			i++
 		}
 		for j < len(cb) && cb[j].To == v {
-			cut += cb[j].Count
+			st.Censored += cb[j].Count
 			j++
 		}
-		if dead+cut == 0 {
+		if st.Seen+st.Censored > 0 {
+			steps = append(steps, st)
+		}
+	}
+	return steps
+}
+
+// Step is one latency value of a Kaplan–Meier estimate: how many requests
+// had their latency seen at it, and how many were censored at it (their
+// latency at least Value).
+type Step struct {
+	Value, Seen, Censored int64
+}
+
+// KaplanMeier is Quantile's estimator over steps in increasing Value order
+// (steps with nothing in them are skipped): quantile q of the latency over
+// every request counted, seen or censored, and atLeast when it lies among
+// the censored (v is then the largest value of all). It allocates nothing,
+// so a bootstrap (package change) can call it on each resample.
+func KaplanMeier(steps []Step, q float64) (v int64, atLeast bool) {
+	var n int64
+	for _, st := range steps {
+		n += st.Seen + st.Censored
+	}
+	if n == 0 {
+		return 0, false
+	}
+	q = min(max(q, 0), 1)
+	rank := max(math.Floor(q*float64(n)+0.5), 1)
+	rank = min(rank, float64(n))
+	level := rank / float64(n)
+	atRisk := float64(n)
+	surv := 1.0
+	var last int64
+	for _, st := range steps {
+		if st.Seen+st.Censored == 0 {
 			continue
 		}
-		last = v
-		if dead > 0 {
-			surv *= 1 - float64(dead)/atRisk
+		last = st.Value
+		if st.Seen > 0 {
+			surv *= 1 - float64(st.Seen)/atRisk
 			// 1e-9: the product of (r − d)/r telescopes to an exact share
 			// only up to rounding.
 			if 1-surv >= level-1e-9 {
-				return time.Duration(v) * time.Microsecond, false, true
+				return st.Value, false
 			}
 		}
-		atRisk -= float64(dead + cut)
+		atRisk -= float64(st.Seen + st.Censored)
 	}
-	return time.Duration(last) * time.Microsecond, true, true
+	return last, true
 }
 
 // TTFTAt reads quantile q of TTFT over every request the set counted, those

@@ -96,6 +96,9 @@ func beyondSummary(c *result.Cell) string {
 	s := ""
 	if c.SLO != nil && c.SLO.Attainment != nil {
 		s += fmt.Sprintf("  SLO met %.0f%%", 100**c.SLO.Attainment)
+		if lo, hi := c.SLO.AttainmentAtLeast, c.SLO.AttainmentAtMost; lo != nil && hi != nil {
+			s += fmt.Sprintf(" (%.0f%%–%.0f%%, some undecided)", 100**lo, 100**hi)
+		}
 	}
 	if c.DecodeLimit != nil {
 		s += fmt.Sprintf("  %.0f%% of bandwidth limit", 100*c.DecodeLimit.ShareOfBandwidthLimit)

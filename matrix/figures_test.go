@@ -96,8 +96,15 @@ func TestSLOPerCell(t *testing.T) {
 			if tc.good {
 				want = 1
 			}
+			// Every request decided was good (or every one missed). A cut
+			// request older than any decided leaves its share open: the
+			// bounds then say so, and the figure splits it as the decided
+			// split (METHOD §6).
 			if *s.Attainment != want {
 				t.Errorf("%s: cell × %d attainment %v, want %v", tc.spec, c.Concurrency, *s.Attainment, want)
+			}
+			if lo, hi := s.AttainmentAtLeast, s.AttainmentAtMost; (lo == nil) != (hi == nil) || lo != nil && (tc.finish || *lo > want || *hi < want) {
+				t.Errorf("%s: cell × %d attainment %v between %v and %v", tc.spec, c.Concurrency, *s.Attainment, lo, hi)
 			}
 			if tc.good && !tc.finish {
 				// Every good request ran its 24 tokens inside the window.

@@ -1,6 +1,7 @@
 package matrix
 
 import (
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -82,6 +83,29 @@ func open(recs []record.Record, edit ...func(*observations)) observations {
 		e(&o)
 	}
 	return o
+}
+
+// multi is a 16K × 2 cell whose requests carried 4 tokens an event: one
+// completed in the window (its usage says 4 per event; the tap spread the
+// extra tokens over its events), two cut at its close. announced: the
+// engine said each event's count while they ran.
+func multi(announced bool) []record.Record {
+	done := jrec(10000, 10100, 50, 15000, record.OK)
+	done.CompletionTokens, done.CompletionSource = 4*done.Events(), record.SourceUsage
+	done.Tokens = make([]int32, done.Events())
+	for i := range done.Tokens {
+		done.Tokens[i] = 4
+	}
+	recs := []record.Record{done, jrec(10000, 10120, 50, 20000, record.Cancelled), jrec(15000, 15100, 50, 20000, record.Cancelled)}
+	if announced {
+		for i := 1; i < 3; i++ {
+			recs[i].Tokens = make([]int32, recs[i].Events())
+			for j := range recs[i].Tokens {
+				recs[i].Tokens[j] = 4
+			}
+		}
+	}
+	return recs
 }
 
 func TestJudge(t *testing.T) {
@@ -201,12 +225,35 @@ func TestJudge(t *testing.T) {
 		{name: "open loop: the waiting gauge makes it queued", o: open(both(), gauges(3, 15*time.Second)), status: result.RequestsQueued, reason: "up to 3 waiting"},
 		{name: "open loop: one at a time without a gauge is not queueing", status: result.Valid,
 			o: open([]record.Record{jrec(10000, 10100, 50, 15000, record.OK), jrec(15000, 15100, 50, 20000, record.Cancelled)})},
+		{name: "completed requests carried 4 tokens an event, unannounced: flagged, with the scaled tok/s", status: result.Valid,
+			o: closed(multi(false)),
+			check: func(t *testing.T, c result.Cell, notes []string) {
+				// Cut: 198 + 98 events in the window (every 50 ms from
+				// 10.12 s and from 15.1 s), counted one each; 3 tokens
+				// more each at 4 per event, over the 10 s window.
+				u := c.Unannounced
+				if u == nil || u.TokensPerEvent != 4 || u.OneEachTokens != 296 || math.Abs(u.ScaledTokPerSec-(c.TotalTokPerSec+3*296/10.0)) > 1e-9 {
+					t.Fatalf("unannounced %+v, tok/s %.1f", u, c.TotalTokPerSec)
+				}
+				if len(notes) != 1 || !strings.Contains(notes[0], "4.00 tokens per event") || !strings.Contains(notes[0], "announced no per-event count") {
+					t.Errorf("notes %q", notes)
+				}
+			}},
+		{name: "several tokens an event, announced while running: not flagged", status: result.Valid, o: closed(multi(true)),
+			check: func(t *testing.T, c result.Cell, notes []string) {
+				if c.Unannounced != nil || len(notes) != 0 {
+					t.Errorf("unannounced %+v, notes %q", c.Unannounced, notes)
+				}
+			}},
 		{name: "open loop: a refusal is over capacity", status: result.OverCapacity, reason: "maximum context length",
 			o: open([]record.Record{failedWith(jrec(10000, 0, 0, 10010, record.HTTPError), record.HTTPError, "This model's maximum context length is 8192 tokens")})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := slices.Clone(tc.o.Records)
+			for i := range before {
+				before[i].Tokens = slices.Clone(before[i].Tokens)
+			}
 			got, notes := judge(tc.o)
 			if got.Status != tc.status {
 				t.Fatalf("status %s (%s), want %s", got.Status, got.Reason, tc.status)

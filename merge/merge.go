@@ -445,10 +445,16 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 			}
 		}
 	}
+	out.SubWindows = mergeSubWindows(cells, parts)
+	out.Unannounced = mergeUnannounced(cells, parts)
 	ttft, atLeast, ok := out.Histograms.TTFTAt(0.5)
 	out.TTFTms, out.TTFTAtLeast = msOf(ttft, ok), atLeast
 	out.TBTms = msOf(histo.Latency(out.Histograms.TBT, 0.5))
+	out.ITLChunkMs = msOf(histo.Latency(out.Histograms.ITL, 0.5))
 	out.PerRequestTokPerSec, _ = out.Histograms.RateAt(0.5)
+	if out.PerRequestTokPerSec > 0 {
+		out.TPOTRequestMs = 1000 / out.PerRequestTokPerSec
+	}
 	if len(prompts) > 0 {
 		slices.Sort(prompts)
 		out.PromptTokens = prompts[(len(prompts)-1)/2]
@@ -519,3 +525,56 @@ func msOf(d time.Duration, ok bool) float64 {
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// mergeSubWindows sums the shards' tok/s part by part, as Total tok/s is
+// summed (the shards' windows are one schedule's); their medians of time
+// between tokens do not merge, and are left out (METHOD §9: a merged
+// cell's TBT change gets no noise verdict). Nil unless every shard has
+// them, in as many parts.
+func mergeSubWindows(cells []*result.Cell, parts []int) *result.SubWindows {
+	var out *result.SubWindows
+	for _, i := range parts {
+		sw := cells[i].SubWindows
+		if sw == nil || out != nil && len(sw.TokS) != len(out.TokS) {
+			return nil
+		}
+		if out == nil {
+			out = &result.SubWindows{TokS: make([]float64, len(sw.TokS))}
+		}
+		for k, v := range sw.TokS {
+			out.TokS[k] += v
+		}
+	}
+	if out != nil && len(parts) == 1 {
+		out.TBTms = cells[parts[0]].SubWindows.TBTms
+	}
+	return out
+}
+
+// mergeUnannounced: where a shard's tokens were counted short (its
+// completed requests carried several tokens an event the engine did not
+// announce), the merged cell is too. Its tokens per event are the shards'
+// weighted by the tokens counted one an event; its scaled tok/s is the sum
+// of each shard's scaled figure, or its tok/s where it had nothing short.
+func mergeUnannounced(cells []*result.Cell, parts []int) *result.Unannounced {
+	var out result.Unannounced
+	var weighted float64
+	short := false
+	for _, i := range parts {
+		c := cells[i]
+		u := c.Unannounced
+		if u == nil {
+			out.ScaledTokPerSec += c.TotalTokPerSec
+			continue
+		}
+		short = true
+		out.OneEachTokens += u.OneEachTokens
+		weighted += u.TokensPerEvent * float64(u.OneEachTokens)
+		out.ScaledTokPerSec += u.ScaledTokPerSec
+	}
+	if !short || out.OneEachTokens == 0 {
+		return nil
+	}
+	out.TokensPerEvent = weighted / float64(out.OneEachTokens)
+	return &out
+}

@@ -9,9 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	hdr "github.com/HdrHistogram/hdrhistogram-go"
-
-	"github.com/tokentap/tokentap/histo"
+	"github.com/tokentap/tokentap/change"
 	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 )
@@ -22,6 +20,9 @@ type pairCell struct {
 	Col     result.Column
 	A, B    *result.Cell // nil when that run has no such cell
 	SA, SB  result.Status
+	// Noise is whether each figure's change is within the cells' own
+	// noise (package change, METHOD §9), worked out once.
+	Noise change.Cell
 }
 
 // changed reports whether both runs have the cell and its status differs.
@@ -78,77 +79,13 @@ func (p pairCell) tokRatio() float64 {
 // name is "16K × 4" (or "16K × 2/s").
 func (p pairCell) name() string { return ctxLabel(p.Context) + " × " + colHead(p.Col) }
 
-// Noise (METHOD §9): a ratio is noise when the change is within the cells'
-// own spread. The spread of a cell's figure is the half-width of the
-// interquartile range of its distribution relative to its median,
-// (p75 − p25) / (2 × p50), read from the cell's histograms: TTFT for TTFT,
-// time between tokens for TBT and for total tok/s (decode speed is the
-// inverse of the time between tokens). A ratio r is noise when |r − 1|
-// is at most the larger of the two cells' spreads. Either cell with fewer
-// than noiseMinSamples values gives no verdict.
-const noiseMinSamples = 8
-
-// spread is a histogram's relative half-IQR; ok is false with too few
-// values.
-func spread(h *hdr.Histogram) (float64, bool) {
-	if h == nil || h.TotalCount() < noiseMinSamples {
-		return 0, false
-	}
-	p25, p50, p75 := float64(h.ValueAtQuantile(25)), float64(h.ValueAtQuantile(50)), float64(h.ValueAtQuantile(75))
-	if p50 <= 0 {
-		return 0, false
-	}
-	return (p75 - p25) / (2 * p50), true
-}
-
-// verdict says whether ratio r between cells a and b, whose figure's
-// distribution pick returns, is within their spread (noise); known is false
-// when there is no ratio or too few values to tell.
-func verdict(a, b *result.Cell, r float64, pick func(*histo.Set) *hdr.Histogram) (noise, known bool) {
-	if math.IsNaN(r) || !shown(a) || !shown(b) || a.Histograms == nil || b.Histograms == nil {
-		return false, false
-	}
-	sa, okA := spread(pick(a.Histograms))
-	sb, okB := spread(pick(b.Histograms))
-	if !okA || !okB {
-		return false, false
-	}
-	return math.Abs(r-1) <= max(sa, sb), true
-}
-
-func pickTBT(s *histo.Set) *hdr.Histogram  { return s.TBT }
-func pickTTFT(s *histo.Set) *hdr.Histogram { return s.TTFT }
-
-// noise reports the verdicts on the cell's tok/s, TTFT and TBT ratios.
-func (p pairCell) noise() (tok, ttft, tbt [2]bool) {
-	val := func(c *result.Cell, f func(*result.Cell) float64) float64 {
-		if !shown(c) {
-			return 0
-		}
-		return f(c)
-	}
-	for _, m := range []struct {
-		dst  *[2]bool
-		f    func(*result.Cell) float64
-		pick func(*histo.Set) *hdr.Histogram
-	}{
-		{&tok, func(c *result.Cell) float64 { return c.TotalTokPerSec }, pickTBT},
-		{&ttft, func(c *result.Cell) float64 { return c.TTFTms }, pickTTFT},
-		{&tbt, func(c *result.Cell) float64 { return c.TBTms }, pickTBT},
-	} {
-		n, k := verdict(p.A, p.B, ratio(val(p.A, m.f), val(p.B, m.f)), m.pick)
-		*m.dst = [2]bool{n, k}
-	}
-	return
-}
-
-// noiseMark follows a ratio within the cells' own spread.
+// noiseMark follows a ratio within the cells' own noise (package change).
 const noiseMark = "~"
 
 // fmtRatioNoise is fmtRatio with the noise mark where v says so.
-func fmtRatioNoise(r float64, v [2]bool) string {
+func fmtRatioNoise(r float64, v change.Verdict) string {
 	s := fmtRatio(r)
-	if v[0] && v[1] && s != dash {
+	if v.Noise() && s != dash {
 		s += noiseMark
 	}
 	return s
@@ -196,6 +133,7 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 		for _, col := range cmp.Cols {
 			p := pairCell{Context: c, Col: col, A: a.CellAt(c, col), B: b.CellAt(c, col)}
 			p.SA, p.SB = statusOf(p.A), statusOf(p.B)
+			p.Noise = change.Of(p.A, p.B)
 			row = append(row, p)
 			switch p.onlyIn() {
 			case "A only":
@@ -369,7 +307,7 @@ func detailRow(p pairCell) []string {
 	if p.changed() {
 		sb = "⚠ " + sb
 	}
-	nTok, nTTFT, nTBT := p.noise()
+	nTok, nTTFT, nTBT := p.Noise.TokS, p.Noise.TTFT, p.Noise.TBT
 	return []string{ctxLabel(p.Context), colHead(p.Col), sa, sb,
 		fmtRate(val(p.A, tok)), fmtRate(val(p.B, tok)), fmtRatioNoise(ratio(val(p.A, tok), val(p.B, tok)), nTok),
 		fmtMs(val(p.A, ttft)), fmtMs(val(p.B, ttft)), fmtRatioNoise(ratio(val(p.A, ttft), val(p.B, ttft)), nTTFT),
@@ -420,11 +358,10 @@ func (cmp *comparison) noiseCount() (noise, known int) {
 			if !p.interesting() {
 				continue
 			}
-			tok, ttft, tbt := p.noise()
-			for _, v := range [][2]bool{tok, ttft, tbt} {
-				if v[1] {
+			for _, v := range []change.Verdict{p.Noise.TokS, p.Noise.TTFT, p.Noise.TBT} {
+				if v.Known {
 					known++
-					if v[0] {
+					if v.Noise() {
 						noise++
 					}
 				}
@@ -475,7 +412,7 @@ func (cmp *comparison) summary() string {
 		out += "; " + strings.Join(only, "; ")
 	}
 	if n, k := cmp.noiseCount(); k > 0 {
-		out += fmt.Sprintf(". %d of %d ratios of measured cells are within the cells' own spread (~, noise)", n, k)
+		out += fmt.Sprintf(". %d of %d ratios of measured cells are within the cells' own noise (~: the change's 95%% bootstrap interval reaches within %.0f%% of none)", n, k, change.MinEffect*100)
 	}
 	return out + "."
 }
@@ -505,7 +442,7 @@ func (cmp *comparison) legend(letters bool) string {
 		}
 	}
 	if n, _ := cmp.noiseCount(); n > 0 {
-		parts = append(parts, noiseMark+" the change is within the cells' own spread: noise (METHOD §9)")
+		parts = append(parts, noiseMark+" the change is within the cells' own noise: its 95% bootstrap interval reaches within 1% of none (METHOD §9)")
 	}
 	if changed {
 		if letters {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokentap/tokentap/change"
 	"github.com/tokentap/tokentap/histo"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
@@ -221,19 +222,28 @@ func TestCompareLegendLetters(t *testing.T) {
 	}
 }
 
-// TestCompareNoise: a change within the cells' own spread is marked as
-// noise, a larger one is not; cells with too few samples get no verdict.
+// TestCompareNoise: the grid marks a ratio whose change is within the
+// cells' own noise (package change's verdict) with "~" and the legend says
+// what it is; a change beyond it, or a cell without sub-windows (no
+// verdict), is not marked.
 func TestCompareNoise(t *testing.T) {
-	cell := func(tbtMs, spread float64, n int) result.Cell {
+	cell := func(tbtMs, spread float64, sub bool) result.Cell {
 		s := histo.New()
-		for i := range n {
-			// TBT values evenly over median × (1 ± spread×2): half-IQR = spread × median
-			f := 1 + spread*2*(2*float64(i)/float64(max(n-1, 1))-1)
-			s.RecordTBT(time.Duration(tbtMs*f*float64(time.Millisecond)), 1)
+		for range 40 {
 			s.RecordTTFT(40 * time.Millisecond)
 		}
-		return result.Cell{Context: 0, Concurrency: 1, Status: result.Valid, Measured: true,
+		c := result.Cell{Context: 0, Concurrency: 1, Status: result.Valid, Measured: true,
 			TotalTokPerSec: 1000 / tbtMs, TTFTms: 40, TBTms: tbtMs, Histograms: s}
+		if sub {
+			c.SubWindows = &result.SubWindows{}
+			for i := range 10 {
+				// Sub-windows about the cell's figures, ± spread.
+				f := 1 + spread*float64(i%3-1)
+				c.SubWindows.TokS = append(c.SubWindows.TokS, c.TotalTokPerSec*f)
+				c.SubWindows.TBTms = append(c.SubWindows.TBTms, tbtMs/f)
+			}
+		}
+		return c
 	}
 	run := func(c result.Cell) *result.Result {
 		return &result.Result{Schema: 1, Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1}}, Decode: []result.Cell{c}}
@@ -243,15 +253,16 @@ func TestCompareNoise(t *testing.T) {
 		a, b         result.Cell
 		noise, known bool
 	}{
-		{"3% change, 10% spread", cell(10, 0.10, 400), cell(10.3, 0.10, 400), true, true},
-		{"30% change, 10% spread", cell(10, 0.10, 400), cell(13, 0.10, 400), false, true},
-		{"3% change, 1% spread", cell(10, 0.01, 400), cell(10.3, 0.01, 400), false, true},
-		{"too few samples", cell(10, 0.10, 5), cell(10.3, 0.10, 5), false, false},
+		{"3% change, 10% spread", cell(10, 0.10, true), cell(10.3, 0.10, true), true, true},
+		{"30% change, 10% spread", cell(10, 0.10, true), cell(13, 0.10, true), false, true},
+		{"3% change, 0.5% spread", cell(10, 0.005, true), cell(10.3, 0.005, true), false, true},
+		{"no sub-windows", cell(10, 0.10, false), cell(10.3, 0.10, false), false, false},
 	} {
-		p := pairCell{A: &tt.a, B: &tt.b, SA: result.Valid, SB: result.Valid}
-		tok, _, tbt := p.noise()
-		if tok != [2]bool{tt.noise, tt.known} || tbt != [2]bool{tt.noise, tt.known} {
-			t.Errorf("%s: tok/s verdict %v, TBT %v; want noise %v known %v", tt.name, tok, tbt, tt.noise, tt.known)
+		p := pairCell{A: &tt.a, B: &tt.b, SA: result.Valid, SB: result.Valid, Noise: change.Of(&tt.a, &tt.b)}
+		for name, v := range map[string]change.Verdict{"tok/s": p.Noise.TokS, "TBT": p.Noise.TBT} {
+			if v.Noise() != tt.noise || v.Known != tt.known {
+				t.Errorf("%s: %s verdict %+v; want noise %v known %v", tt.name, name, v, tt.noise, tt.known)
+			}
 		}
 		var buf bytes.Buffer
 		if err := Compare(&buf, run(tt.a), run(tt.b), "text"); err != nil {
@@ -262,8 +273,15 @@ func TestCompareNoise(t *testing.T) {
 		if marked := strings.HasSuffix(grid, noiseMark); marked != (tt.noise && tt.known) || !strings.Contains(out, "0 "+grid+" ") {
 			t.Errorf("%s: grid cell %q, noise marked %v\n%s", tt.name, grid, marked, buf.String())
 		}
-		if tt.noise && !strings.Contains(out, noiseMark+" the change is within the cells' own spread") {
+		if tt.noise && !strings.Contains(out, noiseMark+" the change is within the cells' own noise") {
 			t.Errorf("%s: the legend does not explain the noise mark", tt.name)
+		}
+		buf.Reset()
+		if err := Compare(&buf, run(tt.a), run(tt.b), "json"); err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(buf.String(), `"tok_s_interval"`); has != tt.known {
+			t.Errorf("%s: JSON has the tok/s interval %v, want %v", tt.name, has, tt.known)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokentap/tokentap/change"
 	"github.com/tokentap/tokentap/result"
 )
 
@@ -35,8 +36,7 @@ func gridText(p pairCell) string {
 		return o
 	}
 	if r := p.tokRatio(); !math.IsNaN(r) {
-		tok, _, _ := p.noise()
-		return fmtRatioNoise(r, tok)
+		return fmtRatioNoise(r, p.Noise.TokS)
 	}
 	return textStatus(p.SA)
 }
@@ -259,8 +259,7 @@ func pairCellMD(p pairCell) string {
 	if !shown(p.A) {
 		return p.SA.Label()
 	}
-	tok, _, _ := p.noise()
-	return cellTok(p.A) + " → " + cellTok(p.B) + "<br>" + fmtRatioNoise(p.tokRatio(), tok)
+	return cellTok(p.A) + " → " + cellTok(p.B) + "<br>" + fmtRatioNoise(p.tokRatio(), p.Noise.TokS)
 }
 
 func compareCSV(w io.Writer, cmp *comparison) error {
@@ -311,12 +310,12 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 			if shown(p.B) {
 				tb, lb, gb = p.B.TotalTokPerSec, p.B.TTFTms, p.B.TBTms
 			}
-			nTok, nTTFT, nTBT := p.noise()
-			verdict := func(v [2]bool) string {
-				if !v[1] {
+			nTok, nTTFT, nTBT := p.Noise.TokS, p.Noise.TTFT, p.Noise.TBT
+			verdict := func(v change.Verdict) string {
+				if !v.Known {
 					return ""
 				}
-				return strconv.FormatBool(v[0])
+				return strconv.FormatBool(v.Noise())
 			}
 			only := ""
 			switch p.onlyIn() {
@@ -338,7 +337,7 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 
 // jsonPair is one compared cell in the JSON comparison. OnlyIn is "a" or
 // "b" for a cell one run alone has; the *Noise fields say whether a
-// ratio is within the cells' own spread (absent: too few values to tell).
+// ratio is within the cells' own noise (absent: nothing to tell it from).
 type jsonPair struct {
 	Context       int           `json:"context"`
 	Concurrency   int           `json:"concurrency"`
@@ -353,6 +352,11 @@ type jsonPair struct {
 	TokSNoise     *bool         `json:"tok_s_noise,omitempty"`
 	TTFTNoise     *bool         `json:"ttft_noise,omitempty"`
 	TBTNoise      *bool         `json:"tbt_noise,omitempty"`
+	// The *Interval fields bound each ratio's 95% bootstrap interval
+	// (package change); absent where there is no verdict.
+	TokSInterval *[2]float64 `json:"tok_s_interval,omitempty"`
+	TTFTInterval *[2]float64 `json:"ttft_interval,omitempty"`
+	TBTInterval  *[2]float64 `json:"tbt_interval,omitempty"`
 }
 
 func compareJSON(w io.Writer, cmp *comparison) error {
@@ -380,8 +384,9 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 				jp.TokSRatio = ptr(ratio(p.A.TotalTokPerSec, p.B.TotalTokPerSec))
 				jp.TTFTRatio = ptr(ratio(p.A.TTFTms, p.B.TTFTms))
 				jp.TBTRatio = ptr(ratio(p.A.TBTms, p.B.TBTms))
-				tok, ttft, tbt := p.noise()
-				jp.TokSNoise, jp.TTFTNoise, jp.TBTNoise = noisePtr(tok), noisePtr(ttft), noisePtr(tbt)
+				n := p.Noise
+				jp.TokSNoise, jp.TTFTNoise, jp.TBTNoise = noisePtr(n.TokS), noisePtr(n.TTFT), noisePtr(n.TBT)
+				jp.TokSInterval, jp.TTFTInterval, jp.TBTInterval = intervalOf(n.TokS), intervalOf(n.TTFT), intervalOf(n.TBT)
 			}
 			cells = append(cells, jp)
 		}
@@ -401,12 +406,21 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 	return enc.Encode(doc)
 }
 
-func noisePtr(v [2]bool) *bool {
-	if !v[1] {
+func noisePtr(v change.Verdict) *bool {
+	if !v.Known {
 		return nil
 	}
-	b := v[0]
+	b := v.Noise()
 	return &b
+}
+
+// intervalOf is a ratio's 95% bootstrap interval, rounded as the ratios
+// are; nil without one.
+func intervalOf(v change.Verdict) *[2]float64 {
+	if !v.Known {
+		return nil
+	}
+	return &[2]float64{math.Round(v.Lo*10000) / 10000, math.Round(v.Hi*10000) / 10000}
 }
 
 // ratioColour shades a ratio cell: green when B is faster, red when
@@ -530,11 +544,11 @@ func pairCellHTML(p pairCell) string {
 		return fmt.Sprintf("<td class=\"%s\" title=\"%s\">%s</td>", cls, h(title), h(p.SA.Label()))
 	}
 	r := p.tokRatio()
-	tok, _, _ := p.noise()
+	tok := p.Noise.TokS
 	colour := ratioColour(r)
-	if tok[0] && tok[1] {
+	if tok.Noise() {
 		colour = "#ffffff" // within noise: no colour claims a change
-		title += " — within the cells' own spread (noise)"
+		title += fmt.Sprintf(" — within the cells' own noise (95%% interval ×%.3f to ×%.3f)", tok.Lo, tok.Hi)
 	}
 	return fmt.Sprintf("<td style=\"background:%s\" title=\"%s\"><span class=\"v\">%s</span><span class=\"r\">%s → %s tok/s</span></td>",
 		colour, h(title), h(fmtRatioNoise(r, tok)), h(cellTok(p.A)), h(cellTok(p.B)))

@@ -167,14 +167,18 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 
 // csvMore are the column groups a run adds where it has the figures
 // (METHOD.md §6–§8), after the seeds' columns.
-type csvMore struct{ slo, split, limit bool }
+// sloHigh: a cell's attainment has an upper bound (undecided requests,
+// METHOD §6); defs: the peers' time between tokens (tbtdefs.go).
+type csvMore struct{ slo, split, limit, sloHigh, defs bool }
 
 func csvExtra(r *result.Result) csvMore {
 	var m csvMore
 	m.slo = r.SLO != nil
+	m.defs = hasTBTDefs(r)
 	for _, c := range r.Decode {
 		m.split = m.split || c.TTFTSplit != nil
 		m.limit = m.limit || c.DecodeLimit != nil
+		m.sloHigh = m.sloHigh || c.SLO != nil && c.SLO.AttainmentAtLeast != nil
 	}
 	return m
 }
@@ -189,6 +193,12 @@ func (m csvMore) head() []string {
 	}
 	if m.limit {
 		h = append(h, "bandwidth_limit_tok_s", "share_of_bandwidth_limit", "limit_batch", "limit_seq_tokens")
+	}
+	if m.sloHigh {
+		h = append(h, "slo_attainment_at_least", "slo_attainment_at_most")
+	}
+	if m.defs {
+		h = append(h, "itl_chunk_ms", "tpot_request_ms")
 	}
 	return h
 }
@@ -234,6 +244,20 @@ func (m csvMore) cell(c *result.Cell) []string {
 			out = append(out, f(d.BandwidthLimitTokPerSec), strconv.FormatFloat(d.ShareOfBandwidthLimit, 'f', 4, 64), f(d.Batch), f(d.SeqTokens))
 		} else {
 			out = append(out, make([]string, 4)...)
+		}
+	}
+	if m.sloHigh {
+		lo, hi := "", ""
+		if s := c.SLO; s != nil && s.AttainmentAtLeast != nil && s.AttainmentAtMost != nil {
+			lo, hi = strconv.FormatFloat(*s.AttainmentAtLeast, 'f', 4, 64), strconv.FormatFloat(*s.AttainmentAtMost, 'f', 4, 64)
+		}
+		out = append(out, lo, hi)
+	}
+	if m.defs {
+		if c.ShowsFigures() {
+			out = append(out, num(c.ITLChunkMs), num(c.TPOTRequestMs))
+		} else {
+			out = append(out, "", "")
 		}
 	}
 	return out

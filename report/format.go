@@ -166,7 +166,7 @@ var footnoteOrder = []result.Status{result.Failed, result.RequestsQueued, result
 // where the run has prefix-cache figures.
 const (
 	ttftNote  = "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly excludes prefill."
-	cacheNote = "Prefix cache hits: the share of the prompt tokens the server served from its cache; a cell whose requests missed it is marked Cache missed, and its TTFT includes prefill."
+	cacheNote = "Prefix cache hits: the share of the prompt tokens the server served from its cache; a cell whose requests missed it is marked Cache missed, and its TTFT includes prefill. Below 1K tokens a prompt is a few cache blocks and the cache is not judged."
 )
 
 // fmtPct is a share as a percentage with one decimal: 0.9994 → "99.9%".

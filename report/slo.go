@@ -16,6 +16,11 @@ func attainment(s *result.SLO) string {
 	if s == nil || s.Attainment == nil {
 		return dash
 	}
+	if s.AttainmentAtLeast != nil && s.AttainmentAtMost != nil {
+		// Requests still undecided past the last result decided: the
+		// estimate's bounds (METHOD §6).
+		return fmtShare(*s.Attainment) + " (" + fmtShare(*s.AttainmentAtLeast) + "–" + fmtShare(*s.AttainmentAtMost) + ")"
+	}
 	return fmtShare(*s.Attainment)
 }
 

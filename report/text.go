@@ -255,6 +255,10 @@ func writeText(w io.Writer, v *view) error {
 		if cache {
 			legend += " · Cache: prefix cache hits"
 		}
+		if slices.Contains(v.Columns, tbtPerTokenHead) {
+			// The peers' definitions are in the note below (tbtdefs.go).
+			legend = strings.Replace(legend, "TBT: time between tokens", "TBT: time between tokens, per token", 1)
+		}
 		for _, l := range wrapWords(legend, textWidth, "") {
 			e.print(l + "\n")
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/slo"
@@ -124,6 +125,11 @@ var rateColumns = []string{"Achieved rate", "Peak in flight"}
 // how much of the prompts its prefix cache served (seed documents have no
 // such figures, so their pages render as they are).
 const cacheColumn = "Prefix cache hits"
+
+// cacheNotJudged is the cache column of a decode cell below
+// cell.CacheCheckFrom, where the cache is not judged; the CSV and JSON
+// keep the share measured.
+const cacheNotJudged = "not judged"
 
 // view is everything a report shows, as display strings, in seed order.
 // Every format but JSON renders from it, so they cannot disagree.
@@ -269,19 +275,25 @@ func newViewWith(r *result.Result, o Options) *view {
 			v.TTFTNote += " " + cacheNote
 		}
 	}
-	withSLO, withLimit := hasSLO(r), hasLimit(r)
+	withSLO, withLimit, withDefs := hasSLO(r), hasLimit(r), hasTBTDefs(r)
 	if withSLO {
 		v.Columns = append(slices.Clone(v.Columns), sloColumn)
 	}
 	if withLimit {
 		v.Columns = append(slices.Clone(v.Columns), limitColumn)
 	}
-	extra := 0 // the SLO and limit columns, dashes on prefill rows
+	extra := 0 // the SLO, limit and peers' columns, dashes on prefill rows
 	if withSLO {
 		extra++
 	}
 	if withLimit {
 		extra++
+	}
+	if withDefs {
+		v.Columns = append(slices.Clone(v.Columns), itlChunkHead, tpotRequestHead)
+		v.Columns[7] = tbtPerTokenHead
+		v.TTFTNote += " " + tbtDefsNote
+		extra += 2
 	}
 	v.Beyond = newBeyondView(r)
 	v.LimitMarks = map[cellKey]string{}
@@ -314,7 +326,11 @@ func newViewWith(r *result.Result, o Options) *view {
 				if g.shows() {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtTTFT(cell.TTFTms, cell.TTFTAtLeast), cell.TotalTokPerSec
 				}
-				v.All = append(v.All, append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...))
+				row := append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...)
+				if withDefs {
+					row = append(row, tbtDefsColumns(cell)...)
+				}
+				v.All = append(v.All, row)
 				if m := limitMark(cell); m != "" {
 					v.LimitMarks[cellKey{c, col}] = m
 				}
@@ -532,7 +548,15 @@ func cellColumns(c *result.Cell, rate, withCache bool) []string {
 	}
 	if withCache {
 		cache := dash
-		if c.Cache != nil && c.ShowsFigures() {
+		switch {
+		case c.Cache == nil || !c.ShowsFigures():
+		case c.Context < cell.CacheCheckFrom && !rate:
+			// METHOD §3: below 1K a prompt is a few cache blocks and
+			// engines cache whole blocks only, so the cache is not judged
+			// there: a share read off a few tokens (0% or 91% of an
+			// 11-token prompt) would pass for a verdict.
+			cache = cacheNotJudged
+		default:
 			cache = fmtPct(c.Cache.HitRate)
 		}
 		cols = append(cols, cache)

@@ -279,7 +279,24 @@ type Cell struct {
 	// token (censored at their wait, METHOD §3), so TTFTms is a lower bound.
 	TTFTAtLeast bool    `json:"ttft_at_least,omitempty"`
 	TBTms       float64 `json:"tbt_ms,omitempty"`
-	AvgActive   float64 `json:"avg_active,omitempty"`
+	// ITLChunkMs and TPOTRequestMs are the peers' definitions of the time
+	// between tokens beside tokentap's per-token TBTms (METHOD §3): the
+	// median gap between events whole (vLLM's ITL, per chunk), and the
+	// median over requests of each one's mean time per token after the
+	// first (GuideLLM's and AIPerf's ITL, vLLM's TPOT: 1000 / the per
+	// request tok/s). With k tokens an event, ITL per chunk is k times
+	// the others.
+	ITLChunkMs    float64 `json:"itl_chunk_ms,omitempty"`
+	TPOTRequestMs float64 `json:"tpot_request_ms,omitempty"`
+	// SubWindows are the cell's tok/s and TBT over each equal part of its
+	// window, the batches the comparison's noise is estimated from
+	// (METHOD §9); nil in documents that predate them.
+	SubWindows *SubWindows `json:"sub_windows,omitempty"`
+	// Unannounced: the engine announced no per-event token counts while
+	// the completed requests' usage shows several tokens per event, so the
+	// tokens of requests cut without usage are counted short (METHOD §2).
+	Unannounced *Unannounced `json:"unannounced,omitempty"`
+	AvgActive   float64      `json:"avg_active,omitempty"`
 	// AvgActiveSource says what AvgActive counts: ActiveEngine (the
 	// engine's running gauge) or ActiveClient (requests decoding, as the
 	// client saw them).
@@ -334,6 +351,29 @@ type Cell struct {
 	SLO         *SLO         `json:"slo,omitempty"`
 	TTFTSplit   *TTFTSplit   `json:"ttft_split,omitempty"`
 	DecodeLimit *DecodeLimit `json:"decode_limit,omitempty"`
+}
+
+// SubWindows are a cell's figures over each of the equal, consecutive
+// parts of its window (METHOD §9).
+type SubWindows struct {
+	// TokS is each part's output tokens over its seconds.
+	TokS []float64 `json:"tok_s"`
+	// TBTms is each part's median time between tokens, 0 where no gap
+	// ended in it; nil in a merged cell (medians of shards do not merge).
+	TBTms []float64 `json:"tbt_ms,omitempty"`
+}
+
+// Unannounced is a cell whose output tokens are counted short: see
+// Cell.Unannounced.
+type Unannounced struct {
+	// TokensPerEvent is the completed requests' usage tokens per event.
+	TokensPerEvent float64 `json:"tokens_per_event"`
+	// OneEachTokens are the window's tokens counted one per event, of
+	// requests without usage.
+	OneEachTokens int `json:"one_each_tokens"`
+	// ScaledTokPerSec is Total tok/s with those counted TokensPerEvent
+	// per event instead: the estimate.
+	ScaledTokPerSec float64 `json:"scaled_tok_s"`
 }
 
 // What Cell.TTFTKind says.

@@ -35,8 +35,18 @@ type SLO struct {
 	// already decided; Good those that met every one.
 	Judged int `json:"judged"`
 	Good   int `json:"good"`
-	// Attainment is Good / Judged, 0 to 1; absent when nothing was judged.
-	Attainment *float64 `json:"attainment,omitempty"`
+	// Attainment is the share of the requests that met every objective, 0
+	// to 1: in a matrix cell, the Aalen–Johansen estimate over every
+	// request sent in the window, cut ones censored at the cut (METHOD §6;
+	// Good / Judged when nothing was undecided); elsewhere Good / Judged.
+	// Absent when nothing was judged. Where requests were undecided past
+	// the last result decided, nothing observed tells their result:
+	// AttainmentAtLeast and AttainmentAtMost bound it (had they all missed,
+	// had they all been good), and Attainment splits them as the decided
+	// results split.
+	Attainment        *float64 `json:"attainment,omitempty"`
+	AttainmentAtLeast *float64 `json:"attainment_at_least,omitempty"`
+	AttainmentAtMost  *float64 `json:"attainment_at_most,omitempty"`
 	// GoodputReqPerSec and GoodputTokPerSec are the good requests and
 	// their output tokens per second of the window.
 	GoodputReqPerSec float64 `json:"goodput_req_s"`

@@ -25,7 +25,9 @@
 // over the TBT objective, longer than the e2e objective already (missed);
 // or, with a TTFT objective alone, a first token in time (good). Only a
 // request whose result the cut left open is undecided, and not judged
-// (METHOD.md §6). The package is pure: no I/O, no clock.
+// (METHOD.md §6); a window's attainment is then estimated with it
+// censored at the cut, not without it (estimate.go). The package is pure:
+// no I/O, no clock.
 package slo
 
 import (
@@ -388,6 +390,12 @@ type Tally struct {
 	// GoodTokens are the output tokens of good requests.
 	GoodTokens int64
 	Missed     map[string]int
+
+	// lives are the requests of a window as the attainment estimator
+	// (estimate.go) takes them, and est the estimates of documents' cells
+	// (FromFigures); without either, attainment is Good / Judged.
+	lives []life
+	est   estSum
 }
 
 // Add judges r and counts it.
@@ -431,6 +439,11 @@ func (t *Tally) Merge(o Tally) {
 	t.Undecided += o.Undecided
 	t.JudgedCut += o.JudgedCut
 	t.GoodTokens += o.GoodTokens
+	t.lives = append(t.lives, o.lives...)
+	t.est.n += o.est.n
+	t.est.point += o.est.point
+	t.est.low += o.est.low
+	t.est.high += o.est.high
 	for n, c := range o.Missed {
 		if t.Missed == nil {
 			t.Missed = map[string]int{}
@@ -442,7 +455,20 @@ func (t *Tally) Merge(o Tally) {
 // FromFigures is the tally a result document's figures kept (good tokens
 // aside).
 func FromFigures(s *result.SLO) Tally {
-	return Tally{Judged: s.Judged, Good: s.Good, Failed: s.Failed, Undecided: s.Undecided, JudgedCut: s.JudgedCut, Missed: s.Missed}
+	t := Tally{Judged: s.Judged, Good: s.Good, Failed: s.Failed, Undecided: s.Undecided, JudgedCut: s.JudgedCut, Missed: s.Missed}
+	if s.Attainment != nil {
+		// The cell's estimate, weighted by the requests it counted.
+		n := float64(s.Judged + s.Undecided)
+		low, high := *s.Attainment, *s.Attainment
+		if s.AttainmentAtLeast != nil {
+			low = *s.AttainmentAtLeast
+		}
+		if s.AttainmentAtMost != nil {
+			high = *s.AttainmentAtMost
+		}
+		t.est = estSum{n: n, point: *s.Attainment * n, low: low * n, high: high * n}
+	}
+	return t
 }
 
 // Figures are the tally as the result document keeps it, goodput over
@@ -450,7 +476,16 @@ func FromFigures(s *result.SLO) Tally {
 // goodput.
 func (t Tally) Figures(seconds float64) *result.SLO {
 	out := &result.SLO{Judged: t.Judged, Good: t.Good, Failed: t.Failed, Undecided: t.Undecided, JudgedCut: t.JudgedCut}
-	if t.Judged > 0 {
+	switch point, low, high, ok := t.attainment(); {
+	case ok && t.Judged == 0:
+		// Nothing decided: no figure, as before (the bounds would be 0
+		// and 1).
+	case ok:
+		out.Attainment = &point
+		if high > low+1e-12 {
+			out.AttainmentAtLeast, out.AttainmentAtMost = &low, &high
+		}
+	case t.Judged > 0:
 		a := float64(t.Good) / float64(t.Judged)
 		out.Attainment = &a
 	}
@@ -512,10 +547,14 @@ func (s Spec) WindowUntil(recs []record.Record, start, end, until time.Duration)
 			cut = true
 		}
 		if !cut {
-			t.Add(s, r)
+			v := t.Add(s, r)
+			t.lives = append(t.lives, s.lifeOf(r, v, r.End))
 			continue
 		}
-		t.AddVerdict(s.JudgeCut(r, min(r.End, until)), r.CompletionTokens)
+		at := min(r.End, until)
+		v := s.JudgeCut(r, at)
+		t.AddVerdict(v, r.CompletionTokens)
+		t.lives = append(t.lives, s.lifeOf(r, v, at))
 	}
 	return t
 }

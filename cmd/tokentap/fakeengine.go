@@ -42,6 +42,7 @@ type fakeEngineConfig struct {
 	BlockSize        int           `env:"FAKE_BLOCK_SIZE"`
 	MaxWaiting       int           `env:"FAKE_MAX_WAITING"`
 	TokensPerEvent   int           `env:"FAKE_TOKENS_PER_EVENT"`
+	NoEventCounts    bool          `env:"FAKE_NO_EVENT_COUNTS"`
 	StopAfter        int           `env:"FAKE_STOP_AFTER"`
 	FinishChunk      bool          `env:"FAKE_FINISH_CHUNK"`
 	Faults           []string      `env:"FAKE_FAULT" envSeparator:";"`
@@ -73,7 +74,7 @@ func (c *fakeEngineConfig) model() (fixtures.Model, error) {
 		FirstEventDelay: c.FirstEventDelay, TBTBase: c.TBTBase, TBTPerRunning: c.TBTPerRunning,
 		TBTPerKTokens: c.TBTPerKTokens, MaxRunning: c.MaxRunning, KVCapacity: c.KVCapacity,
 		BlockSize: c.BlockSize, MaxWaiting: c.MaxWaiting, TokensPerEvent: c.TokensPerEvent,
-		StopAfter: c.StopAfter, FinishChunk: c.FinishChunk,
+		NoEventCounts: c.NoEventCounts, StopAfter: c.StopAfter, FinishChunk: c.FinishChunk,
 		Flavor: fl, Slots: c.Slots,
 		LlamaCpp: fixtures.LlamaCpp{UnifiedKV: c.UnifiedKV},
 		Ollama:   fixtures.Ollama{TrainedLen: c.TrainedLen, NumCtxSet: c.NumCtxListed, HoldBack: c.HoldBack},
@@ -191,6 +192,7 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 	fs.IntVar(&cfg.KVCapacity, "kv-capacity", cfg.KVCapacity, "KV cache size in tokens, a multiple of --block-size; a request reserves prompt + max_tokens [TOKENTAP_FAKE_KV_CAPACITY]")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens; the prefix cache works in whole blocks [TOKENTAP_FAKE_BLOCK_SIZE]")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "most requests waiting; one more gets HTTP 503; 0 is unbounded [TOKENTAP_FAKE_MAX_WAITING]")
+	fs.BoolVar(&cfg.NoEventCounts, "no-event-counts", cfg.NoEventCounts, "ignore stream_options.continuous_usage_stats: no per-event token counts, only the final usage (SGLang before PR #12241) [TOKENTAP_FAKE_NO_EVENT_COUNTS]")
 	fs.IntVar(&cfg.TokensPerEvent, "tokens-per-event", cfg.TokensPerEvent, "tokens per stream event after the first, k (speculative decoding) [TOKENTAP_FAKE_TOKENS_PER_EVENT]")
 	fs.IntVar(&cfg.StopAfter, "stop-after", cfg.StopAfter, "without ignore_eos, stop (finish_reason stop) after this many tokens; 0: never, always max_tokens [TOKENTAP_FAKE_STOP_AFTER]")
 	fs.BoolVar(&cfg.FinishChunk, "finish-chunk", cfg.FinishChunk, "send finish_reason in its own empty-delta chunk (OpenAI style) instead of on the last token's chunk (vLLM style) [TOKENTAP_FAKE_FINISH_CHUNK]")
