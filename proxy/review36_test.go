@@ -446,5 +446,3 @@ func mustResolve(addr string) *net.TCPAddr {
 	}
 	return a
 }
-
-
