@@ -511,6 +511,7 @@ type Conn struct {
 	// Drain's goroutine when it hands over, cleared by the loop (finish).
 	draining atomic.Bool
 	drainGen atomic.Uint64 // numbers drains, so a late request cannot end the next one
+	watch    atomic.Uint32 // the number of the peer watch of the drain running (see watchPeer)
 	sink     Sink          // the drain's, used by whoever owns the reads
 	done     chan error    // a drain's result, sent by the loop
 	arrived  time.Time     // of the last Read's bytes
@@ -734,9 +735,8 @@ func (c *Conn) drain(s Sink, peer syscall.RawConn) error {
 	}
 	var w *peerWatch
 	if peer != nil {
-		// Only this goroutine numbers drains: the next is this one's.
 		var err error
-		if w, err = c.watchPeer(peer, c.drainGen.Load()+1); err != nil {
+		if w, err = c.watchPeer(peer); err != nil {
 			c.exit()
 			return err // nothing read: the caller may watch the peer its own way
 		}

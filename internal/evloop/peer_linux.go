@@ -3,6 +3,7 @@ package evloop
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -23,17 +24,25 @@ func (c *Conn) DrainWatching(s Sink, peer syscall.RawConn) error {
 	return c.drain(s, peer)
 }
 
+// watches numbers peer watches, process-wide: an event carries its
+// watch's number, so an event of an earlier watch, taken by the loop
+// before that watch was removed and handled after, ends no later drain,
+// of the same Conn (a drain that ended in its first reads takes no drain
+// number: the next drain would have had its) or of another that took the
+// slot of a closed one.
+var watches atomic.Uint32
+
 // peerWatch is a peer registered in c's loop for one drain: a duplicate of
 // its descriptor, so the registration cannot outlive it or meet a reused
 // number, taken out (EPOLL_CTL_DEL, as closing a duplicate alone would
 // not) when the drain ends.
 type peerWatch struct {
-	l  *loop
+	c  *Conn
 	fd int
 	ev syscall.EpollEvent
 }
 
-func (c *Conn) watchPeer(peer syscall.RawConn, gen uint64) (*peerWatch, error) {
+func (c *Conn) watchPeer(peer syscall.RawConn) (*peerWatch, error) {
 	fd, derr := -1, error(nil)
 	if err := peer.Control(func(s uintptr) {
 		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
@@ -50,33 +59,40 @@ func (c *Conn) watchPeer(peer syscall.RawConn, gen uint64) (*peerWatch, error) {
 	}
 	// Edge-triggered on the peer's end alone: no EPOLLIN, so what it sends
 	// does not wake the loop; HUP and ERR are always reported.
-	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | epollET, Fd: c.slot | peerSlot, Pad: int32(gen)}
+	id := watches.Add(1)
+	if id == 0 {
+		id = watches.Add(1) // 0 is no watch
+	}
+	c.watch.Store(id)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | epollET, Fd: c.slot | peerSlot, Pad: int32(id)}
 	if err := syscall.EpollCtl(c.l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		c.watch.Store(0)
 		syscall.Close(fd)
 		return nil, fmt.Errorf("%w: %w", ErrNotWatched, os.NewSyscallError("epoll_ctl", err))
 	}
-	return &peerWatch{l: c.l, fd: fd, ev: ev}, nil
+	return &peerWatch{c: c, fd: fd, ev: ev}, nil
 }
 
 // rearm has the kernel look at the peer again (EPOLL_CTL_MOD queues an
 // event for a condition that holds already), once the drain is running.
 func (w *peerWatch) rearm() {
-	_ = syscall.EpollCtl(w.l.epfd, syscall.EPOLL_CTL_MOD, w.fd, &w.ev)
+	_ = syscall.EpollCtl(w.c.l.epfd, syscall.EPOLL_CTL_MOD, w.fd, &w.ev)
 }
 
 func (w *peerWatch) stop() {
+	w.c.watch.Store(0) // a later drain, watching or not, is no event's of this watch
 	var ev syscall.EpollEvent
-	_ = syscall.EpollCtl(w.l.epfd, syscall.EPOLL_CTL_DEL, w.fd, &ev)
+	_ = syscall.EpollCtl(w.c.l.epfd, syscall.EPOLL_CTL_DEL, w.fd, &ev)
 	_ = syscall.Close(w.fd)
 }
 
 // peerEvent handles an event of the peer a drain watches, on the loop's
 // goroutine: the peer's end ends that drain, if it is still the one
-// running (gen: the drain's number, so an event of an earlier drain's
-// watch, read before it was taken out, ends nothing). It reports whether
-// it woke the drain's goroutine.
-func (c *Conn) peerEvent(gen int32, ev uint32) bool {
-	if c.closed.Load() || !c.draining.Load() || int32(c.drainGen.Load()) != gen || ev&evEnd == 0 {
+// running (id: the watch's number, so an event of an earlier watch, read
+// before it was taken out, ends nothing). It reports whether it woke the
+// drain's goroutine.
+func (c *Conn) peerEvent(id int32, ev uint32) bool {
+	if c.closed.Load() || !c.draining.Load() || c.watch.Load() != uint32(id) || ev&evEnd == 0 {
 		return false
 	}
 	c.finish(ErrPeerGone)
