@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -445,4 +446,87 @@ func mustResolve(addr string) *net.TCPAddr {
 		panic(err)
 	}
 	return a
+}
+
+// TestReviewWatchedDrainEnds: a stream stalled in a watched drain (the
+// engine silent after its first event) ends by the idle timeout, or by the
+// proxy's shutdown, with the record saying so, the client told, and the
+// watch's descriptor given back.
+func TestReviewWatchedDrainEnds(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration
+		close   bool
+		outcome record.Outcome
+		blame   record.Blame
+	}{
+		{"idle timeout", 300 * time.Millisecond, false, record.Timeout, record.BlameEngine},
+		{"shutdown", time.Minute, true, record.Broken, record.BlameTokentap},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startLedgerEngine(t)
+			h := startProxy(t, e.url, func(c *Config) { c.IdleTimeout = tt.timeout })
+			addr := strings.TrimPrefix(h.url, "http://")
+			// A first stream starts the event loops (descriptors they keep).
+			w, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(w, reqText(addr, shape{id: 6, events: 1, gapMS: 1}))
+			if resp, err := http.ReadResponse(bufio.NewReader(w), nil); err == nil {
+				io.ReadAll(resp.Body)
+			}
+			w.Close()
+			h.waitRecords(t, 1)
+			time.Sleep(100 * time.Millisecond)
+			fd0 := openFDs(t)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// 2 events 30 s apart: the stream stalls after the first.
+			io.WriteString(c, reqText(addr, shape{id: 7, events: 2, gapMS: 30000}))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := make([]byte, 10)
+			if _, err := io.ReadFull(resp.Body, first); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			// The client's and the proxy's ends, the engine's two, the watch.
+			t.Logf("descriptors during the stall: %d (before %d)", openFDs(t), fd0)
+			if tt.close {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				go h.p.Close(ctx)
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, rerr := io.ReadAll(resp.Body)
+			if rerr == nil {
+				t.Errorf("the client read a whole body; want it cut")
+			}
+			if isTimeout(rerr) {
+				t.Fatalf("the client was not told in 10 s: %v", rerr)
+			}
+			r := h.waitRecords(t, 2)[1]
+			if r.Outcome != tt.outcome || r.Blame != tt.blame {
+				t.Errorf("record %s/%s (%s), want %s/%s", r.Outcome, r.Blame, r.Error, tt.outcome, tt.blame)
+			}
+			c.Close()
+			var n int
+			for range 100 {
+				if n = openFDs(t); n <= fd0 {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n > fd0 {
+				t.Errorf("descriptors: %d before, %d after", fd0, n)
+			}
+		})
+	}
 }
