@@ -18,8 +18,8 @@ const peerSlot = 1 << 30
 // to notice the client leave while the engine is silent. Bytes peer sends
 // meanwhile are left unread and wake nothing; a half close (FIN) counts as
 // gone, as it does for a client of HTTP/1.1. When the watch cannot be set
-// up (no descriptor left) it returns an error wrapping ErrNotWatched at
-// once, having read nothing: the caller may drain without it.
+// up (the peer closed already) it returns an error wrapping ErrNotWatched
+// at once, having read nothing: the caller may drain without it.
 func (c *Conn) DrainWatching(s Sink, peer syscall.RawConn) error {
 	return c.drain(s, peer)
 }
@@ -32,31 +32,19 @@ func (c *Conn) DrainWatching(s Sink, peer syscall.RawConn) error {
 // slot of a closed one.
 var watches atomic.Uint32
 
-// peerWatch is a peer registered in c's loop for one drain: a duplicate of
-// its descriptor, so the registration cannot outlive it or meet a reused
-// number, taken out (EPOLL_CTL_DEL, as closing a duplicate alone would
-// not) when the drain ends.
+// peerWatch is a peer registered in c's loop for one drain: the peer's own
+// descriptor, every epoll_ctl on it made inside peer.Control, so none
+// meets the descriptor closed or its number reused by another file. A peer
+// closed meanwhile (the proxy cutting its client) leaves the loop's epoll
+// by that close, the socket having no other descriptor; a duplicate would
+// have cost the stream a third descriptor.
 type peerWatch struct {
-	c  *Conn
-	fd int
-	ev syscall.EpollEvent
+	c    *Conn
+	peer syscall.RawConn
+	ev   syscall.EpollEvent
 }
 
 func (c *Conn) watchPeer(peer syscall.RawConn) (*peerWatch, error) {
-	fd, derr := -1, error(nil)
-	if err := peer.Control(func(s uintptr) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
-		if e != 0 {
-			derr = os.NewSyscallError("fcntl", e)
-			return
-		}
-		fd = int(r)
-	}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotWatched, err)
-	}
-	if derr != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotWatched, derr)
-	}
 	// Edge-triggered on the peer's end alone: no EPOLLIN, so what it sends
 	// does not wake the loop; HUP and ERR are always reported.
 	id := watches.Add(1)
@@ -64,26 +52,35 @@ func (c *Conn) watchPeer(peer syscall.RawConn) (*peerWatch, error) {
 		id = watches.Add(1) // 0 is no watch
 	}
 	c.watch.Store(id)
-	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | epollET, Fd: c.slot | peerSlot, Pad: int32(id)}
-	if err := syscall.EpollCtl(c.l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	w := &peerWatch{c: c, peer: peer, ev: syscall.EpollEvent{Events: syscall.EPOLLRDHUP | epollET, Fd: c.slot | peerSlot, Pad: int32(id)}}
+	if err := w.ctl(syscall.EPOLL_CTL_ADD); err != nil {
 		c.watch.Store(0)
-		syscall.Close(fd)
-		return nil, fmt.Errorf("%w: %w", ErrNotWatched, os.NewSyscallError("epoll_ctl", err))
+		return nil, fmt.Errorf("%w: %w", ErrNotWatched, err)
 	}
-	return &peerWatch{c: c, fd: fd, ev: ev}, nil
+	return w, nil
+}
+
+// ctl is epoll_ctl op on the peer's descriptor, while it is sure to be the
+// peer's.
+func (w *peerWatch) ctl(op int) error {
+	var err error
+	if cerr := w.peer.Control(func(s uintptr) {
+		if e := syscall.EpollCtl(w.c.l.epfd, op, int(s), &w.ev); e != nil {
+			err = os.NewSyscallError("epoll_ctl", e)
+		}
+	}); cerr != nil {
+		return cerr // closed: out of the loop's epoll already
+	}
+	return err
 }
 
 // rearm has the kernel look at the peer again (EPOLL_CTL_MOD queues an
 // event for a condition that holds already), once the drain is running.
-func (w *peerWatch) rearm() {
-	_ = syscall.EpollCtl(w.c.l.epfd, syscall.EPOLL_CTL_MOD, w.fd, &w.ev)
-}
+func (w *peerWatch) rearm() { _ = w.ctl(syscall.EPOLL_CTL_MOD) }
 
 func (w *peerWatch) stop() {
 	w.c.watch.Store(0) // a later drain, watching or not, is no event's of this watch
-	var ev syscall.EpollEvent
-	_ = syscall.EpollCtl(w.c.l.epfd, syscall.EPOLL_CTL_DEL, w.fd, &ev)
-	_ = syscall.Close(w.fd)
+	_ = w.ctl(syscall.EPOLL_CTL_DEL)
 }
 
 // peerEvent handles an event of the peer a drain watches, on the loop's
