@@ -239,7 +239,7 @@ func settingKeys(r *result.Result) []string {
 			keys = append(keys, s.Title+" · "+row.Key)
 		}
 	}
-	return append(keys, "Run · Columns", "Run · Decode contexts", "Run · Prefill at", "Run · SLO", "Hardware")
+	return append(keys, "Run · Columns", columnsKey(r), "Run · Decode contexts", "Run · Prefill at", "Run · SLO", "Hardware")
 }
 
 // runSettings are a run's settings as its report shows them, by "Section ·
