@@ -209,7 +209,7 @@ func boardLabels(runs []BoardRun) []string {
 	for i, r := range runs {
 		l := base[i]
 		if n[l] > 1 && r.File != "" {
-			l = r.File
+			l = filepath.Clean(r.File) // "./runs/a.json" is runs/a.json
 		}
 		used[l]++
 		if used[l] > 1 {
