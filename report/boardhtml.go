@@ -254,6 +254,7 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 		}
 	}
 	// Legend, right of the plot.
+	legend := legendLabels(names, 22)
 	for i, r := range runs {
 		col, dash := runColour(colour[r.Index])
 		y := top + 10 + float64(i)*20
@@ -261,8 +262,8 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 		if dash != "" {
 			dashAttr = ` stroke-dasharray="` + dash + `"`
 		}
-		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/><text x="%.1f" y="%.1f">%s</text>`+"\n",
-			left+pw+14, y, left+pw+34, y, col, dashAttr, left+pw+40, y+4, h(clip(r.Label, 22)))
+		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/><text x="%.1f" y="%.1f">%s<title>%s</title></text>`+"\n",
+			left+pw+14, y, left+pw+34, y, col, dashAttr, left+pw+40, y+4, h(legend[i]), h(r.Label))
 	}
 	y := top + 10 + float64(len(runs))*20 + 8
 	fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="10" stroke-linecap="round"/><text x="%.1f" y="%.1f">all runs' frontier</text>`+"\n",
@@ -276,4 +277,33 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 func pointTitle(run string, p paretoPoint, what string) string {
 	return fmt.Sprintf("%s · %s: %s tok/s per request, %s tok/s in all, TTFT %s, TBT %s (%s)", run, p.at(),
 		fmtRate(p.PerRequest), fmtRate(p.Total), fmtMs(p.TTFTms), fmtTBT(p.TBTms), what)
+}
+
+// legendLabels fit the runs' labels into n characters each and keep them
+// apart: clipped at the end, else (paths alike at the start, as labels
+// are where base names are alike) at the start, else numbered by their
+// place on the leaderboard.
+func legendLabels(labels []string, n int) []string {
+	distinct := func(l []string) bool {
+		return len(slices.Compact(slices.Sorted(slices.Values(l)))) == len(l)
+	}
+	head := make([]string, len(labels))
+	tail := make([]string, len(labels))
+	for i, l := range labels {
+		head[i] = clip(l, n)
+		tail[i] = head[i]
+		if r := []rune(oneLine(l)); len(r) > n {
+			tail[i] = "…" + string(r[len(r)-(n-1):])
+		}
+	}
+	switch {
+	case distinct(head):
+		return head
+	case distinct(tail):
+		return tail
+	}
+	for i, l := range labels {
+		head[i] = strconv.Itoa(i+1) + " " + clip(l, n-len(strconv.Itoa(i+1))-1)
+	}
+	return head
 }

@@ -64,7 +64,7 @@ func TestBoardLabelsSamePathSpeltTwice(t *testing.T) {
 // legendNames are the run names an SVG's legend shows, in order.
 func legendNames(svg string) []string {
 	var l []string
-	for _, m := range regexp.MustCompile(`stroke-width="3"(?: stroke-dasharray="[^"]*")?/><text x="[0-9.]+" y="[0-9.]+">([^<]*)</text>`).FindAllStringSubmatch(svg, -1) {
+	for _, m := range regexp.MustCompile(`stroke-width="3"(?: stroke-dasharray="[^"]*")?/><text x="[0-9.]+" y="[0-9.]+">([^<]*)(?:<title>[^<]*</title>)?</text>`).FindAllStringSubmatch(svg, -1) {
 		l = append(l, m[1])
 	}
 	return l
@@ -105,7 +105,7 @@ func TestBoardLegendFits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range regexp.MustCompile(`<text x="[0-9.]+" y="([0-9.]+)">([^<]*)</text>`).FindAllStringSubmatch(svg, -1) {
+	for _, m := range regexp.MustCompile(`<text x="[0-9.]+" y="([0-9.]+)">([^<]*)(?:<title>[^<]*</title>)?</text>`).FindAllStringSubmatch(svg, -1) {
 		y, _ := strconv.ParseFloat(m[1], 64)
 		if y > h {
 			t.Errorf("legend text %q at y=%g, below the chart's height %g: cut off", m[2], y, h)
@@ -161,6 +161,20 @@ func TestBoardCSVZeroCounts(t *testing.T) {
 			if r[col[k]] == "" {
 				t.Errorf("run %s: %s empty, want a count (0)", r[1], k)
 			}
+		}
+	}
+}
+
+func TestLegendLabels(t *testing.T) {
+	long := strings.Repeat("a", 30)
+	for _, tt := range []struct{ in, want []string }{
+		{[]string{"a.json", "b.json"}, []string{"a.json", "b.json"}},
+		{[]string{"results/llama-3-8b/vllm-0.6/run.json", "results/llama-3-8b/vllm-0.7/run.json"}, []string{"…-8b/vllm-0.6/run.json", "…-8b/vllm-0.7/run.json"}},
+		{[]string{long + "-1-" + long, long + "-2-" + long}, []string{"1 " + strings.Repeat("a", 19) + "…", "2 " + strings.Repeat("a", 19) + "…"}},
+	} {
+		got := legendLabels(tt.in, 22)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("legendLabels(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
