@@ -209,7 +209,7 @@ func boardLabels(runs []BoardRun) []string {
 	for i, r := range runs {
 		l := base[i]
 		if n[l] > 1 && r.File != "" {
-			l = r.File
+			l = filepath.Clean(r.File) // "./runs/a.json" is runs/a.json
 		}
 		used[l]++
 		if used[l] > 1 {
@@ -239,7 +239,7 @@ func settingKeys(r *result.Result) []string {
 			keys = append(keys, s.Title+" · "+row.Key)
 		}
 	}
-	return append(keys, "Run · Columns", "Run · Decode contexts", "Run · Prefill at", "Run · SLO", "Hardware")
+	return append(keys, "Run · Columns", columnsKey(r), "Run · Decode contexts", "Run · Prefill at", "Run · SLO", "Hardware")
 }
 
 // runSettings are a run's settings as its report shows them, by "Section ·

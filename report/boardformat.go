@@ -598,7 +598,9 @@ func boardCSV(w io.Writer, b *board) error {
 	}
 	for _, r := range b.Runs {
 		row := []string{"run", r.Label, r.File, strconv.Itoa(r.Rank), r.R.Engine.Name, r.R.Engine.Version, r.Model, r.Quant, r.Hardware,
-			numInt(r.Counts.Valid), numInt(r.Counts.OverCapacity), numInt(r.Counts.Queued), numInt(r.Counts.Failed), numInt(r.Counts.Other)}
+			// Counts are written even when 0: an empty column is one the
+			// row's kind has not.
+			strconv.Itoa(r.Counts.Valid), strconv.Itoa(r.Counts.OverCapacity), strconv.Itoa(r.Counts.Queued), strconv.Itoa(r.Counts.Failed), strconv.Itoa(r.Counts.Other)}
 		if p := r.Best; p != nil {
 			row = append(row, strconv.Itoa(p.Context), colHead(p.Col), num(p.Total), num(p.PerRequest), num(p.TTFTms), num(p.TBTms))
 		} else {

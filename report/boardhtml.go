@@ -168,8 +168,12 @@ func tickLabel(v float64) string {
 // frontier dominates faint, the frontier of all runs as a grey band
 // behind, and a legend naming every run.
 func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
-	const W, H, left, right, top, bottom = 760.0, 440.0, 72.0, 180.0, 16.0, 52.0
-	pw, ph := W-left-right, H-top-bottom
+	const W, plotH, left, right, top, bottom = 760.0, 440.0, 72.0, 180.0, 16.0, 52.0
+	pw, ph := W-left-right, plotH-top-bottom
+	runs := b.ranked()
+	// The legend is a row per run and two more: the chart is as tall as
+	// it needs, the plot stays its size.
+	H := math.Max(plotH, top+10+float64(len(runs))*20+8+24+12)
 	var maxX, maxY float64
 	for _, p := range f.Points {
 		maxX, maxY = math.Max(maxX, p.PerRequest), math.Max(maxY, p.Total)
@@ -179,7 +183,6 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 	X := func(v float64) float64 { return left + v/topX*pw }
 	Y := func(v float64) float64 { return top + ph - v/topY*ph }
 	var names []string
-	runs := b.ranked()
 	for _, r := range runs {
 		names = append(names, r.Label)
 	}
@@ -198,7 +201,7 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 			left, Y(v), left+pw, Y(v), left-6, Y(v)+4, tickLabel(v))
 	}
 	fmt.Fprintf(&s, `<path d="M%.1f %.1fV%.1fH%.1f" fill="none" stroke="#8a929c"/>`+"\n", left, top, top+ph, left+pw)
-	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle">per-request tok/s (each request's decode speed) →</text>`+"\n", left+pw/2, H-12)
+	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle">per-request tok/s (each request's decode speed) →</text>`+"\n", left+pw/2, plotH-12)
 	fmt.Fprintf(&s, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">total tok/s (all output) →</text>`+"\n", top+ph/2)
 	// The frontier of all runs, behind.
 	var all []paretoPoint
@@ -254,6 +257,7 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 		}
 	}
 	// Legend, right of the plot.
+	legend := legendLabels(names, 22)
 	for i, r := range runs {
 		col, dash := runColour(colour[r.Index])
 		y := top + 10 + float64(i)*20
@@ -261,13 +265,18 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 		if dash != "" {
 			dashAttr = ` stroke-dasharray="` + dash + `"`
 		}
-		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/><text x="%.1f" y="%.1f">%s</text>`+"\n",
-			left+pw+14, y, left+pw+34, y, col, dashAttr, left+pw+40, y+4, h(clip(r.Label, 22)))
+		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/><text x="%.1f" y="%.1f">%s<title>%s</title></text>`+"\n",
+			left+pw+14, y, left+pw+34, y, col, dashAttr, left+pw+40, y+4, h(legend[i]), h(r.Label))
 	}
 	y := top + 10 + float64(len(runs))*20 + 8
 	fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="10" stroke-linecap="round"/><text x="%.1f" y="%.1f">all runs' frontier</text>`+"\n",
 		left+pw+16, y, left+pw+32, y, frontierGrey, left+pw+40, y+4)
-	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f">labels: requests at once</text>`+"\n", left+pw+14, y+24)
+	// Ranked runs agree on their columns (METHOD §12): all rates or none.
+	key := "labels: requests at once"
+	if slices.ContainsFunc(f.Points, func(p paretoPoint) bool { return p.Col.Rate > 0 }) {
+		key = "labels: requests per second"
+	}
+	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f">%s</text>`+"\n", left+pw+14, y+24, key)
 	s.WriteString("</svg>\n")
 	return s.String()
 }
@@ -276,4 +285,33 @@ func (b *board) paretoSVG(f ctxFrontier, colour map[int]int) string {
 func pointTitle(run string, p paretoPoint, what string) string {
 	return fmt.Sprintf("%s · %s: %s tok/s per request, %s tok/s in all, TTFT %s, TBT %s (%s)", run, p.at(),
 		fmtRate(p.PerRequest), fmtRate(p.Total), fmtMs(p.TTFTms), fmtTBT(p.TBTms), what)
+}
+
+// legendLabels fit the runs' labels into n characters each and keep them
+// apart: clipped at the end, else (paths alike at the start, as labels
+// are where base names are alike) at the start, else numbered by their
+// place on the leaderboard.
+func legendLabels(labels []string, n int) []string {
+	distinct := func(l []string) bool {
+		return len(slices.Compact(slices.Sorted(slices.Values(l)))) == len(l)
+	}
+	head := make([]string, len(labels))
+	tail := make([]string, len(labels))
+	for i, l := range labels {
+		head[i] = clip(l, n)
+		tail[i] = head[i]
+		if r := []rune(oneLine(l)); len(r) > n {
+			tail[i] = "…" + string(r[len(r)-(n-1):])
+		}
+	}
+	switch {
+	case distinct(head):
+		return head
+	case distinct(tail):
+		return tail
+	}
+	for i, l := range labels {
+		head[i] = strconv.Itoa(i+1) + " " + clip(l, n-len(strconv.Itoa(i+1))-1)
+	}
+	return head
 }

@@ -3,8 +3,11 @@ package report
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tokentap/tokentap/result"
 )
 
 // sortColumn is a leaderboard column runs can be sorted by: a figure
@@ -65,7 +68,11 @@ var sortColumns = []sortColumn{
 		return 0, false
 	}},
 	{Name: "valid", What: "Valid cells", Figure: func(_ *board, r *boardRun) (float64, bool) { return float64(r.Counts.Valid), true }},
-	{Name: "failed", What: "Failed cells, fewest first", Lower: true, Figure: func(_ *board, r *boardRun) (float64, bool) { return float64(r.Counts.Failed), true }},
+	{Name: "failed", What: "Failed cells, fewest first", Lower: true, Figure: func(_ *board, r *boardRun) (float64, bool) {
+		// A run that measured no cell (it broke off before the first) has
+		// no count of failures to lead with.
+		return float64(r.Counts.Failed), slices.ContainsFunc(r.R.Decode, func(c result.Cell) bool { return c.Status != result.NotRun })
+	}},
 	{Name: "run", What: "the run's label", Text: func(r *boardRun) string { return r.Label }},
 	{Name: "engine", What: "engine and version", Text: func(r *boardRun) string { return r.Engine }},
 	{Name: "model", What: "model", Text: func(r *boardRun) string { return r.Model }},

@@ -58,8 +58,8 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&cfg.Output, "o", cfg.Output, "write to this file instead of stdout (- is stdout); an existing file is kept unless --overwrite [TOKENTAP_REPORT_OUTPUT]")
 	fset.BoolVar(&cfg.Overwrite, "overwrite", cfg.Overwrite, "let -o replace an existing file (never one of the files read) [TOKENTAP_OVERWRITE]")
 	fset.StringVar(&cfg.Percentiles, "percentiles", cfg.Percentiles, "latency percentiles to show, e.g. 50,90,99,99.9 (default: the run's, else 50,90,99) [TOKENTAP_REPORT_PERCENTILES]")
-	fset.StringVar(&cfg.Sort, "sort", cfg.Sort, "with many runs: the leaderboard's column to sort by: "+report.SortColumns()+" [TOKENTAP_REPORT_SORT]")
-	fset.StringVar(&cfg.SLO, "slo", cfg.SLO, "with many runs: keep on the Pareto frontiers only cells that meet these objectives, e.g. ttft=500ms,tbt=50ms,target=90% (judged per request where a run measured the same --slo, else from each cell's percentiles) [TOKENTAP_REPORT_SLO]")
+	fset.StringVar(&cfg.Sort, "sort", cfg.Sort, "with many runs (as a flag, even one or two): the leaderboard's column to sort by: "+report.SortColumns()+" [TOKENTAP_REPORT_SORT]")
+	fset.StringVar(&cfg.SLO, "slo", cfg.SLO, "with many runs (as a flag, even one or two): keep on the Pareto frontiers only cells that meet these objectives, e.g. ttft=500ms,tbt=50ms,target=90% (judged per request where a run measured the same --slo, else from each cell's percentiles) [TOKENTAP_REPORT_SLO]")
 	fset.BoolVar(&cfg.Board, "board", cfg.Board, "show the leaderboard and Pareto frontier even of one or two runs (two are otherwise compared cell by cell) [TOKENTAP_REPORT_BOARD]")
 	// Flags may come before or after the file names.
 	files, code, done := fset.parseArgs(args)
@@ -106,7 +106,10 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	if cfg.Board || len(files) > 2 || hasDir(files) || cfg.Sort != "" || cfg.SLO != "" {
+	// --sort and --slo on the command line ask for a board; their
+	// variables only set a board's defaults, so one set in a shell for
+	// boards leaves a single run's report and a comparison as they are.
+	if cfg.Board || len(files) > 2 || hasDir(files) || fset.given("sort") || fset.given("slo") {
 		return reportBoard(files, cfg, format, out, stdout, stderr)
 	}
 	for _, f := range files {
