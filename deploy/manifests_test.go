@@ -194,9 +194,10 @@ func TestMatrixJob(t *testing.T) {
 	if _, ok := flag(c.Args, "--shard"); ok {
 		t.Error("--shard in an Indexed Job: every pod would run the same shard; use --shards")
 	}
-	if at, ok := flag(c.Args, "--start-at"); !ok || at != "${START_AT}" {
-		t.Errorf("--start-at %q: want the ${START_AT} the README's one-liner fills in", at)
+	if at, ok := flag(c.Args, "--start-at"); ok {
+		t.Errorf("--start-at %q: a pod that starts after it fails the Job; want --rendezvous", at)
 	}
+	checkRendezvous(t, objs, job)
 	idx := envVar(c, "JOB_COMPLETION_INDEX")
 	if idx == nil || idx.ValueFrom == nil || idx.ValueFrom.FieldRef == nil ||
 		idx.ValueFrom.FieldRef.FieldPath != "metadata.annotations['batch.kubernetes.io/job-completion-index']" {
@@ -239,12 +240,74 @@ func TestMatrixJob(t *testing.T) {
 	}
 }
 
+// checkRendezvous: the shards reach shard 0 by its stable DNS name,
+// <job>-0.<subdomain>, which the pods' subdomain and a headless Service of
+// that name selecting them give; on the port shard 0 serves.
+func checkRendezvous(t *testing.T, objs []object, job *batchv1.Job) {
+	t.Helper()
+	pod := job.Spec.Template
+	c := pod.Spec.Containers[0]
+	rv, ok := flag(c.Args, "--rendezvous")
+	if !ok {
+		t.Error("no --rendezvous: the shards' start is the wall clock's, and a pod that starts late fails the Job")
+		return
+	}
+	host, port, ok := strings.Cut(rv, ":")
+	sub := pod.Spec.Subdomain
+	if !ok || sub == "" || host != "$(JOB_NAME)-0."+sub {
+		t.Errorf("--rendezvous %q, subdomain %q: want $(JOB_NAME)-0.<subdomain>:PORT, index 0's stable name", rv, sub)
+	}
+	served := false
+	for _, p := range c.Ports {
+		served = served || strconv.Itoa(int(p.ContainerPort)) == port
+	}
+	if !served {
+		t.Errorf("--rendezvous port %s is not among the container's ports %+v", port, c.Ports)
+	}
+	svc := find[corev1.Service](t, objs, "matrix-job.yaml", sub)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service %s: clusterIP %q; want None (headless: the pods' own DNS names)", sub, svc.Spec.ClusterIP)
+	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service %s: publishNotReadyAddresses false; shard 0's name must resolve as soon as it runs", sub)
+	}
+	for k, v := range svc.Spec.Selector {
+		if pod.Labels[k] != v {
+			t.Errorf("Service %s: selector %s=%s does not match the shards' pods", sub, k, v)
+		}
+	}
+	pol := find[networkingv1.NetworkPolicy](t, objs, "matrix-job.yaml", "tokentap-matrix")
+	for k, v := range pol.Spec.PodSelector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("NetworkPolicy: selector %s=%s does not match the shards' pods", k, v)
+		}
+	}
+	open := false
+	for _, rule := range pol.Spec.Ingress {
+		for _, p := range rule.Ports {
+			open = open || (p.Port != nil && strconv.Itoa(int(p.Port.IntVal)) == port && len(rule.From) > 0)
+		}
+	}
+	if !open {
+		t.Errorf("NetworkPolicy tokentap-matrix does not let the shards reach port %s", port)
+	}
+}
+
 // TestMatrixDeadline: the Job ends by a deadline that covers its
 // schedule (docs/METHOD.md §10: start + gap + cells × (window + gap)),
-// with the start up to 5 minutes ahead and the prefill rows beside.
+// with the rendezvous's timeout and margin before the start and the
+// prefill rows beside.
 func TestMatrixDeadline(t *testing.T) {
 	job := find[batchv1.Job](t, load(t), "matrix-job.yaml", "tokentap-matrix-${RUN}")
 	c := job.Spec.Template.Spec.Containers[0]
+	wait := 10 * time.Minute // the default --rendezvous-timeout
+	if v, ok := flag(c.Args, "--rendezvous-timeout"); ok {
+		var err error
+		if wait, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait += 10 * time.Second // the default margin
 	get := func(name string) string {
 		e := envVar(c, name)
 		if e == nil {
@@ -258,7 +321,7 @@ func TestMatrixDeadline(t *testing.T) {
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
-	schedule := 5*time.Minute + gap + time.Duration(cells)*(window+gap)
+	schedule := wait + gap + time.Duration(cells)*(window+gap)
 	d := job.Spec.ActiveDeadlineSeconds
 	if d == nil || time.Duration(*d)*time.Second < schedule*5/4 {
 		t.Errorf("activeDeadlineSeconds %v: the schedule takes %v; want at least a quarter more", d, schedule)

@@ -1,0 +1,197 @@
+package matrix
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/shard"
+)
+
+// freeAddr is a loopback address with a port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// testRendezvous is a rendezvous whose coordinator's name is not in any
+// DNS: Resolve maps it to loopback, as the deploy simulation does.
+func testRendezvous(t *testing.T) *Rendezvous {
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	return &Rendezvous{Coordinator: "tokentap-matrix-test-0.tokentap-matrix:" + port, Resolve: addr,
+		Margin: time.Second, Timeout: 20 * time.Second, Poll: 200 * time.Millisecond}
+}
+
+func checkIn(i, count int, plan string) shard.CheckIn {
+	return shard.CheckIn{Index: i, Count: count, Plan: plan, Token: newToken(), Host: "host-" + strconv.Itoa(i)}
+}
+
+// TestRendezvousStartsTogether: shard 0 coordinates, the others check in
+// (one late, one before shard 0 listens); every shard gets the same start,
+// a margin after the last check-in. A latecomer after that is refused,
+// and says why; the state is readable with a GET.
+func TestRendezvousStartsTogether(t *testing.T) {
+	rv := testRendezvous(t)
+	const count = 3
+	starts := make([]time.Time, count)
+	errs := make([]error, count)
+	var lastIn time.Time
+	var wg sync.WaitGroup
+	var stop func()
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch i {
+			case 0:
+				time.Sleep(300 * time.Millisecond) // shard 1 tries before anyone listens
+				starts[i], stop, errs[i] = rv.meet(context.Background(), checkIn(0, count, "p"), nil)
+			case 1:
+				starts[i], _, errs[i] = rv.meet(context.Background(), checkIn(1, count, "p"), nil)
+			case 2:
+				time.Sleep(800 * time.Millisecond) // a slow image pull
+				lastIn = time.Now()
+				starts[i], _, errs[i] = rv.meet(context.Background(), checkIn(2, count, "p"), nil)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("shard %d: %v", i, err)
+		}
+	}
+	defer stop()
+	for i := range starts {
+		if !starts[i].Equal(starts[0]) {
+			t.Errorf("shard %d starts at %v, shard 0 at %v", i, starts[i], starts[0])
+		}
+	}
+	if !starts[0].After(lastIn) {
+		t.Errorf("start %v is not after the last shard checked in (%v)", starts[0], lastIn)
+	}
+
+	// The run is fixed: another process with shard 2's index is turned away.
+	_, _, err := rv.meet(context.Background(), checkIn(2, count, "p"), nil)
+	var ref *shard.Refusal
+	if !errors.As(err, &ref) || !strings.Contains(err.Error(), "shard 2 checked in already from host-2") {
+		t.Errorf("a second shard 2: %v; want a refusal naming the first", err)
+	}
+	resp, err := http.Get("http://" + rv.Resolve + rendezvousPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET the state: HTTP %d", resp.StatusCode)
+	}
+}
+
+// TestRendezvousRefusals: a shard of another run (shard count, plan) is
+// refused at once, and the start passing before a shard hears of it is
+// its own refusal.
+func TestRendezvousRefusals(t *testing.T) {
+	rv := testRendezvous(t)
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _, err := rv.meet(ctx, checkIn(0, 3, "p"), nil)
+		done <- err
+	}()
+	for _, tc := range []struct {
+		c    shard.CheckIn
+		want string
+	}{
+		{checkIn(1, 4, "p"), "runs with 4 shards; the coordinator's run has 3"},
+		{checkIn(1, 3, "q"), "planned another run than shard 0"},
+	} {
+		_, _, err := rv.meet(context.Background(), tc.c, nil)
+		var ref *shard.Refusal
+		if !errors.As(err, &ref) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v; want a refusal saying %q", tc.c, err, tc.want)
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the coordinator, cancelled: %v", err)
+	}
+}
+
+// TestRendezvousTimeouts: shard 0 gives up when a shard never checks in,
+// and tells the shards waiting why; a shard with no coordinator gives up
+// at its own timeout, with the last error.
+func TestRendezvousTimeouts(t *testing.T) {
+	rv := testRendezvous(t)
+	rv.Timeout = 1500 * time.Millisecond
+	var coordErr, shardErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, _, coordErr = rv.meet(context.Background(), checkIn(0, 3, "p"), nil)
+	}()
+	go func() {
+		defer wg.Done()
+		client := *rv
+		client.Timeout = time.Minute // it hears from the coordinator first
+		_, _, shardErr = client.meet(context.Background(), checkIn(1, 3, "p"), nil)
+	}()
+	wg.Wait()
+	if coordErr == nil || !strings.Contains(coordErr.Error(), "gave up after 1.5s: 2 of 3 shards ready; waiting for shard 2") {
+		t.Errorf("coordinator: %v", coordErr)
+	}
+	if shardErr == nil || !strings.Contains(shardErr.Error(), "waiting for shard 2") {
+		t.Errorf("shard 1: %v; want the coordinator's reason", shardErr)
+	}
+
+	alone := testRendezvous(t)
+	alone.Timeout = 700 * time.Millisecond
+	_, _, err := alone.meet(context.Background(), checkIn(1, 2, "p"), nil)
+	if err == nil || !strings.Contains(err.Error(), "had no start from shard 0") || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("no coordinator: %v; want the timeout with the connection refused", err)
+	}
+}
+
+func TestRendezvousCheck(t *testing.T) {
+	for _, tc := range []struct {
+		rv   Rendezvous
+		want string
+	}{
+		{Rendezvous{Coordinator: "job-0.svc:7070"}, ""},
+		{Rendezvous{Coordinator: "job-0.svc:7070", Resolve: "127.0.0.1"}, ""},
+		{Rendezvous{Coordinator: "job-0.svc:7070", Resolve: "127.0.0.1:9"}, ""},
+		{Rendezvous{Coordinator: "job-0.svc"}, "want host:port"},
+		{Rendezvous{Coordinator: ":7070"}, "want host:port"},
+		{Rendezvous{Coordinator: "job-0.svc:http"}, "not a port number"},
+		{Rendezvous{Coordinator: "job-0.svc:7070", Resolve: "localhost"}, "want an IP address"},
+		{Rendezvous{Coordinator: "job-0.svc:7070", Margin: time.Millisecond}, "at least 500ms"},
+		{Rendezvous{Coordinator: "job-0.svc:7070", Timeout: -time.Second}, "positive"},
+	} {
+		err := tc.rv.Check()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: %v; want %q", tc.rv, err, tc.want)
+		}
+	}
+	l, d, _ := (&Rendezvous{Coordinator: "job-0.svc:7070"}).addresses()
+	if l != ":7070" || d != "job-0.svc:7070" {
+		t.Errorf("listen %q, dial %q", l, d)
+	}
+	l, d, _ = (&Rendezvous{Coordinator: "job-0.svc:7070", Resolve: "127.0.0.1"}).addresses()
+	if l != "127.0.0.1:7070" || d != l {
+		t.Errorf("resolved: listen %q, dial %q", l, d)
+	}
+}
