@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,39 +47,50 @@ func load(t *testing.T) []object {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			if strings.TrimSpace(stripComments(doc)) == "" {
-				continue
-			}
-			var meta struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-			}
-			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-				t.Fatalf("%s document %d: %v", f, i, err)
-			}
-			var obj any
-			switch meta.APIVersion + " " + meta.Kind {
-			case "batch/v1 Job":
-				obj = &batchv1.Job{}
-			case "apps/v1 Deployment":
-				obj = &appsv1.Deployment{}
-			case "v1 Service":
-				obj = &corev1.Service{}
-			case "v1 PersistentVolumeClaim":
-				obj = &corev1.PersistentVolumeClaim{}
-			case "networking.k8s.io/v1 NetworkPolicy":
-				obj = &networkingv1.NetworkPolicy{}
-			case "policy/v1 PodDisruptionBudget":
-				obj = &policyv1.PodDisruptionBudget{}
-			default:
-				t.Fatalf("%s document %d: %s %s: this test does not know the kind; add it", f, i, meta.APIVersion, meta.Kind)
-			}
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", f, i, meta.Kind, err)
-			}
-			out = append(out, object{file: filepath.Base(f), kind: meta.Kind, obj: obj})
+		out = append(out, decode(t, filepath.Base(f), b)...)
+	}
+	return out
+}
+
+// decode decodes every document of one file (or rendering) strictly into
+// its Kubernetes API type, each object named by f.
+func decode(t *testing.T, f string, b []byte) []object {
+	t.Helper()
+	var out []object
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
 		}
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("%s document %d: %v", f, i, err)
+		}
+		var obj any
+		switch meta.APIVersion + " " + meta.Kind {
+		case "batch/v1 Job":
+			obj = &batchv1.Job{}
+		case "apps/v1 Deployment":
+			obj = &appsv1.Deployment{}
+		case "v1 Service":
+			obj = &corev1.Service{}
+		case "v1 PersistentVolumeClaim":
+			obj = &corev1.PersistentVolumeClaim{}
+		case "networking.k8s.io/v1 NetworkPolicy":
+			obj = &networkingv1.NetworkPolicy{}
+		case "policy/v1 PodDisruptionBudget":
+			obj = &policyv1.PodDisruptionBudget{}
+		case "monitoring.coreos.com/v1 PodMonitor":
+			obj = &monitoringv1.PodMonitor{}
+		default:
+			t.Fatalf("%s document %d: %s %s: this test does not know the kind; add it", f, i, meta.APIVersion, meta.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Fatalf("%s document %d (%s): %v", f, i, meta.Kind, err)
+		}
+		out = append(out, object{file: f, kind: meta.Kind, obj: obj})
 	}
 	return out
 }
@@ -132,6 +144,8 @@ func objectName(v any) string {
 	case *networkingv1.NetworkPolicy:
 		return o.Name
 	case *policyv1.PodDisruptionBudget:
+		return o.Name
+	case *monitoringv1.PodMonitor:
 		return o.Name
 	}
 	return ""
@@ -476,11 +490,23 @@ func TestProxyDeployment(t *testing.T) {
 	if a := dep.Spec.Template.Annotations; a["prometheus.io/port"] != strconv.Itoa(int(ports["metrics"])) {
 		t.Errorf("scrape port %q, metrics on %d", a["prometheus.io/port"], ports["metrics"])
 	}
-	// The admin port is reachable only from the monitoring namespace.
+	// The admin port is reachable only from Prometheus pods, named by
+	// label, in no namespace named here.
 	for _, rule := range pol.Spec.Ingress {
 		for _, p := range rule.Ports {
-			if p.Port != nil && p.Port.IntVal == ports["metrics"] && len(rule.From) == 0 {
+			if p.Port == nil || p.Port.IntVal != ports["metrics"] {
+				continue
+			}
+			if len(rule.From) == 0 {
 				t.Error("the NetworkPolicy opens the admin port to every pod")
+			}
+			for _, peer := range rule.From {
+				if peer.PodSelector == nil || len(peer.PodSelector.MatchLabels)+len(peer.PodSelector.MatchExpressions) == 0 {
+					t.Errorf("the NetworkPolicy opens the admin port to every pod of %+v", peer.NamespaceSelector)
+				}
+				if ns := peer.NamespaceSelector; ns != nil && ns.MatchLabels["kubernetes.io/metadata.name"] != "" {
+					t.Errorf("the NetworkPolicy names the namespace %q: a cluster's monitoring namespace is its own", ns.MatchLabels["kubernetes.io/metadata.name"])
+				}
 			}
 		}
 	}
