@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -243,15 +244,21 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-// freeLoopback is a loopback address with a port nothing listens on now.
+// freeLoopback is a loopback address with a port nothing listens on now,
+// below the ephemeral range (32768 and up on Linux), so no process's
+// outgoing connection takes it before the test's server listens there.
 func freeLoopback(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000))))
+		if err != nil {
+			continue
+		}
+		defer ln.Close()
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return ""
 }
 
 // tokentapBinary builds tokentap from the module above (or takes

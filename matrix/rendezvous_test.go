@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,16 +15,21 @@ import (
 	"github.com/tokentap/tokentap/shard"
 )
 
-// freeAddr is a loopback address with a port nothing listens on now.
+// freeAddr is a loopback address with a port nothing listens on now,
+// below the ephemeral range (32768 and up on Linux), so no process's
+// outgoing connection takes it before the test's server listens there.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000))))
+		if err != nil {
+			continue
+		}
+		defer ln.Close()
+		return ln.Addr().String()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return ""
 }
 
 // testRendezvous is a rendezvous whose coordinator's name is not in any

@@ -79,13 +79,14 @@ func (r *runner) rendezvous(ctx context.Context) (stop func(), err error) {
 	r.log.Info().Str("coordinator", rv.Coordinator).Int("shard", self.Index).Str("plan", self.Plan).Msg("matrix: rendezvous")
 	began := time.Now()
 	start, stop, err := rv.meet(ctx, self, func(state string) {
+		r.log.Info().Str("state", state).Msg("matrix: rendezvous")
 		r.prog.note(fmt.Sprintf("shard %s: rendezvous: %s", r.cfg.Shard, state))
 	})
 	if err != nil {
 		return nil, err
 	}
 	r.cfg.StartAt = start
-	r.log.Info().Time("start", start).Dur("waited", time.Since(began)).Msg("matrix: rendezvous: the start is fixed")
+	r.log.Info().Str("start", start.UTC().Format(time.RFC3339Nano)).Dur("waited", time.Since(began)).Msg("matrix: rendezvous: the start is fixed")
 	r.res.Notes = append(r.res.Notes, fmt.Sprintf(
 		"The common start, %s, was fixed by rendezvous: shard 0 (%s) set it once all %d shards had probed the engine and made the same plan.",
 		start.UTC().Format(time.RFC3339Nano), rv.Coordinator, self.Count))
