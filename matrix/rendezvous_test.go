@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/merge"
+	"github.com/tokentap/tokentap/replay"
+	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
 	"github.com/tokentap/tokentap/shard"
 )
 
@@ -199,5 +204,62 @@ func TestRendezvousCheck(t *testing.T) {
 	l, d, _ = (&Rendezvous{Coordinator: "job-0.svc:7070", Resolve: "127.0.0.1"}).addresses()
 	if l != "127.0.0.1:7070" || d != l {
 		t.Errorf("resolved: listen %q, dial %q", l, d)
+	}
+}
+
+// TestRunByRendezvous: two shards of one matrix meet instead of sharing a
+// start time, the second started after the first had probed, planned and
+// waited; both run from the one start shard 0 fixed after the second was
+// ready, with the salt derived from it, and their documents merge.
+func TestRunByRendezvous(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	sc := scenarios.Scenario{Name: "rendezvous", Contexts: []int{0}, Concurrency: []int{2}, Prefill: []int{},
+		Window: time.Second, MaxOutput: 64, API: "chat"}
+	rv := testRendezvous(t)
+	rv.Margin = 3 * time.Second // the clock probe (2 s) and a busy machine
+	const count = 2
+	res := make([]*result.Result, count)
+	errs := make([]error, count)
+	var lateLaunch time.Time
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 1 {
+				time.Sleep(2 * time.Second) // later than shard 0's whole preparation
+				lateLaunch = time.Now()
+			}
+			res[i], errs[i] = Run(context.Background(), Config{
+				Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
+				Shard: shard.Spec{Index: i, Count: count}, Rendezvous: rv, Gap: time.Second,
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("shard %d: %v", i, err)
+		}
+	}
+	a, b := res[0].Sharding, res[1].Sharding
+	if !a.StartAt.Equal(b.StartAt) || a.Run != b.Run {
+		t.Fatalf("shards started at %v and %v, runs %s and %s: want one start and one run", a.StartAt, b.StartAt, a.Run, b.Run)
+	}
+	if !a.StartAt.After(lateLaunch) {
+		t.Errorf("start %v before the late shard was launched (%v)", a.StartAt, lateLaunch)
+	}
+	if a.Run != shard.RunID(a.StartAt) {
+		t.Errorf("run %s, want the salt derived from the start, %s", a.Run, shard.RunID(a.StartAt))
+	}
+	if !strings.Contains(strings.Join(res[1].Notes, " "), "fixed by rendezvous") {
+		t.Errorf("shard 1's notes do not say how its start was fixed: %q", res[1].Notes)
+	}
+	m, _, err := merge.Runs([]merge.Input{{Name: "0", Doc: roundTrip(t, res[0])}, {Name: "1", Doc: roundTrip(t, res[1])}})
+	if err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	if c := m.Cell(0, 2); c == nil || c.Status != result.Valid || c.OutputTokens == 0 {
+		t.Errorf("merged cell %+v: want Valid with tokens measured", c)
 	}
 }
