@@ -62,6 +62,11 @@ LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
 # Then: docker push $(IMAGE):$(VERSION), and set newTag (or the pushed
 # digest) in deploy/kubernetes/kustomization.yaml. IMAGE=REGISTRY/tokentap
 # for your own registry.
+# Tools the tests run that are not Go packages of ours: a cache of their own.
+TOOLS_CACHE ?= $(HOME)/.cache/tokentap/tools
+PROMETHEUS_VERSION ?= v0.316.0
+PROMETHEUS ?= $(TOOLS_CACHE)/prometheus-$(PROMETHEUS_VERSION)/prometheus
+
 IMAGE  ?= ghcr.io/tokentap/tokentap
 DOCKER ?= docker
 
@@ -104,9 +109,20 @@ lint: tools
 
 # The deployment files (deploy/, a module of its own so tokentap's does
 # not depend on Kubernetes): every manifest decoded strictly with the
-# Kubernetes API's types, and its wiring checked. No cluster needed.
-manifests: tools
-	cd deploy && $(GO) vet ./... && $$($(GO) env GOPATH)/bin/staticcheck ./... && $(GO) test -count=1 ./...
+# Kubernetes API's types, and its wiring checked; the Indexed Job run as
+# local processes; every Grafana query run against a real Prometheus
+# scraping a real proxy, in each way it stores histograms. No cluster needed.
+manifests: tools $(PROMETHEUS)
+	@command -v kubectl >/dev/null || { echo "make manifests needs kubectl (kubectl kustomize renders the base and the example overlay)"; exit 1; }
+	cd deploy && $(GO) vet ./... && $$($(GO) env GOPATH)/bin/staticcheck ./... && \
+	  TOKENTAP_PROMETHEUS='$(PROMETHEUS)' $(GO) test -count=1 -timeout 15m ./...
+
+# A released Prometheus for the dashboard's test, installed once (a few
+# minutes' build) into a cache outside the repository. Prometheus 3.16.0's
+# Go module version is v0.316.0.
+$(PROMETHEUS):
+	@echo "installing Prometheus $(PROMETHEUS_VERSION) into $(dir $(PROMETHEUS)) (once)"
+	GOBIN='$(dir $(PROMETHEUS))' $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION)
 
 # Slow end-to-end checks: the built binary as a user runs it. The fault
 # suite's proxies run side by side (-parallel): most of its time is waiting.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,39 +47,50 @@ func load(t *testing.T) []object {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			if strings.TrimSpace(stripComments(doc)) == "" {
-				continue
-			}
-			var meta struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-			}
-			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-				t.Fatalf("%s document %d: %v", f, i, err)
-			}
-			var obj any
-			switch meta.APIVersion + " " + meta.Kind {
-			case "batch/v1 Job":
-				obj = &batchv1.Job{}
-			case "apps/v1 Deployment":
-				obj = &appsv1.Deployment{}
-			case "v1 Service":
-				obj = &corev1.Service{}
-			case "v1 PersistentVolumeClaim":
-				obj = &corev1.PersistentVolumeClaim{}
-			case "networking.k8s.io/v1 NetworkPolicy":
-				obj = &networkingv1.NetworkPolicy{}
-			case "policy/v1 PodDisruptionBudget":
-				obj = &policyv1.PodDisruptionBudget{}
-			default:
-				t.Fatalf("%s document %d: %s %s: this test does not know the kind; add it", f, i, meta.APIVersion, meta.Kind)
-			}
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", f, i, meta.Kind, err)
-			}
-			out = append(out, object{file: filepath.Base(f), kind: meta.Kind, obj: obj})
+		out = append(out, decode(t, filepath.Base(f), b)...)
+	}
+	return out
+}
+
+// decode decodes every document of one file (or rendering) strictly into
+// its Kubernetes API type, each object named by f.
+func decode(t *testing.T, f string, b []byte) []object {
+	t.Helper()
+	var out []object
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
 		}
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("%s document %d: %v", f, i, err)
+		}
+		var obj any
+		switch meta.APIVersion + " " + meta.Kind {
+		case "batch/v1 Job":
+			obj = &batchv1.Job{}
+		case "apps/v1 Deployment":
+			obj = &appsv1.Deployment{}
+		case "v1 Service":
+			obj = &corev1.Service{}
+		case "v1 PersistentVolumeClaim":
+			obj = &corev1.PersistentVolumeClaim{}
+		case "networking.k8s.io/v1 NetworkPolicy":
+			obj = &networkingv1.NetworkPolicy{}
+		case "policy/v1 PodDisruptionBudget":
+			obj = &policyv1.PodDisruptionBudget{}
+		case "monitoring.coreos.com/v1 PodMonitor":
+			obj = &monitoringv1.PodMonitor{}
+		default:
+			t.Fatalf("%s document %d: %s %s: this test does not know the kind; add it", f, i, meta.APIVersion, meta.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Fatalf("%s document %d (%s): %v", f, i, meta.Kind, err)
+		}
+		out = append(out, object{file: f, kind: meta.Kind, obj: obj})
 	}
 	return out
 }
@@ -132,6 +144,8 @@ func objectName(v any) string {
 	case *networkingv1.NetworkPolicy:
 		return o.Name
 	case *policyv1.PodDisruptionBudget:
+		return o.Name
+	case *monitoringv1.PodMonitor:
 		return o.Name
 	}
 	return ""
@@ -194,9 +208,10 @@ func TestMatrixJob(t *testing.T) {
 	if _, ok := flag(c.Args, "--shard"); ok {
 		t.Error("--shard in an Indexed Job: every pod would run the same shard; use --shards")
 	}
-	if at, ok := flag(c.Args, "--start-at"); !ok || at != "${START_AT}" {
-		t.Errorf("--start-at %q: want the ${START_AT} the README's one-liner fills in", at)
+	if at, ok := flag(c.Args, "--start-at"); ok {
+		t.Errorf("--start-at %q: a pod that starts after it fails the Job; want --rendezvous", at)
 	}
+	checkRendezvous(t, objs, job)
 	idx := envVar(c, "JOB_COMPLETION_INDEX")
 	if idx == nil || idx.ValueFrom == nil || idx.ValueFrom.FieldRef == nil ||
 		idx.ValueFrom.FieldRef.FieldPath != "metadata.annotations['batch.kubernetes.io/job-completion-index']" {
@@ -239,12 +254,74 @@ func TestMatrixJob(t *testing.T) {
 	}
 }
 
+// checkRendezvous: the shards reach shard 0 by its stable DNS name,
+// <job>-0.<subdomain>, which the pods' subdomain and a headless Service of
+// that name selecting them give; on the port shard 0 serves.
+func checkRendezvous(t *testing.T, objs []object, job *batchv1.Job) {
+	t.Helper()
+	pod := job.Spec.Template
+	c := pod.Spec.Containers[0]
+	rv, ok := flag(c.Args, "--rendezvous")
+	if !ok {
+		t.Error("no --rendezvous: the shards' start is the wall clock's, and a pod that starts late fails the Job")
+		return
+	}
+	host, port, ok := strings.Cut(rv, ":")
+	sub := pod.Spec.Subdomain
+	if !ok || sub == "" || host != "$(JOB_NAME)-0."+sub {
+		t.Errorf("--rendezvous %q, subdomain %q: want $(JOB_NAME)-0.<subdomain>:PORT, index 0's stable name", rv, sub)
+	}
+	served := false
+	for _, p := range c.Ports {
+		served = served || strconv.Itoa(int(p.ContainerPort)) == port
+	}
+	if !served {
+		t.Errorf("--rendezvous port %s is not among the container's ports %+v", port, c.Ports)
+	}
+	svc := find[corev1.Service](t, objs, "matrix-job.yaml", sub)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service %s: clusterIP %q; want None (headless: the pods' own DNS names)", sub, svc.Spec.ClusterIP)
+	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service %s: publishNotReadyAddresses false; shard 0's name must resolve as soon as it runs", sub)
+	}
+	for k, v := range svc.Spec.Selector {
+		if pod.Labels[k] != v {
+			t.Errorf("Service %s: selector %s=%s does not match the shards' pods", sub, k, v)
+		}
+	}
+	pol := find[networkingv1.NetworkPolicy](t, objs, "matrix-job.yaml", "tokentap-matrix")
+	for k, v := range pol.Spec.PodSelector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("NetworkPolicy: selector %s=%s does not match the shards' pods", k, v)
+		}
+	}
+	open := false
+	for _, rule := range pol.Spec.Ingress {
+		for _, p := range rule.Ports {
+			open = open || (p.Port != nil && strconv.Itoa(int(p.Port.IntVal)) == port && len(rule.From) > 0)
+		}
+	}
+	if !open {
+		t.Errorf("NetworkPolicy tokentap-matrix does not let the shards reach port %s", port)
+	}
+}
+
 // TestMatrixDeadline: the Job ends by a deadline that covers its
 // schedule (docs/METHOD.md §10: start + gap + cells × (window + gap)),
-// with the start up to 5 minutes ahead and the prefill rows beside.
+// with the rendezvous's timeout and margin before the start and the
+// prefill rows beside.
 func TestMatrixDeadline(t *testing.T) {
 	job := find[batchv1.Job](t, load(t), "matrix-job.yaml", "tokentap-matrix-${RUN}")
 	c := job.Spec.Template.Spec.Containers[0]
+	wait := 10 * time.Minute // the default --rendezvous-timeout
+	if v, ok := flag(c.Args, "--rendezvous-timeout"); ok {
+		var err error
+		if wait, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait += 10 * time.Second // the default margin
 	get := func(name string) string {
 		e := envVar(c, name)
 		if e == nil {
@@ -258,7 +335,7 @@ func TestMatrixDeadline(t *testing.T) {
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
-	schedule := 5*time.Minute + gap + time.Duration(cells)*(window+gap)
+	schedule := wait + gap + time.Duration(cells)*(window+gap)
 	d := job.Spec.ActiveDeadlineSeconds
 	if d == nil || time.Duration(*d)*time.Second < schedule*5/4 {
 		t.Errorf("activeDeadlineSeconds %v: the schedule takes %v; want at least a quarter more", d, schedule)
@@ -413,11 +490,23 @@ func TestProxyDeployment(t *testing.T) {
 	if a := dep.Spec.Template.Annotations; a["prometheus.io/port"] != strconv.Itoa(int(ports["metrics"])) {
 		t.Errorf("scrape port %q, metrics on %d", a["prometheus.io/port"], ports["metrics"])
 	}
-	// The admin port is reachable only from the monitoring namespace.
+	// The admin port is reachable only from Prometheus pods, named by
+	// label, in no namespace named here.
 	for _, rule := range pol.Spec.Ingress {
 		for _, p := range rule.Ports {
-			if p.Port != nil && p.Port.IntVal == ports["metrics"] && len(rule.From) == 0 {
+			if p.Port == nil || p.Port.IntVal != ports["metrics"] {
+				continue
+			}
+			if len(rule.From) == 0 {
 				t.Error("the NetworkPolicy opens the admin port to every pod")
+			}
+			for _, peer := range rule.From {
+				if peer.PodSelector == nil || len(peer.PodSelector.MatchLabels)+len(peer.PodSelector.MatchExpressions) == 0 {
+					t.Errorf("the NetworkPolicy opens the admin port to every pod of %+v", peer.NamespaceSelector)
+				}
+				if ns := peer.NamespaceSelector; ns != nil && ns.MatchLabels["kubernetes.io/metadata.name"] != "" {
+					t.Errorf("the NetworkPolicy names the namespace %q: a cluster's monitoring namespace is its own", ns.MatchLabels["kubernetes.io/metadata.name"])
+				}
 			}
 		}
 	}

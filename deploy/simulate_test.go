@@ -3,8 +3,11 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +31,10 @@ import (
 // the same storage: the second has a Failed cell and a shard that starts
 // late. Each must complete (every pod exits 0) and the documented merge of
 // the pods' logs must give one correct run, equal to the merge of the
-// files the shards wrote.
+// files the shards wrote. The shards start by rendezvous: the Job's own
+// coordinator name, mapped to loopback (--rendezvous-resolve, as DNS would
+// map it to shard 0's pod), and the late shard starts after the start a
+// wall clock would have given, so only the rendezvous keeps it in.
 func TestSimulateIndexedJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds tokentap and runs two short matrices")
@@ -45,7 +51,7 @@ func TestSimulateIndexedJob(t *testing.T) {
 	if first.failed != 0 {
 		t.Errorf("run1: %d Failed cells against a sound engine", first.failed)
 	}
-	second := simulateRun(t, bin, job, storage, "run2", failing, 1500*time.Millisecond)
+	second := simulateRun(t, bin, job, storage, "run2", failing, 6*time.Second)
 	if second.failed == 0 {
 		t.Error("run2: no Failed cell against an engine failing the 1k row")
 	}
@@ -63,16 +69,20 @@ type simulated struct {
 }
 
 // simulateRun runs job's pods for one run (RUN=run) with the engine at
-// target, shard lateStart late (the last index), and merges their logs.
+// target, the last index late by late, and merges their logs.
 func simulateRun(t *testing.T, bin string, job *batchv1.Job, storage, run, target string, late time.Duration) simulated {
 	t.Helper()
 	n := int(*job.Spec.Completions)
 	c := job.Spec.Template.Spec.Containers[0]
 	mount := c.VolumeMounts[0]
 	jobName := strings.ReplaceAll(job.Name, "${RUN}", run)
-	// Every shard starts together; 4 s leaves time for the probes.
-	startAt := time.Now().Add(4 * time.Second).UTC().Format(time.RFC3339)
 	logs := t.TempDir()
+	// Where the coordinator's name points: DNS would give shard 0's pod.
+	resolve := freeLoopback(t)
+	// A broken rendezvous would hold the pods for its timeout: bound it.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var lateLaunch time.Time
 
 	var wg sync.WaitGroup
 	codes := make([]int, n)
@@ -90,7 +100,11 @@ func simulateRun(t *testing.T, bin string, job *batchv1.Job, storage, run, targe
 		env["TOKENTAP_GAP"] = "1s"
 		env["TOKENTAP_PREFILL"] = "none"
 		env["TOKENTAP_MAX_OUTPUT"] = "32"
-		args := expand(t, c.Args, env, startAt)
+		env["TOKENTAP_RENDEZVOUS_MARGIN"] = "3s"
+		// What a cluster's DNS does, here: the coordinator's name is
+		// shard 0's address, on loopback.
+		env["TOKENTAP_RENDEZVOUS_RESOLVE"] = resolve
+		args := expand(t, c.Args, env)
 		for j, a := range args {
 			// The volume's mount path is this directory.
 			args[j] = strings.ReplaceAll(a, "="+mount.MountPath+"/", "="+storage+"/")
@@ -99,7 +113,7 @@ func simulateRun(t *testing.T, bin string, job *batchv1.Job, storage, run, targe
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, args...)
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = envList(env)
 		cmd.Stdout, cmd.Stderr = logf, logf // one log, as kubectl logs shows it
 		wg.Add(1)
@@ -108,6 +122,7 @@ func simulateRun(t *testing.T, bin string, job *batchv1.Job, storage, run, targe
 			defer logf.Close()
 			if i == n-1 && late > 0 {
 				time.Sleep(late) // a slow image pull or scheduling
+				lateLaunch = time.Now()
 			}
 			if err := cmd.Run(); err != nil {
 				codes[i] = -1
@@ -138,8 +153,9 @@ func simulateRun(t *testing.T, bin string, job *batchv1.Job, storage, run, targe
 	}
 	var merged struct {
 		Sharding struct {
-			Run   string `json:"run"`
-			Count int    `json:"count"`
+			Run     string    `json:"run"`
+			Count   int       `json:"count"`
+			StartAt time.Time `json:"start_at"`
 		} `json:"sharding"`
 		Decode []struct {
 			Context   int    `json:"context"`
@@ -152,6 +168,10 @@ func simulateRun(t *testing.T, bin string, job *batchv1.Job, storage, run, targe
 	}
 	if merged.Sharding.Count != n || len(merged.Decode) != 2 {
 		t.Fatalf("%s: merged %d shards into %d cells, want %d and 2", run, merged.Sharding.Count, len(merged.Decode), n)
+	}
+	if late > 0 && !merged.Sharding.StartAt.After(lateLaunch) {
+		t.Errorf("%s: the common start %v is before the late shard was launched (%v): the rendezvous did not wait for it",
+			run, merged.Sharding.StartAt, lateLaunch)
 	}
 	s := simulated{runID: merged.Sharding.Run}
 	for _, cell := range merged.Decode {
@@ -194,14 +214,13 @@ func podEnv(t *testing.T, c corev1.Container, fields map[string]string) map[stri
 	return env
 }
 
-// expand does what kubectl's envsubst step and the kubelet do to args:
-// ${START_AT} filled in, $(VAR) replaced by the container's variable.
-func expand(t *testing.T, args []string, env map[string]string, startAt string) []string {
+// expand does what the kubelet does to args: $(VAR) replaced by the
+// container's variable. The manifest's ${RUN} is in the Job's name only.
+func expand(t *testing.T, args []string, env map[string]string) []string {
 	t.Helper()
 	ref := regexp.MustCompile(`\$\((\w+)\)`)
 	var out []string
 	for _, a := range args {
-		a = strings.ReplaceAll(a, "${START_AT}", startAt)
 		a = ref.ReplaceAllStringFunc(a, func(m string) string {
 			v, ok := env[m[2:len(m)-1]]
 			if !ok {
@@ -223,6 +242,23 @@ func envList(env map[string]string) []string {
 		out = append(out, k+"="+v)
 	}
 	return out
+}
+
+// freeLoopback is a loopback address with a port nothing listens on now,
+// below the ephemeral range (32768 and up on Linux), so no process's
+// outgoing connection takes it before the test's server listens there.
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	for range 200 {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000))))
+		if err != nil {
+			continue
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return ""
 }
 
 // tokentapBinary builds tokentap from the module above (or takes

@@ -135,10 +135,13 @@ type Config struct {
 	// Shard, when set, runs one shard of a sharded run (METHOD §10): its
 	// share of every cell's requests, each window opening on the schedule
 	// from StartAt with Gap (default DefaultGap) before each window. The
-	// salt, when empty, derives from StartAt, so all shards share it.
+	// salt, when empty, derives from the start, so all shards share it.
 	Shard   shard.Spec
 	StartAt time.Time
 	Gap     time.Duration
+	// Rendezvous, instead of StartAt, fixes the common start once every
+	// shard has probed the engine and made its plan (rendezvous.go).
+	Rendezvous *Rendezvous
 	// Host names this load generator in a sharded run's result; empty:
 	// the host name.
 	Host string
@@ -245,11 +248,13 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	if err := r.checkShard(); err != nil {
 		return nil, err
 	}
+	// A sharded run's salt derives from its common start: at once from
+	// --start-at, or once the rendezvous has fixed it (below).
 	salt := cfg.Salt
-	if salt == "" && r.sharded() {
+	if salt == "" && r.sharded() && cfg.Rendezvous == nil {
 		salt = shard.RunID(cfg.StartAt)
 	}
-	if salt == "" {
+	if salt == "" && !r.sharded() {
 		salt = prompts.NewSalt()
 	}
 
@@ -390,6 +395,28 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.note(r.plan.notes...)
 	r.setupBeyond()
 
+	steps := r.plan.steps(sc.Window, r.warmSlots)
+	if cfg.Notices != nil {
+		if msg := longRun(steps, sc.Window); msg != "" {
+			fmt.Fprintln(cfg.Notices, msg)
+		}
+	}
+	r.prog = newProgress(cfg.Progress, cfg.Terminal, steps)
+	for _, n := range r.plan.notes {
+		r.prog.note(n)
+	}
+	// Ready: probed and planned. With a rendezvous, the start is fixed
+	// once every shard is.
+	stop, err := r.rendezvous(ctx)
+	if err != nil {
+		r.prog.close()
+		return nil, err
+	}
+	defer stop()
+	if salt == "" {
+		salt = shard.RunID(r.cfg.StartAt)
+	}
+
 	r.clock = record.NewClock()
 	r.build = prompts.NewBuilder(salt, countWithin{info, r.tgt.Idle(), info.CutStreamsStick()})
 	r.build.API = string(r.tgt.API)
@@ -406,16 +433,6 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.build.Estimate = !info.Tokenize
 	if r.plain != nil {
 		r.plain.Estimate = r.build.Estimate
-	}
-	steps := r.plan.steps(sc.Window, r.warmSlots)
-	if cfg.Notices != nil {
-		if msg := longRun(steps, sc.Window); msg != "" {
-			fmt.Fprintln(cfg.Notices, msg)
-		}
-	}
-	r.prog = newProgress(cfg.Progress, cfg.Terminal, steps)
-	for _, n := range r.plan.notes {
-		r.prog.note(n)
 	}
 	r.startShard(ctx, salt)
 	r.log.Info().Str("engine", info.Kind).Str("version", info.Version).Str("model", r.tgt.Model).

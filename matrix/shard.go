@@ -2,7 +2,9 @@ package matrix
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"time"
 
@@ -33,10 +35,18 @@ func (r *runner) checkShard() error {
 	if err := r.cfg.Shard.Validate(); err != nil {
 		return err
 	}
-	if r.cfg.StartAt.IsZero() {
-		return fmt.Errorf("shard %s: a sharded run needs a common start time (--start-at) for its shards to open their windows together", r.cfg.Shard)
+	rv := r.cfg.Rendezvous
+	switch {
+	case rv != nil && !r.cfg.StartAt.IsZero():
+		return fmt.Errorf("shard %s: a start time and a rendezvous: give one (the rendezvous fixes the start once every shard is ready)", r.cfg.Shard)
+	case rv != nil:
+		if err := rv.Check(); err != nil {
+			return fmt.Errorf("shard %s: %w", r.cfg.Shard, err)
+		}
+	case r.cfg.StartAt.IsZero():
+		return fmt.Errorf("shard %s: a sharded run needs a common start time (--start-at) or a rendezvous (--rendezvous) for its shards to open their windows together", r.cfg.Shard)
 	}
-	if late := time.Since(r.cfg.StartAt); late > 0 {
+	if late := time.Since(r.cfg.StartAt); rv == nil && late > 0 {
 		return fmt.Errorf("shard %s: the start time %s passed %s ago: give every shard the same start a little in the future",
 			r.cfg.Shard, r.cfg.StartAt.UTC().Format(time.RFC3339), late.Round(time.Millisecond))
 	}
@@ -47,6 +57,62 @@ func (r *runner) checkShard() error {
 		return fmt.Errorf("shard %s: gap %s: at least %s between windows for drain and warm-up", r.cfg.Shard, r.cfg.Gap, shard.MinGap)
 	}
 	return nil
+}
+
+// rendezvous fixes the common start with the other shards, when the run
+// has a rendezvous rather than a start time; stop ends shard 0's service.
+func (r *runner) rendezvous(ctx context.Context) (stop func(), err error) {
+	rv := r.cfg.Rendezvous
+	if !r.sharded() || rv == nil {
+		return func() {}, nil
+	}
+	host := r.cfg.Host
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	self := shard.CheckIn{Index: r.cfg.Shard.Index, Count: r.cfg.Shard.Count, Plan: r.planDigest(), Token: newToken(), Host: host}
+	role := "checking in with shard 0 at " + rv.Coordinator
+	if self.Index == 0 {
+		role = "coordinating at " + rv.Coordinator
+	}
+	r.prog.begin(stepWait, 0, result.Column{}, "rendezvous: "+role)
+	r.log.Info().Str("coordinator", rv.Coordinator).Int("shard", self.Index).Str("plan", self.Plan).Msg("matrix: rendezvous")
+	began := time.Now()
+	start, stop, err := rv.meet(ctx, self, func(state string) {
+		r.log.Info().Str("state", state).Msg("matrix: rendezvous")
+		r.prog.note(fmt.Sprintf("shard %s: rendezvous: %s", r.cfg.Shard, state))
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.cfg.StartAt = start
+	r.log.Info().Str("start", start.UTC().Format(time.RFC3339Nano)).Dur("waited", time.Since(began)).Msg("matrix: rendezvous: the start is fixed")
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf(
+		"The common start, %s, was fixed by rendezvous: shard 0 (%s) set it once all %d shards had probed the engine and made the same plan.",
+		start.UTC().Format(time.RFC3339Nano), rv.Coordinator, self.Count))
+	return stop, nil
+}
+
+// planDigest names what this shard will run: its settings, gap and the
+// cells of its plan, in order. Shards whose digests differ would not open
+// the same cell's windows together; the rendezvous refuses them.
+func (r *runner) planDigest() string {
+	var cells []string
+	for _, c := range r.plan.cells {
+		if c.Status != result.OverCapacity {
+			cells = append(cells, fmt.Sprintf("%d×%d", c.Context, c.Concurrency))
+		}
+	}
+	b, _ := json.Marshal(struct {
+		Settings result.Settings
+		Model    string
+		Gap      time.Duration
+		Cells    []string
+		Cold     int
+	}{r.res.Settings, r.tgt.Model, r.cfg.Gap, cells, len(r.plan.coldPrefill)})
+	h := fnv.New64a()
+	h.Write(b)
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // startShard sets up what a shard's result and run clock need once the

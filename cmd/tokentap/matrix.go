@@ -24,6 +24,7 @@ import (
 	"github.com/tokentap/tokentap/report"
 	"github.com/tokentap/tokentap/result"
 	"github.com/tokentap/tokentap/scenarios"
+	"github.com/tokentap/tokentap/shard"
 )
 
 // matrixFlags are the settings of `tokentap matrix`. Run settings left empty
@@ -61,6 +62,10 @@ type matrixFlags struct {
 	Shards      int           `env:"SHARDS"`
 	StartAt     string        `env:"START_AT"`
 	Gap         time.Duration `env:"GAP"`
+	Rendezvous  string        `env:"RENDEZVOUS"`
+	RvResolve   string        `env:"RENDEZVOUS_RESOLVE"`
+	RvMargin    time.Duration `env:"RENDEZVOUS_MARGIN"`
+	RvTimeout   time.Duration `env:"RENDEZVOUS_TIMEOUT"`
 
 	HardwareType  string `env:"HARDWARE_TYPE"`
 	GPU           string `env:"GPU"`
@@ -122,10 +127,14 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.Finish, "finish-requests", f.Finish, "let the requests still running when a window closes run to their end, not cut, so every one is judged against --slo and counted by the engine's TTFT figures (their tokens after the window count nowhere) [TOKENTAP_FINISH_REQUESTS]")
 	fs.BoolVar(&f.AllowFailed, "allow-failed", f.AllowFailed, "exit 0 even when cells failed (default: exit 3, so CI can tell a broken run) [TOKENTAP_ALLOW_FAILED]")
 	fs.BoolVar(&f.Quiet, "quiet", f.Quiet, "no progress display on stderr [TOKENTAP_QUIET]")
-	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache; a sharded run's derives from --start-at) [TOKENTAP_SALT]")
-	fs.StringVar(&f.Shard, "shard", f.Shard, "run shard I of N of a sharded run, e.g. 0/3: this shard's share of every cell's requests; every shard needs the same --start-at (docs/METHOD.md §10) [TOKENTAP_SHARD]")
+	fs.StringVar(&f.Salt, "salt", f.Salt, "prompt salt (default: random per run, so reruns never hit the engine's prefix cache; a sharded run's derives from its common start) [TOKENTAP_SALT]")
+	fs.StringVar(&f.Shard, "shard", f.Shard, "run shard I of N of a sharded run, e.g. 0/3: this shard's share of every cell's requests; every shard needs the same --start-at or --rendezvous (docs/METHOD.md §10) [TOKENTAP_SHARD]")
 	fs.IntVar(&f.Shards, "shards", f.Shards, "run one of N shards, the one JOB_COMPLETION_INDEX names (a Kubernetes Indexed Job sets it) [TOKENTAP_SHARDS]")
 	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "a sharded run's common start, RFC 3339 (e.g. 2025-06-01T12:00:00Z), a little in the future; every window opens on a schedule from it [TOKENTAP_START_AT]")
+	fs.StringVar(&f.Rendezvous, "rendezvous", f.Rendezvous, "instead of --start-at: shard 0's HOST:PORT; shard 0 listens on PORT, every other shard checks in there once ready, and shard 0 fixes the common start when all have (a Kubernetes Indexed Job: $(JOB_NAME)-0.SERVICE:7070; docs/METHOD.md §10) [TOKENTAP_RENDEZVOUS]")
+	fs.StringVar(&f.RvResolve, "rendezvous-resolve", f.RvResolve, "the address (IP or IP:PORT) --rendezvous's host stands for: dialled instead of asking DNS, and shard 0 listens there instead of on every interface [TOKENTAP_RENDEZVOUS_RESOLVE]")
+	fs.DurationVar(&f.RvMargin, "rendezvous-margin", f.RvMargin, "how far ahead of the last shard's check-in shard 0 sets the start (default 10s) [TOKENTAP_RENDEZVOUS_MARGIN]")
+	fs.DurationVar(&f.RvTimeout, "rendezvous-timeout", f.RvTimeout, "how long the shards wait for each other to be ready before they give up (default 10m) [TOKENTAP_RENDEZVOUS_TIMEOUT]")
 	fs.DurationVar(&f.Gap, "gap", f.Gap, "a sharded run's gap before each window, for drain and warm-up (default 30s; long contexts need more) [TOKENTAP_GAP]")
 	fs.StringVar(&f.HardwareType, "hardware-type", f.HardwareType, "hardware type for the report, e.g. \"Discrete GPU\" [TOKENTAP_HARDWARE_TYPE]")
 	fs.StringVar(&f.GPU, "gpu", f.GPU, "GPU for the report, e.g. \"RTX 3060\" (default: detected when the engine runs here) [TOKENTAP_GPU]")
@@ -394,6 +403,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, matrix.ErrNothingToMeasure) || errors.Is(err, engines.ErrModel) || errors.Is(err, matrix.ErrDataset):
 			// The settings do not fit this engine (a context it cannot
 			// hold, a model it does not serve): a usage error.
+			return fail(exitUsage, "%v", err)
+		case errors.As(err, new(*shard.Refusal)):
+			// The rendezvous turned this shard away: another run's
+			// settings, an index run twice, or too late.
 			return fail(exitUsage, "%v", err)
 		case errors.Is(err, engines.ErrUnreachable) || errors.Is(err, engines.ErrUnauthorized) ||
 			errors.Is(err, engines.ErrNotOpenAI):

@@ -26,7 +26,7 @@ type mergeConfig struct {
 }
 
 const mergeSummary = `Merge the result documents of a sharded run's shards (tokentap matrix --shard I/N, each
-run on its own machine or pod with the same --start-at) into one run, which tokentap report
+run on its own machine or pod, started together by --rendezvous or --start-at) into one run, which tokentap report
 renders like any other. Histograms merge exactly, counters add, each cell takes the worst
 status of its shards (docs/METHOD.md §10). Shards of different runs, with different settings
 or engine facts, or whose windows do not overlap are refused, with the reason.

@@ -39,6 +39,13 @@ func TestShardFlags(t *testing.T) {
 		{"short gap", matrixFlags{Target: tgt, Shard: "0/2", StartAt: soon, Gap: 10 * time.Millisecond}, "", shard.Spec{}, "--gap"},
 		{"start without shard", matrixFlags{Target: tgt, StartAt: soon}, "", shard.Spec{}, "give --shard"},
 		{"demo", matrixFlags{Shard: "0/2", StartAt: soon}, "", shard.Spec{}, "needs --target"},
+		{"rendezvous", matrixFlags{Target: tgt, Shards: 3, Rendezvous: "job-0.tokentap-matrix:7070"}, "1", shard.Spec{Index: 1, Count: 3}, ""},
+		{"rendezvous on loopback", matrixFlags{Target: tgt, Shard: "0/2", Rendezvous: "job-0.svc:7070", RvResolve: "127.0.0.1", RvMargin: time.Second, RvTimeout: time.Minute}, "", shard.Spec{Index: 0, Count: 2}, ""},
+		{"rendezvous and start", matrixFlags{Target: tgt, Shard: "0/2", StartAt: soon, Rendezvous: "job-0.svc:7070"}, "", shard.Spec{}, "give one"},
+		{"rendezvous without a port", matrixFlags{Target: tgt, Shard: "0/2", Rendezvous: "job-0.svc"}, "", shard.Spec{}, "want host:port"},
+		{"rendezvous margin too short", matrixFlags{Target: tgt, Shard: "0/2", Rendezvous: "job-0.svc:7070", RvMargin: time.Millisecond}, "", shard.Spec{}, "margin"},
+		{"rendezvous settings without one", matrixFlags{Target: tgt, Shard: "0/2", StartAt: soon, RvTimeout: time.Minute}, "", shard.Spec{}, "give --rendezvous"},
+		{"rendezvous without shard", matrixFlags{Target: tgt, Rendezvous: "job-0.svc:7070"}, "", shard.Spec{}, "give --shard"},
 	} {
 		var cfg matrix.Config
 		err := applyShardFlags(&cfg, tc.f, tc.index)
@@ -48,8 +55,8 @@ func TestShardFlags(t *testing.T) {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: %v; want an error saying %q", tc.name, err, tc.err)
 		}
-		if tc.err == "" && tc.want.Sharded() && cfg.StartAt.IsZero() {
-			t.Errorf("%s: no start time", tc.name)
+		if tc.err == "" && tc.want.Sharded() && cfg.StartAt.IsZero() == (tc.f.Rendezvous == "") {
+			t.Errorf("%s: start %v, rendezvous %+v: want one of them", tc.name, cfg.StartAt, cfg.Rendezvous)
 		}
 	}
 }
