@@ -110,6 +110,10 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	out := r.res.CellAt(c, col)
 	*out = judged
 	r.note(notes...)
+	if run.Unsent > 0 && !run.Failed && ctx.Err() == nil {
+		r.note(fmt.Sprintf("Cell %s: %d of its %d scheduled requests were not sent: the load generator woke more than %s after their times, past the window's end (a stalled machine); its achieved rate counts the %d sent.",
+			label, run.Unsent, len(at), replay.SendLateTolerance(win), len(recs)))
+	}
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
 	if out.Status == result.OverCapacity {
