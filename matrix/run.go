@@ -367,6 +367,9 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		Burstiness: sc.Burstiness,
 		Sweep:      sc.Sweep,
 		Seed:       sc.Seed,
+
+		PromptLengths: lengthSettings(sc.PromptLengths),
+		OutputLengths: lengthSettings(sc.OutputLengths),
 	}
 	if cfg.Dataset != nil {
 		res.Settings.Dataset = datasetSettings(cfg.Dataset)
@@ -406,6 +409,12 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.build.Estimate = !info.Tokenize
 	if r.plain != nil {
 		r.plain.Estimate = r.build.Estimate
+	}
+	if sc.PromptLengths.Varies() {
+		r.build.Length = r.promptLength
+		if r.plain != nil {
+			r.plain.Length = r.promptLength
+		}
 	}
 	steps := r.plan.steps(sc.Window, r.warmSlots)
 	if cfg.Notices != nil {
@@ -474,7 +483,7 @@ func (r *runner) execute(ctx context.Context) error {
 			}
 		}
 		if rates := r.plan.runnableRates(c); len(rates) > 0 {
-			if err := r.rateRow(ctx, c, rates); err != nil {
+			if err := r.rateRow(ctx, c, rates, false); err != nil {
 				return err
 			}
 		}
