@@ -416,7 +416,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 			r.plain.Length = r.promptLength
 		}
 	}
-	steps := r.plan.steps(sc.Window, r.warmSlots)
+	steps := r.plan.steps(sc.Window, r.warmSlots, sc.Sweep)
 	if cfg.Notices != nil {
 		if msg := longRun(steps, sc.Window); msg != "" {
 			fmt.Fprintln(cfg.Notices, msg)

@@ -174,6 +174,7 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Sweep of context %s: the %d-stream cell measured no rate (%s), so no rate cells were run.",
 				TokenLabel(c), n, out.Status.Label()))
 			r.dropSweepColumns(c, ends)
+			r.prog.sweepRates(c, nil, r.sc.Window) // no rate cells: none left to wait for
 			return nil
 		}
 		achieved = append(achieved, out.AchievedRate)
@@ -182,6 +183,7 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 		achieved = append(achieved, achieved[0])
 	}
 	rates := sweepRates(achieved[0], achieved[1], scenarios.SweepSize)
+	r.prog.sweepRates(c, rates, r.sc.Window)
 	r.dropSweepColumns(c, ends)
 	for _, rate := range rates {
 		r.res.Decode = append(r.res.Decode, result.Cell{Context: c, Rate: rate, Status: result.NotRun, MaxWaiting: -1})
