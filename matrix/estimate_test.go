@@ -107,7 +107,7 @@ func TestDecodeMaxTokensFitsModelLength(t *testing.T) {
 		{0, `"max_tokens":8192`},      // length unknown: unchanged
 	}
 	for _, tt := range tests {
-		d, _, err := r.bodies(prompts.Prompt{Text: "x", Tokens: tt.tokens})
+		d, _, err := r.bodies(0, prompts.Prompt{Text: "x", Tokens: tt.tokens})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ func (r *runner) slotBodies(ctx context.Context, c, n int) (decode, warm []repla
 		return nil, nil, fmt.Errorf("build the %s-token prompts of %d slots: %w", TokenLabel(c), n, err)
 	}
 	for i := range ps {
-		d, w, err := r.bodies(ps[i])
+		d, w, err := r.bodies(c, ps[i])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -78,8 +78,8 @@ func (r *runner) primeEstimate(ctx context.Context, c int) error {
 // max_tokens is capped so prompt + max_tokens fits the model length: a
 // prompt a few tokens over its target (within METHOD §4's tolerance) at a
 // context right at the limit would otherwise be refused by the engine.
-func (r *runner) bodies(p prompts.Prompt) (decode, warm replay.Body, err error) {
-	maxOut := r.sc.MaxOutput
+func (r *runner) bodies(c int, p prompts.Prompt) (decode, warm replay.Body, err error) {
+	maxOut := r.outputLength(c, p.Slot)
 	if ml := r.res.Settings.MaxModelLen; ml > 0 && p.Tokens > 0 && p.Tokens+maxOut > ml {
 		maxOut = max(1, ml-p.Tokens)
 	}
@@ -88,6 +88,9 @@ func (r *runner) bodies(p prompts.Prompt) (decode, warm replay.Body, err error) 
 		return d, d, err
 	}
 	d.PromptTokens = p.Tokens
+	if maxOut != r.sc.MaxOutput {
+		d.MaxTokens = maxOut
+	}
 	w, err := r.tgt.Reshape(d, r.request("", 1))
 	return d, w, err
 }
@@ -132,7 +135,7 @@ func (r *runner) coldPrefill(ctx context.Context, pc int) error {
 	if err != nil {
 		return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
 	}
-	_, w, err := r.bodies(p)
+	_, w, err := r.bodies(pc, p)
 	if err != nil {
 		return err
 	}

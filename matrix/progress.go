@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
 )
 
 // progress shows on stderr what the run is doing: the step running (a
@@ -78,7 +79,12 @@ type pstep struct {
 // (the prompts not warmed before in the row, at most the engine's slots)
 // and window. An arrival-rate cell's requests are all cold, and the
 // requests still running at its window's end get up to a window more.
-func (p *plan) steps(window time.Duration, warmSlots func(int) int) []pstep {
+//
+// A sweep's row (sweep) runs its first and last concurrency, then
+// scenarios.SweepSize − 2 rate cells whose rates its closed cells decide:
+// until then they stand as placeholders (Rate −1, −2, …; sweepRates
+// names them), each a window and its grace.
+func (p *plan) steps(window time.Duration, warmSlots func(int) int, sweep bool) []pstep {
 	var out []pstep
 	for _, pc := range p.coldPrefill {
 		out = append(out, pstep{kind: stepPrefill, context: pc, prompts: 1})
@@ -87,6 +93,13 @@ func (p *plan) steps(window time.Duration, warmSlots func(int) int) []pstep {
 		ns, rates := p.runnable(c), p.runnableRates(c)
 		if len(ns) == 0 && len(rates) == 0 {
 			continue
+		}
+		if sweep && len(ns) > 0 {
+			ns = slices.Compact([]int{ns[0], ns[len(ns)-1]})
+			rates = nil
+			for i := range scenarios.SweepSize - 2 {
+				rates = append(rates, -float64(i+1))
+			}
 		}
 		out = append(out, pstep{kind: stepRowCold, context: c, prompts: 1})
 		warmed := 1
@@ -97,7 +110,7 @@ func (p *plan) steps(window time.Duration, warmSlots func(int) int) []pstep {
 			warmed = max(warmed, k)
 		}
 		for _, rate := range rates {
-			n := int(math.Round(rate * window.Seconds()))
+			n := int(math.Round(max(rate, 0) * window.Seconds()))
 			out = append(out, pstep{kind: stepWindow, context: c, col: result.Column{Rate: rate}, prompts: n, window: window + window/2})
 		}
 	}
@@ -293,6 +306,36 @@ func (p *progress) begin(kind, context int, col result.Column, label string) {
 	p.tokens.Store(0)
 	p.last.at, p.last.tokens, p.last.rate = p.stepStart, 0, 0
 	p.draw(true)
+}
+
+// sweepRates names context c's placeholder sweep steps (plan.steps) by
+// the rates the sweep chose, with the prompts each builds; placeholders
+// left over (rates that rounded together) are dropped, and the cell count
+// with them.
+func (p *progress) sweepRates(c int, rates []float64, window time.Duration) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := 0
+	out := p.steps[:0]
+	for i, st := range p.steps {
+		if st.kind == stepWindow && st.context == c && st.col.Rate < 0 {
+			if k >= len(rates) {
+				p.cellsAll--
+				if p.cur > i {
+					p.cur--
+				}
+				continue
+			}
+			st.col.Rate = rates[k]
+			st.prompts = int(math.Round(rates[k] * window.Seconds()))
+			k++
+		}
+		out = append(out, st)
+	}
+	p.steps = out
 }
 
 // prefillMeasured feeds a measured cold prefill (prompt tokens, TTFT) to

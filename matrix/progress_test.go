@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokentap/tokentap/result"
+	"github.com/tokentap/tokentap/scenarios"
 )
 
 // TestProgressCountsPrefillAndWarmup: the estimate of the time left covers
@@ -15,7 +16,7 @@ import (
 // and it follows the prefills measured.
 func TestProgressCountsPrefillAndWarmup(t *testing.T) {
 	p := makePlan([]int{0, 32 * k}, []int{1, 4}, nil, []int{8 * k, 32 * k}, 256, 262144, 0, 0)
-	steps := p.steps(2*time.Second, func(n int) int { return n })
+	steps := p.steps(2*time.Second, func(n int) int { return n }, false)
 	kinds := map[int]int{}
 	for _, s := range steps {
 		kinds[s.kind]++
@@ -56,7 +57,7 @@ func TestProgressMovesDuringSteps(t *testing.T) {
 	plan := makePlan([]int{32 * k}, []int{1}, nil, nil, 256, 262144, 0, 0)
 	var out bytes.Buffer
 	clock := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	p := &progress{w: &out, now: func() time.Time { return clock }, steps: plan.steps(10*time.Second, func(n int) int { return n }), cur: -1,
+	p := &progress{w: &out, now: func() time.Time { return clock }, steps: plan.steps(10*time.Second, func(n int) int { return n }, false), cur: -1,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	p.start = clock
 	p.cellsAll = 1
@@ -109,5 +110,40 @@ func TestLongRun(t *testing.T) {
 		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 			t.Errorf("%d cells of %v: %q, want %q", tt.cells, tt.window, got, tt.want)
 		}
+	}
+}
+
+// TestSweepSteps: a sweep's row plans its two closed cells and
+// scenarios.SweepSize − 2 rate windows before it knows their rates; once
+// the sweep chose them they name the steps, and rates fewer than the
+// placeholders drop the rest from the cell count.
+func TestSweepSteps(t *testing.T) {
+	p := makePlan([]int{0}, []int{1, 2, 4}, nil, nil, 64, 0, 0, 0)
+	steps := p.steps(time.Second, func(n int) int { return n }, true)
+	var closed, rates int
+	for _, st := range steps {
+		if st.kind != stepWindow {
+			continue
+		}
+		if st.col.Rate < 0 {
+			rates++
+		} else if st.col.N == 1 || st.col.N == 4 {
+			closed++
+		} else {
+			t.Errorf("a step of N=%d: a sweep runs the first and last concurrency only", st.col.N)
+		}
+	}
+	if closed != 2 || rates != scenarios.SweepSize-2 {
+		t.Fatalf("%d closed and %d rate windows, want 2 and %d", closed, rates, scenarios.SweepSize-2)
+	}
+	var out bytes.Buffer
+	pr := newProgress(&out, false, steps)
+	defer pr.close()
+	if pr.cellsAll != scenarios.SweepSize {
+		t.Errorf("%d cells planned, want %d", pr.cellsAll, scenarios.SweepSize)
+	}
+	pr.sweepRates(0, []float64{3, 5, 7}, time.Second)
+	if pr.cellsAll != 5 || pr.find(stepWindow, 0, result.Column{Rate: 5}) < 0 || pr.find(stepWindow, 0, result.Column{Rate: -1}) >= 0 {
+		t.Errorf("after the sweep chose 3 rates: %d cells, rate 5 found %v", pr.cellsAll, pr.find(stepWindow, 0, result.Column{Rate: 5}) >= 0)
 	}
 }

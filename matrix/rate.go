@@ -28,14 +28,15 @@ func rateSlot(k int) int { return (2 + k) << 20 }
 
 // rateRow runs the arrival-rate cells of context c: slot 0's prompt sent
 // alone and cold first (the row's prefill measurement, as in a closed
-// row), then each rate for one window.
-func (r *runner) rateRow(ctx context.Context, c int, rates []float64) error {
+// row; not again when started, a sweep's row whose closed cells sent
+// it), then each rate for one window.
+func (r *runner) rateRow(ctx context.Context, c int, rates []float64, started bool) error {
 	cols := make([]result.Column, len(rates))
 	for i, rate := range rates {
 		cols[i] = result.Column{Rate: rate}
 	}
-	rw := &rowRun{c: c} // a dataset's prompts: no synthetic row to build
-	if r.ds == nil {
+	rw := &rowRun{c: c} // a dataset's prompts, a started row: no synthetic row to start
+	if r.ds == nil && !started {
 		var ok bool
 		var err error
 		if rw, ok, err = r.rowStart(ctx, c, 1, cols); err != nil || !ok {
@@ -110,6 +111,10 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	out := r.res.CellAt(c, col)
 	*out = judged
 	r.note(notes...)
+	if run.Unsent > 0 && !run.Failed && ctx.Err() == nil {
+		r.note(fmt.Sprintf("Cell %s: %d of its %d scheduled requests were not sent: the load generator woke more than %s after their times, past the window's end (a stalled machine); its achieved rate counts the %d sent.",
+			label, run.Unsent, len(at), replay.SendLateTolerance(win), len(recs)))
+	}
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
 	if out.Status == result.OverCapacity {
@@ -206,7 +211,7 @@ func (r *runner) rateBodies(ctx context.Context, c int, col result.Column, k int
 	}
 	bodies = make([]replay.Body, len(ps))
 	for i := range ps {
-		if bodies[i], _, err = r.bodies(ps[i]); err != nil {
+		if bodies[i], _, err = r.bodies(c, ps[i]); err != nil {
 			return nil, false, err
 		}
 		ps[i].Text = ""

@@ -372,6 +372,9 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		Burstiness: sc.Burstiness,
 		Sweep:      sc.Sweep,
 		Seed:       sc.Seed,
+
+		PromptLengths: lengthSettings(sc.PromptLengths),
+		OutputLengths: lengthSettings(sc.OutputLengths),
 	}
 	if cfg.Dataset != nil {
 		res.Settings.Dataset = datasetSettings(cfg.Dataset)
@@ -395,7 +398,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.note(r.plan.notes...)
 	r.setupBeyond()
 
-	steps := r.plan.steps(sc.Window, r.warmSlots)
+	steps := r.plan.steps(sc.Window, r.warmSlots, sc.Sweep)
 	if cfg.Notices != nil {
 		if msg := longRun(steps, sc.Window); msg != "" {
 			fmt.Fprintln(cfg.Notices, msg)
@@ -433,6 +436,12 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	r.build.Estimate = !info.Tokenize
 	if r.plain != nil {
 		r.plain.Estimate = r.build.Estimate
+	}
+	if sc.PromptLengths.Varies() {
+		r.build.Length = r.promptLength
+		if r.plain != nil {
+			r.plain.Length = r.promptLength
+		}
 	}
 	r.startShard(ctx, salt)
 	r.log.Info().Str("engine", info.Kind).Str("version", info.Version).Str("model", r.tgt.Model).
@@ -491,7 +500,7 @@ func (r *runner) execute(ctx context.Context) error {
 			}
 		}
 		if rates := r.plan.runnableRates(c); len(rates) > 0 {
-			if err := r.rateRow(ctx, c, rates); err != nil {
+			if err := r.rateRow(ctx, c, rates, false); err != nil {
 				return err
 			}
 		}

@@ -174,6 +174,7 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Sweep of context %s: the %d-stream cell measured no rate (%s), so no rate cells were run.",
 				TokenLabel(c), n, out.Status.Label()))
 			r.dropSweepColumns(c, ends)
+			r.prog.sweepRates(c, nil, r.sc.Window) // no rate cells: none left to wait for
 			return nil
 		}
 		achieved = append(achieved, out.AchievedRate)
@@ -182,12 +183,13 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 		achieved = append(achieved, achieved[0])
 	}
 	rates := sweepRates(achieved[0], achieved[1], scenarios.SweepSize)
+	r.prog.sweepRates(c, rates, r.sc.Window)
 	r.dropSweepColumns(c, ends)
 	for _, rate := range rates {
 		r.res.Decode = append(r.res.Decode, result.Cell{Context: c, Rate: rate, Status: result.NotRun, MaxWaiting: -1})
 	}
 	r.res.Settings.Rates = slices.Compact(slices.Sorted(slices.Values(append(r.res.Settings.Rates, rates...))))
-	err := r.rateRow(ctx, c, rates)
+	err := r.rateRow(ctx, c, rates, true) // the closed cells sent the row's cold prefill
 	r.orderSweep(c)
 	return err
 }
@@ -305,4 +307,49 @@ func (r *runner) workloadFigures(out *result.Cell, recs []record.Record, w cell.
 	if r.sc.Sweep && out.ShowsFigures() {
 		out.AchievedRate = closedRate(recs, w)
 	}
+}
+
+// Drawn lengths (METHOD §3, workloads): a synthetic request's prompt
+// length and max_tokens spread around its row's context and --max-output,
+// drawn from the run's seed, the row and the request's global slot, so a
+// rerun and every shard draw the same.
+
+// drawKey is the seed of one draw.
+func (r *runner) drawKey(what string, c, slot int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%d|%d|%d", what, r.sc.Seed, c, slot)
+	return h.Sum64()
+}
+
+// promptLength is the length slot's prompt of row c aims at: drawn around
+// c (prompts.Builder.Length). Context 0 (a minimal prompt), the prefill
+// rows' and the estimate's throwaway prompts keep their length; a row
+// longer than the shared prefix keeps every prompt longer than it, so
+// each still starts with it.
+func (r *runner) promptLength(c, slot int) int {
+	if c == 0 || slot == coldSlot || slot == primeSlot {
+		return c
+	}
+	n := r.sc.PromptLengths.Draw(c, r.drawKey("prompt", c, slot))
+	if p := r.sc.SharedPrefix; p > 0 && c > p {
+		n = max(n, p+1)
+	}
+	return max(n, 1)
+}
+
+// outputLength is the max_tokens of slot's requests in row c: drawn
+// around --max-output, within the max model length (bodies).
+func (r *runner) outputLength(c, slot int) int {
+	if !r.sc.OutputLengths.Varies() || slot == coldSlot || slot == primeSlot {
+		return r.sc.MaxOutput
+	}
+	return max(r.sc.OutputLengths.Draw(r.sc.MaxOutput, r.drawKey("output", c, slot)), 1)
+}
+
+// lengthSettings is the result's record of a spread; nil: none.
+func lengthSettings(l scenarios.Lengths) *result.Lengths {
+	if !l.Varies() {
+		return nil
+	}
+	return &result.Lengths{Stdev: l.Stdev, Min: l.Min, Max: l.Max, RangeRatio: l.RangeRatio, Summary: l.String()}
 }

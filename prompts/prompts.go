@@ -108,6 +108,14 @@ type Builder struct {
 	// says each prompt's real length.
 	Estimate bool
 
+	// Length, when set, is the length slot's prompt of a context row aims
+	// at, in place of the row's context: a row whose requests' lengths are
+	// drawn around it (the caller draws, deterministically per slot). The
+	// prompt stays the row's and the slot's (its slot line names both);
+	// with Estimate, a length is searched once and reused by the slots
+	// that drew it.
+	Length func(contextTokens, slot int) int
+
 	salt    string
 	counter TokenCounter
 
@@ -172,19 +180,23 @@ func (b *Builder) Prompt(ctx context.Context, contextTokens, slot int) (Prompt, 
 	}
 	head := cal.shared + slotLine(b.salt, slot, contextTokens, cal.shared != "")
 	g := newGen(b.salt, slot, contextTokens)
-	p := Prompt{Context: contextTokens, Slot: slot, API: api, Shared: cal.sharedToks, Counts: calls}
+	target := contextTokens
+	if b.Length != nil {
+		target = b.Length(contextTokens, slot)
+	}
+	p := Prompt{Context: target, Slot: slot, API: api, Shared: cal.sharedToks, Counts: calls}
 	if b.Estimate {
-		if r, ok := b.row(api, contextTokens); ok {
+		if r, ok := b.row(api, target); ok {
 			p.Text, p.Tokens, p.Estimated = withWords(head, g, r.words, cal.wordBytes), r.tokens, true
 			return p, nil
 		}
 	}
-	r, err := b.build(ctx, api, cal, head, cal.head+cal.sharedToks, g, contextTokens)
+	r, err := b.build(ctx, api, cal, head, cal.head+cal.sharedToks, g, target)
 	if err != nil {
 		return Prompt{}, err
 	}
 	if b.Estimate {
-		b.setRow(api, contextTokens, r)
+		b.setRow(api, target, r)
 	}
 	p.Text, p.Tokens, p.Counts = r.text, r.tokens, p.Counts+r.counts
 	return p, nil

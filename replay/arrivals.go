@@ -9,18 +9,26 @@ import (
 // ArrivalTimes returns the arrival offsets of round(rate × w) requests over
 // window w whose gaps are gamma-distributed with shape burstiness and mean
 // 1/rate, as vllm bench serve --burstiness draws them (vllm/benchmarks/
-// serve.py: gamma with shape B and scale 1/(rate × B)): B = 1 is Poisson
-// (exponential gaps), B < 1 burstier (gaps' coefficient of variation
-// 1/√B), B > 1 steadier. 0 means 1.
+// serve.py get_request: gamma with shape B and scale 1/(rate × B)): B = 1
+// is Poisson (exponential gaps), B < 1 burstier (gaps' coefficient of
+// variation 1/√B), B > 1 steadier. 0 means 1.
 //
 // As PoissonArrivals (which B = 1 returns, unchanged), the count is the one
-// asked for and the arrivals fill the window: the n + 1 gaps (to the first
-// arrival, between arrivals, after the last to the window's end) are drawn
-// as gamma variates and scaled together to fill w, so the achieved rate is
-// the rate asked for. For B = 1 this is exactly a Poisson process given its
-// count; for other B the gaps are a gamma process's scaled by one common
-// factor, which for the counts of a measurement window (tens and more)
-// keeps their distribution's shape (METHOD §3). seed makes the schedule
+// asked for and the arrivals fill the window: n + 1 gamma variates g₁…gₙ₊₁
+// are drawn, the gaps to the first arrival, between arrivals, and from the
+// last to the window's end, and arrival i is at w·(g₁+…+gᵢ)/(g₁+…+gₙ₊₁).
+// The window's ends are thus placed as arrivals would be, and the last
+// arrival is as far from the window's end as any two arrivals are apart
+// (for B = 1 these are exactly uniform order statistics: a Poisson process
+// given its count). vLLM rescales n gaps to sum to n/rate instead, so its
+// last request is always at the span's end: with a window that closes
+// there, that request would fall at its edge. For B ≠ 1 the gaps are a
+// gamma process's scaled by one common factor, which for the counts of a
+// measurement window (tens and more) keeps their distribution's shape
+// (METHOD §3). Small shapes draw many near-zero gaps, so an arrival in the
+// window's last instant is common (B = 0.25: about one window in five
+// within a millisecond of its end); the open loop sends it even when its
+// timer wakes just after the end (Open). seed makes the schedule
 // reproducible.
 func ArrivalTimes(rate, burstiness float64, w time.Duration, seed uint64) []time.Duration {
 	if burstiness <= 0 || burstiness == 1 {

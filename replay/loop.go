@@ -61,6 +61,11 @@ type Result struct {
 	// Late is how far behind their times an open loop's requests were sent
 	// (zero for a closed loop, which has no times).
 	Late Late
+	// Unsent is how many of an open loop's scheduled requests (those due
+	// in its window and within its request count) were never sent: the
+	// loop stopped (a failure, a cancel) or woke too late after the
+	// window's end. Zero for the other schedules.
+	Unsent int
 	// Err is set when the loop could not start (a capture it cannot
 	// replay; Records nil) or its context was cancelled (the records so
 	// far are kept).

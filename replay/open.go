@@ -176,10 +176,14 @@ loop:
 			default:
 			}
 		}
-		if o.window > 0 && clock.Now()-start >= o.window {
-			// Woken too late (a busy machine): the window is over, and no
-			// request is sent at or after its end, or the engine would
-			// serve, and count, a request the cell does not.
+		if now := clock.Now(); o.window > 0 && now-start >= o.window && now-(start+j.at) > SendLateTolerance(o.window) {
+			// Due in the window but woken after its end, later than a
+			// timer's wake-up can be (a stalled machine): not sent, and
+			// counted (Result.Unsent), as are the rest. A request due in
+			// the last instant of the window (bursty gaps put one there
+			// often) and woken a little after its end is sent: the
+			// window then ends at its send (below), so the cell counts
+			// every request it sent.
 			break loop
 		}
 		lates = append(lates, clock.Now()-(start+j.at))
@@ -250,11 +254,27 @@ loop:
 		end = time.Duration(stopped.Load() - 1)
 	case o.window > 0:
 		end = min(end, start+o.window)
+		// A request due in the window but sent after its end (woken
+		// late, or stamped by the kernel after it) stretches the window
+		// to its send: every request sent is in the window it counts in.
+		for i := range out {
+			if s := out[i].Sent; s >= end {
+				end = s + 1
+			}
+		}
 	}
 	var late Late
 	if len(lates) > 0 {
 		slices.Sort(lates)
 		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
 	}
-	return Result{Records: out, Start: start, End: end, Heard: end, Late: late, Failed: failed.Load(), Err: err}
+	return Result{Records: out, Start: start, End: end, Heard: end, Late: late, Failed: failed.Load(), Err: err, Unsent: len(jobs) - sent}
 }
+
+// SendLateTolerance is how far after its time an open loop may send a
+// request due in a window of length w once the window has closed: 1% of
+// the window, at least 100 ms (as a sharded window may open late,
+// shard.LateTolerance), far beyond a timer's usual wake-up of well under
+// a millisecond; later than that, the machine stalled, and the request is
+// not sent.
+func SendLateTolerance(w time.Duration) time.Duration { return max(w/100, 100*time.Millisecond) }

@@ -85,3 +85,28 @@ func TestRunOpen(t *testing.T) {
 		t.Errorf("a window whose one request ended early was measured for %v", run.End-run.Start)
 	}
 }
+
+// TestRunOpenLastInstant: requests due in the window's last nanosecond
+// (where bursty gaps often put one) are sent, though the timer cannot wake
+// before the window's end, and the window stretches to their sends, so
+// the loop's window holds every record; none is left unsent.
+func TestRunOpenLastInstant(t *testing.T) {
+	eng := fixtures.StartTest(t, testModel())
+	tg := Target{BaseURL: eng.URL(), Model: "test"}
+	short := body(t, tg, "hi", 4)
+	const window = 200 * time.Millisecond
+	at := []time.Duration{0, window / 2, window - 1, window - 1, window} // the last is due at the end: never sent
+	run := Run(context.Background(), Open{Options: Options{Target: tg, Clock: record.NewClock(), MaxTokens: 4, Stream: true, Window: window},
+		Bodies: []Body{short, short, short, short, short}, At: at, Grace: time.Second})
+	if len(run.Records) != 4 || run.Unsent != 0 {
+		t.Fatalf("%d records, %d unsent; want the 4 due in the window sent", len(run.Records), run.Unsent)
+	}
+	for i, r := range run.Records {
+		if r.Outcome != record.OK || r.Sent < run.Start || r.Sent >= run.End {
+			t.Errorf("request %d: %s, sent at +%v, outside the window [0, %v)", i, r.Outcome, r.Sent-run.Start, run.End-run.Start)
+		}
+	}
+	if run.End-run.Start < window {
+		t.Errorf("window %v, shorter than the %v asked for", run.End-run.Start, window)
+	}
+}

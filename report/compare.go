@@ -228,7 +228,11 @@ func (cmp *comparison) columnsAre() string {
 	if ra, rb := cmp.A.RateRun(), cmp.B.RateRun(); ra != rb {
 		return "simultaneous requests (" + cmp.concurrencyRun() + ") or request rates, requests per second"
 	}
-	return columnsAre(cmp.A.RateRun())
+	arr := arrivals(cmp.A.Settings)
+	if b := arrivals(cmp.B.Settings); b != arr {
+		arr = "A's " + arr + ", B's " + b
+	}
+	return columnsAre(cmp.A.RateRun(), arr)
 }
 
 // concurrencyRun names the run of a mixed comparison whose columns are

@@ -179,12 +179,22 @@ const rateCacheNote = "Prefix cache hits: the share of the prompt tokens the ser
 // are cold.
 const rateTTFTNote = "Arrival-rate cells send prompts no request sent before, so their TTFT includes prefill, as vllm bench serve's and GuideLLM's do; Requests queued marks a rate at which the engine made arrivals wait, so their latencies include the wait."
 
-// columnsAre says what the grid's columns are.
-func columnsAre(rate bool) string {
+// columnsAre says what the grid's columns are, with its rate cells'
+// arrivals (arrivals).
+func columnsAre(rate bool, arrivals string) string {
 	if rate {
-		return "request rates (requests per second, Poisson arrivals)"
+		return "request rates (requests per second, " + arrivals + ")"
 	}
 	return "simultaneous requests"
+}
+
+// arrivals names how a run's rate cells' requests arrived: Poisson, or
+// gamma gaps of its burstiness.
+func arrivals(s result.Settings) string {
+	if s.Burstiness > 0 && s.Burstiness != 1 {
+		return "gamma arrivals of burstiness " + strconv.FormatFloat(s.Burstiness, 'g', -1, 64)
+	}
+	return "Poisson arrivals"
 }
 
 // columnHead heads a table's column of the grid's column values.

@@ -112,7 +112,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 		e.print("\n" + prefillNote + "\n")
 	}
 	if len(v.Grid) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate) + "\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate, v.Arrivals) + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range v.Cols {

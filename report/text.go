@@ -311,10 +311,10 @@ func writeTextPercentiles(e *errWriter, v *view) {
 // the status), a line of TTFT labelled for what it is, and a "queued" line
 // where a cell queued.
 func writeTextGrid(e *errWriter, v *view) {
-	head0 := "Sustained decode · total tok/s, TTFT after a warm prefix below · rows: context, columns: " + columnsAre(v.Rate)
+	head0 := "Sustained decode · total tok/s, TTFT after a warm prefix below · rows: context, columns: " + columnsAre(v.Rate, v.Arrivals)
 	ttftRow := "TTFT, warm" // "TTFT, warm prefix", short enough for 8 columns in 100
 	if v.Rate {
-		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + columnsAre(v.Rate)
+		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + columnsAre(v.Rate, v.Arrivals)
 		ttftRow = "TTFT, cold"
 	}
 	e.print("\n")

@@ -142,7 +142,8 @@ type view struct {
 	Notes      []string
 	Prefill    []prefillItem
 	Cols       []result.Column
-	Rate       bool // the columns are request rates
+	Rate       bool   // the columns are request rates
+	Arrivals   string // how rate cells' requests arrived (arrivals)
 	Grid       []gridRow
 	Footnotes  []string // for statuses present in the grid and rows
 	Failures   []string // why each failed prefill row or cell failed, where the document says
@@ -260,6 +261,7 @@ func newViewWith(r *result.Result, o Options) *view {
 		hasCache = hasCache || c.Cache != nil || c.Status == result.CacheMissed
 	}
 	v.Rate = r.RateRun()
+	v.Arrivals = arrivals(r.Settings)
 	v.Columns = slices.Clone(allColumns)
 	v.TTFTNote = ttftNote
 	if v.Rate {

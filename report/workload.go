@@ -25,10 +25,16 @@ func workloadRows(s result.Settings) []kv {
 	if s.Burstiness > 0 && s.Burstiness != 1 {
 		rows = append(rows, kv{"Burstiness", strconv.FormatFloat(s.Burstiness, 'g', -1, 64) + " (gamma-distributed gaps; 1 is Poisson)"})
 	}
+	if l := s.PromptLengths; l != nil {
+		rows = append(rows, kv{"Prompt lengths", "drawn per request around its row's context: " + l.Summary})
+	}
+	if l := s.OutputLengths; l != nil {
+		rows = append(rows, kv{"Output lengths", "max_tokens drawn per request around the max output: " + l.Summary})
+	}
 	if s.Sweep {
 		rows = append(rows, kv{"Sweep", "one request at a time, the throughput, then rates between"})
 	}
-	if s.Seed != 0 || s.Dataset != nil || s.Sweep || s.Burstiness > 0 {
+	if s.Seed != 0 || s.Dataset != nil || s.Sweep || s.Burstiness > 0 || s.PromptLengths != nil || s.OutputLengths != nil {
 		rows = append(rows, kv{"Seed", strconv.FormatInt(s.Seed, 10)})
 	}
 	return rows

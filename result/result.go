@@ -222,6 +222,24 @@ type Settings struct {
 	Burstiness float64  `json:"burstiness,omitempty"`
 	Sweep      bool     `json:"sweep,omitempty"`
 	Seed       int64    `json:"seed,omitempty"`
+	// PromptLengths and OutputLengths: each synthetic request's prompt
+	// length drawn around its row's context, and its max_tokens around
+	// MaxOutput (--prompt-tokens-stdev …, --random-range-ratio); absent:
+	// every request the mean.
+	PromptLengths *Lengths `json:"prompt_lengths,omitempty"`
+	OutputLengths *Lengths `json:"output_lengths,omitempty"`
+}
+
+// Lengths is how lengths were spread around their mean: uniform within
+// ±RangeRatio of it (vLLM's --random-range-ratio), or normal with
+// deviation Stdev held within [Min, Max] (GuideLLM's *_stdev, *_min,
+// *_max), or uniform within [Min, Max]; Summary says it in words.
+type Lengths struct {
+	Stdev      int     `json:"stdev,omitempty"`
+	Min        int     `json:"min,omitempty"`
+	Max        int     `json:"max,omitempty"`
+	RangeRatio float64 `json:"range_ratio,omitempty"`
+	Summary    string  `json:"summary"`
 }
 
 // Dataset is the file of prompts a run sent (matrix --dataset): which file

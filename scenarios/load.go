@@ -25,6 +25,8 @@ var settings = []string{
 	"name", "model", "api", "contexts", "concurrency", "rate", "prefill", "window", "max_output",
 	"shared_prefix", "kv_capacity", "max_model_len", "sampling", "extra",
 	"dataset", "requests", "burstiness", "sweep", "seed",
+	"prompt_tokens_stdev", "prompt_tokens_min", "prompt_tokens_max",
+	"output_tokens_stdev", "output_tokens_min", "output_tokens_max", "random_range_ratio",
 }
 
 var samplingKeys = []string{
@@ -137,7 +139,11 @@ func Parse(data []byte, name string) (Scenario, error) {
 		case "extra":
 			sc.Extra, err = extra(v)
 		default:
-			err = workloadKey(&sc, key, v)
+			if strings.HasPrefix(key, "prompt_tokens_") || strings.HasPrefix(key, "output_tokens_") || key == "random_range_ratio" {
+				err = lengthKey(&sc, key, v)
+			} else {
+				err = workloadKey(&sc, key, v)
+			}
 		}
 		return err
 	})

@@ -83,6 +83,10 @@ type Scenario struct {
 	Burstiness float64
 	Sweep      bool
 	Seed       int64
+	// PromptLengths and OutputLengths spread each synthetic request's
+	// prompt length around its row's context and its max_tokens around
+	// MaxOutput (lengths.go); zero: every request the mean.
+	PromptLengths, OutputLengths Lengths
 }
 
 // Sampling parameters, in the OpenAI / vLLM request field names. A nil field
@@ -280,6 +284,9 @@ func (s Scenario) Validate() error {
 		return err
 	}
 	if err := checkList("prefill", s.Prefill, 1, true); err != nil {
+		return err
+	}
+	if err := s.validateLengths(); err != nil {
 		return err
 	}
 	if err := s.validateWorkload(); err != nil {

@@ -85,7 +85,7 @@ type matrixFlags struct {
 
 	LimitFlags
 	LogFlags
-	workloadFlags
+	WorkloadFlags
 }
 
 const matrixSummary = `Run the speed test matrix (docs/METHOD.md §3) against an engine: prefill tok/s by
@@ -151,7 +151,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.ModelName, "model-name", f.ModelName, "model display name for the report (default: the served name) [TOKENTAP_MODEL_NAME]")
 	fs.StringVar(&f.Revision, "revision", f.Revision, "model revision for the report [TOKENTAP_REVISION]")
 	fs.StringVar(&f.By, "by", f.By, "who ran the matrix, for the report [TOKENTAP_BY]")
-	f.workloadFlags.register(fs)
+	f.WorkloadFlags.register(fs)
 	f.LimitFlags.register(fs)
 	f.LogFlags.register(fs)
 	if code, done := fs.parse(args); done {
@@ -240,7 +240,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	if err := applyRunFlags(&sc, &cfg, f, fs.source); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	if err := f.workloadFlags.apply(&sc, f.Window != "" || (f.Scenario != "" && sc.Window > 0), f.Contexts != "", f.PrefillSet, f.Scenario == "", fs.source); err != nil {
+	if err := f.WorkloadFlags.apply(&sc, f.Window != "" || (f.Scenario != "" && sc.Window > 0), f.Contexts != "", f.PrefillSet, f.Scenario == "", fs.source); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
 	if err := sc.Validate(); err != nil {

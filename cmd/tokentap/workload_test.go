@@ -17,26 +17,36 @@ func TestWorkloadFlags(t *testing.T) {
 	src := func(n string) string { return "--" + n }
 	tests := []struct {
 		name         string
-		f            workloadFlags
+		f            WorkloadFlags
 		window, ctxs bool
 		err          string
 		check        func(sc scenarios.Scenario) bool
 	}{
-		{name: "requests without a window: the count alone", f: workloadFlags{Requests: "20"},
+		{name: "requests without a window: the count alone", f: WorkloadFlags{Requests: "20"},
 			check: func(sc scenarios.Scenario) bool { return sc.Requests == 20 && sc.Window == 0 }},
-		{name: "requests with a window: both", f: workloadFlags{Requests: "20"}, window: true,
+		{name: "requests with a window: both", f: WorkloadFlags{Requests: "20"}, window: true,
 			check: func(sc scenarios.Scenario) bool { return sc.Requests == 20 && sc.Window == 30*time.Second }},
-		{name: "burstiness", f: workloadFlags{Burstiness: "0.25"}, check: func(sc scenarios.Scenario) bool { return sc.Burstiness == 0.25 }},
-		{name: "seed", f: workloadFlags{Seed: "7"}, check: func(sc scenarios.Scenario) bool { return sc.Seed == 7 }},
-		{name: "sweep", f: workloadFlags{Sweep: true}, check: func(sc scenarios.Scenario) bool { return sc.Sweep && len(sc.Rates) == 0 }},
-		{name: "dataset: one row, no seed prefill rows", f: workloadFlags{Dataset: "d.jsonl"},
+		{name: "burstiness", f: WorkloadFlags{Burstiness: "0.25"}, check: func(sc scenarios.Scenario) bool { return sc.Burstiness == 0.25 }},
+		{name: "seed", f: WorkloadFlags{Seed: "7"}, check: func(sc scenarios.Scenario) bool { return sc.Seed == 7 }},
+		{name: "sweep", f: WorkloadFlags{Sweep: true}, check: func(sc scenarios.Scenario) bool { return sc.Sweep && len(sc.Rates) == 0 }},
+		{name: "dataset: one row, no seed prefill rows", f: WorkloadFlags{Dataset: "d.jsonl"},
 			check: func(sc scenarios.Scenario) bool {
 				return len(sc.Contexts) == 1 && sc.Contexts[0] == 0 && len(sc.Prefill) == 0
 			}},
-		{name: "requests 0", f: workloadFlags{Requests: "0"}, err: "--requests \"0\": want a whole number of requests, at least 1"},
-		{name: "burstiness 0", f: workloadFlags{Burstiness: "0"}, err: "--burstiness \"0\""},
-		{name: "seed negative", f: workloadFlags{Seed: "-1"}, err: "--seed \"-1\""},
-		{name: "dataset with contexts", f: workloadFlags{Dataset: "d.jsonl"}, ctxs: true, err: "--dataset and --contexts are both given"},
+		{name: "prompt and output spreads, GuideLLM's names", f: WorkloadFlags{PromptTokensStdev: "128", PromptTokensMin: "1k", PromptTokensMax: "64k", OutputTokensStdev: "16", OutputTokensMin: "8", OutputTokensMax: "100"},
+			check: func(sc scenarios.Scenario) bool {
+				return sc.PromptLengths == scenarios.Lengths{Stdev: 128, Min: 1024, Max: 65536} && sc.OutputLengths == scenarios.Lengths{Stdev: 16, Min: 8, Max: 100}
+			}},
+		{name: "vLLM's range ratio: prompts and outputs", f: WorkloadFlags{RandomRangeRatio: "0.5"},
+			check: func(sc scenarios.Scenario) bool {
+				return sc.PromptLengths.RangeRatio == 0.5 && sc.OutputLengths.RangeRatio == 0.5
+			}},
+		{name: "range ratio 1", f: WorkloadFlags{RandomRangeRatio: "1"}, err: "--random-range-ratio \"1\": want a ratio from 0 up to, not including, 1"},
+		{name: "stdev not a count", f: WorkloadFlags{PromptTokensStdev: "wide"}, err: "--prompt-tokens-stdev: token count \"wide\""},
+		{name: "requests 0", f: WorkloadFlags{Requests: "0"}, err: "--requests \"0\": want a whole number of requests, at least 1"},
+		{name: "burstiness 0", f: WorkloadFlags{Burstiness: "0"}, err: "--burstiness \"0\""},
+		{name: "seed negative", f: WorkloadFlags{Seed: "-1"}, err: "--seed \"-1\""},
+		{name: "dataset with contexts", f: WorkloadFlags{Dataset: "d.jsonl"}, ctxs: true, err: "--dataset and --contexts are both given"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,5 +93,27 @@ func TestLoadDatasetRefuses(t *testing.T) {
 		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
 			t.Errorf("%s with %d requests: error %v, want one saying %q", tt.path, tt.requests, err, tt.err)
 		}
+	}
+}
+
+// TestWorkloadEnv: every workload flag's TOKENTAP_* variable loads, and
+// lands in the scenario as the flag would.
+func TestWorkloadEnv(t *testing.T) {
+	for k, v := range map[string]string{
+		"TOKENTAP_DATASET": "d.jsonl", "TOKENTAP_REQUESTS": "20", "TOKENTAP_BURSTINESS": "0.5", "TOKENTAP_SWEEP": "yes", "TOKENTAP_SEED": "3",
+		"TOKENTAP_PROMPT_TOKENS_STDEV": "10", "TOKENTAP_PROMPT_TOKENS_MIN": "5", "TOKENTAP_PROMPT_TOKENS_MAX": "50",
+		"TOKENTAP_OUTPUT_TOKENS_STDEV": "4", "TOKENTAP_OUTPUT_TOKENS_MIN": "2", "TOKENTAP_OUTPUT_TOKENS_MAX": "40",
+		"TOKENTAP_RANDOM_RANGE_RATIO": "0.1",
+	} {
+		t.Setenv(k, v)
+	}
+	var f matrixFlags
+	if err := loadEnv(&f); err != nil {
+		t.Fatal(err)
+	}
+	want := WorkloadFlags{Dataset: "d.jsonl", Requests: "20", Burstiness: "0.5", Sweep: true, Seed: "3",
+		PromptTokensStdev: "10", PromptTokensMin: "5", PromptTokensMax: "50", OutputTokensStdev: "4", OutputTokensMin: "2", OutputTokensMax: "40", RandomRangeRatio: "0.1"}
+	if f.WorkloadFlags != want {
+		t.Errorf("loaded %+v, want %+v", f.WorkloadFlags, want)
 	}
 }
