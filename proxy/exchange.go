@@ -25,18 +25,16 @@ var recordPool = sync.Pool{New: func() any { return new(record.Record) }}
 var errClientGone = errors.New("client closed the connection")
 
 // exchange is one proxied request: the upstream request, the connection it
-// runs on, the body decoder, the measuring tap. Pooled.
+// runs on, the body decoder, the measuring tap. Pooled: what it keeps from
+// one request to the next (buffers, the tap, the functions bound to it) is
+// here; what a request sets is in its xstate, which put zeroes whole.
 type exchange struct {
-	p      *Proxy
-	client net.Conn
-	req    fasthttp.Request
-	hdr    fasthttp.ResponseHeader
-	body   bodyReader
-	uri    []byte
-	// The body with the usage option inserted, when spliced: sent as the
-	// request's body stream, rewound for each send (request.go).
-	sp      splice
-	spliced bool
+	xstate
+
+	p   *Proxy
+	req fasthttp.Request
+	hdr fasthttp.ResponseHeader
+	uri []byte
 
 	mu      sync.Mutex // guards conn and release against the watcher
 	conn    net.Conn
@@ -44,23 +42,39 @@ type exchange struct {
 	br      *bufio.Reader // reads src; kept with the pooled exchange (when small)
 	bw      *bufio.Writer // writes the request through cw
 	cw      countWriter
-	resends int // times the request was sent again
 	src     upstreamSource
 	sink    loopSink // the body the event loop passes on (writeToLoop)
-	gone    atomic.Bool
-	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
-	early   bool        // the engine answered before it read the whole request: the connection is not reused
 	watch   watcher
 	goneFn  func()
 	pieceFn func([]byte)
 	scrubFn func(string) string
+	tap     *tap.Stream
+
+	out     []byte
+	pending []byte
+	held    []byte // piece: what the tap held back before the current piece
+}
+
+// xstate is what one request sets in its exchange. put resets it by
+// assigning its zero value, so a field added here cannot outlive its
+// request (a hand-written list of resets could miss it).
+type xstate struct {
+	client net.Conn
+	body   bodyReader
+	// The body with the usage option inserted, when spliced: sent as the
+	// request's body stream, rewound for each send (request.go).
+	sp      splice
+	spliced bool
+	resends int         // times the request was sent again
+	gone    atomic.Bool // the client left (the watcher, or the loop's watch)
+	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
+	early   bool        // the engine answered before it read the whole request: the connection is not reused
 
 	head     bool // HEAD request: no body
 	direct   bool // the body has a Content-Length: WriteTo writes it to the client's connection
 	handed   bool // fasthttp has the body stream: it finishes the exchange
 	finished bool // finish ran
 
-	tap      *tap.Stream
 	rec      *record.Record // nil when not measured
 	measure  bool           // rec != nil and the tap has not failed
 	strip    bool           // the tap removes the injected usage chunk
@@ -68,14 +82,11 @@ type exchange struct {
 	endErr   error
 	endBlame record.Blame
 
-	out      []byte
-	pending  []byte
 	readDL   time.Time
 	writeDL  time.Time
 	at       time.Duration // in feed mode, when the bytes being passed on arrived
 	endLater bool          // the body ended with a backlog to write: writeToLoop ends the record
 	overrun  bool          // bytes came after the response's end: the connection is out of step
-	held     []byte        // piece: what the tap held back before the current piece
 }
 
 func (p *Proxy) getExchange() *exchange {
@@ -92,26 +103,19 @@ func (p *Proxy) getExchange() *exchange {
 func (x *exchange) put() {
 	x.req.Reset()
 	x.hdr.Reset()
-	x.client, x.rec, x.measure, x.ended, x.endErr, x.endBlame = nil, nil, false, false, nil, record.BlameNone
-	x.head, x.direct, x.resends, x.handed, x.finished = false, false, 0, false, false
+	x.xstate = xstate{} // every field a request set, by construction
+	// What is kept: buffers, unless a large request grew them.
 	if x.br != nil && x.br.Size() > upstreamBufferSize {
 		x.br = nil // a long response head's buffer
 	}
 	x.src.pre, x.src.err = x.src.pre[:0], nil
-	x.readDL, x.writeDL = time.Time{}, time.Time{}
-	x.endLater, x.held, x.overrun = false, x.held[:0], false
-	x.gone.Store(false)
-	x.cut.Store(false)
-	x.early = false
-	x.body = bodyReader{}
-	x.sp, x.spliced = splice{}, false
+	x.held = x.held[:0]
 	if cap(x.held) > 64<<10 {
 		x.held = nil
 	}
 	if x.tap != nil {
 		x.tap.Trim() // a 15 MB event's buffers are not kept in the pool
 	}
-	x.strip = false
 	x.p.exchanges.Put(x)
 }
 
