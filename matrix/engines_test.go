@@ -546,8 +546,10 @@ func TestLlamaSplitByVersion(t *testing.T) {
 // per event (speculative decoding, --stream-interval) is detected as SGLang
 // and asked for per-event counts (continuous_usage_stats, which SGLang
 // honours), so its cut requests count every token: the cell's total tok/s
-// is within 5% of the fake's own rate (4 streams, a token every 10 ms each:
-// 400 tok/s), where counting events would read a quarter of it.
+// is within 5% of the tokens the fake wrote in the window (its ledger;
+// 400 tok/s on a machine that keeps up: 4 streams, a token every 10 ms
+// each), where counting events would read a quarter of it. The ledger, not
+// the model, is the truth: a busy machine makes the fake write fewer.
 func TestSGLangMultiTokenEvents(t *testing.T) {
 	t.Parallel()
 	sc := scenarios.Scenario{Name: "spec", Contexts: []int{0}, Concurrency: []int{4},
@@ -555,7 +557,12 @@ func TestSGLangMultiTokenEvents(t *testing.T) {
 	m := fixtures.DefaultModel()
 	m.Flavor, m.TokensPerEvent = fixtures.FlavorSGLang, 4
 	m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 10*time.Millisecond, 0, 0
-	res, recs := runFake(t, m, sc, Config{})
+	var run CellRun
+	res, recs, eng := runFakeEngine(t, m, sc, Config{OnCell: func(c CellRun) {
+		if c.Cell.Context == 0 && c.Cell.Concurrency == 4 {
+			run = c
+		}
+	}})
 	if res.Engine.Name != "sglang" {
 		t.Fatalf("engine detected as %q, want sglang", res.Engine.Name)
 	}
@@ -565,12 +572,12 @@ func TestSGLangMultiTokenEvents(t *testing.T) {
 		}
 	}
 	c := res.Cell(0, 4)
-	if c == nil {
+	if c == nil || len(run.Records) == 0 {
 		t.Fatal("no cell 0 × 4")
 	}
-	// The first token comes after FirstEventDelay, not counted in the
-	// rate: the window holds a little less than 3 s of decoding.
-	if r := c.TotalTokPerSec / 400; r < 0.95 || r > 1.05 {
-		t.Errorf("SGLang-shaped, 4 tokens per event: %.1f tok/s, want 400 within 5%%", c.TotalTokPerSec)
-	}
+	truth := ledgerTruth(t, eng, run)
+	// An event of 4 tokens per stream in flight at either edge of the
+	// window may land on the other side of it.
+	w := run.Window.End - run.Window.Start
+	inRange(t, "SGLang-shaped, 4 tokens per event: total tok/s vs the fake's ledger", c.TotalTokPerSec, truth.tokS, truth.tokS, 0.05, 4*4/w.Seconds())
 }
