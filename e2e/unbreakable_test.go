@@ -601,10 +601,16 @@ func TestUnbreakableShutdown(t *testing.T) {
 	}
 }
 
+// stampRe finds the engine's write time in an event of the other stream.
+var stampRe = regexp.MustCompile(`@(\d+)"`)
+
 // TestUnbreakableBigEvent: one 15 MB SSE event with the usage chunk asked
 // on the client's behalf. Removing that chunk copied the pending event on
 // every read: seconds of CPU on the event loop every stream shares, gaps
-// of 1.7 s in other streams, and the memory held for minutes.
+// of 1.7 s in other streams, and the memory held for minutes. The other
+// stream's events carry the time the engine wrote them, so what the proxy
+// held them is told apart from a busy machine that makes the engine late
+// too (a 2.1 s gap was seen at the client with the engine itself behind).
 func TestUnbreakableBigEvent(t *testing.T) {
 	t.Parallel()
 	big := "data: " + chunkOf(strings.Repeat("z", 15<<20)) + "\n\n"
@@ -626,30 +632,42 @@ func TestUnbreakableBigEvent(t *testing.T) {
 			_, err := io.WriteString(c, "0\r\n\r\n")
 			return true, err == nil
 		case bytes.Contains(r.body, []byte("GAPS-20MS")):
-			events := make([]string, 0, 300)
-			for i := range 300 {
-				events = append(events, chunkOf("g"+strconv.Itoa(i)))
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"); err != nil {
+				return true, false
 			}
-			return true, writeSSE(c, "text/event-stream", append(events, usageChunk), 20*time.Millisecond) == nil
+			for i := range 301 {
+				time.Sleep(20 * time.Millisecond)
+				ev := usageChunk
+				if i < 300 {
+					ev = chunkOf("g" + strconv.Itoa(i) + "@" + strconv.FormatInt(time.Now().UnixNano(), 10))
+				}
+				d := "data: " + ev + "\n\n"
+				if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(d), d); err != nil {
+					return true, false
+				}
+			}
+			d := "data: [DONE]\n\n"
+			fmt.Fprintf(c, "%x\r\n%s\r\n", len(d), d)
+			_, err := io.WriteString(c, "0\r\n\r\n")
+			return true, err == nil
 		}
 		return false, true
 	})
 	p := startProxyProc(t, eng.url, append(append([]string(nil), faultFlags...), "--max-body-size", "1M")...)
 	runFaults(t, p, []faultClass{{"15 MB event beside a 20 ms stream", func(t *testing.T, p *proxyProc) {
-		gapsOut := make(chan time.Duration, 1)
+		delaysOut := make(chan []time.Duration, 1)
 		flowing := make(chan struct{})
 		go func() {
 			req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(chat(300, "GAPS-20MS")))
 			resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 			if err != nil {
 				close(flowing)
-				gapsOut <- -1
+				delaysOut <- nil
 				return
 			}
 			defer resp.Body.Close()
 			br := bufio.NewReader(resp.Body)
-			var last time.Time
-			var worst time.Duration
+			var delays []time.Duration // each stamped event: its arrival here − its write at the engine
 			n := 0
 			for {
 				line, err := br.ReadString('\n')
@@ -663,15 +681,15 @@ func TestUnbreakableBigEvent(t *testing.T) {
 				if n++; n == 10 {
 					close(flowing)
 				}
-				if n > 1 && now.Sub(last) > worst {
-					worst = now.Sub(last)
+				if m := stampRe.FindStringSubmatch(line); m != nil {
+					ns, _ := strconv.ParseInt(m[1], 10, 64)
+					delays = append(delays, now.Sub(time.Unix(0, ns)))
 				}
-				last = now
 			}
 			if n < 10 {
 				close(flowing)
 			}
-			gapsOut <- worst
+			delaysOut <- delays
 		}()
 		<-flowing
 		cpu0 := cpuTime(p.cmd.Process.Pid)
@@ -692,13 +710,26 @@ func TestUnbreakableBigEvent(t *testing.T) {
 		// few ms): linear in its size, about 0.2 s; copying the pending
 		// event on every read made it 1.9 s.
 		cpu := cpuTime(p.cmd.Process.Pid) - cpu0
-		worst := <-gapsOut
-		t.Logf("the other stream's largest gap: %v; the proxy's CPU for the event: %v; RSS: %d MiB", worst, cpu, vmRSSMiB(p.cmd.Process.Pid))
+		delays := <-delaysOut
+		var worst time.Duration
+		late := 0
+		for _, d := range delays {
+			worst = max(worst, d)
+			if d > 500*time.Millisecond {
+				late++
+			}
+		}
+		t.Logf("the other stream: %d events, the longest from the engine's write to the client %v, %d over 500 ms; the proxy's CPU for the event: %v; RSS: %d MiB",
+			len(delays), worst, late, cpu, vmRSSMiB(p.cmd.Process.Pid))
 		if cpu > time.Second {
 			t.Errorf("the proxy spent %v of CPU passing one 15 MB event on, want under 1 s (linear)", cpu)
 		}
-		if worst < 0 || worst > 500*time.Millisecond {
-			t.Errorf("the other stream's largest gap was %v beside the 15 MB event, want under 500 ms", worst)
+		// A loop held by the big event holds every event of the other
+		// stream meanwhile (1.7 s: some 85 of them); a process the machine
+		// starves for a moment, one or two.
+		if len(delays) < 250 || late > 3 {
+			t.Errorf("the other stream beside the 15 MB event: %d events of 300 came, %d over 500 ms after the engine wrote them (longest %v), want at most 3",
+				len(delays), late, worst)
 		}
 		p.alive(t)
 		p.next(t, 2)
