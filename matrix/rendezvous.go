@@ -215,6 +215,14 @@ func (c *coordinator) serve(poll time.Duration) http.HandlerFunc {
 				reply(http.StatusAccepted, answer{Waiting: waiting})
 				return
 			case <-req.Context().Done():
+				// The shard hung up while held: its process is gone (a
+				// retry of a live one posts again at once), so it is not
+				// ready, and its index is free for a new process.
+				c.mu.Lock()
+				if c.g.Leave(in.Index, in.Token) {
+					c.notify()
+				}
+				c.mu.Unlock()
 				return
 			}
 		}
