@@ -122,7 +122,9 @@ manifests: tools $(PROMETHEUS)
 # Go module version is v0.316.0.
 $(PROMETHEUS):
 	@echo "installing Prometheus $(PROMETHEUS_VERSION) into $(dir $(PROMETHEUS)) (once)"
-	GOBIN='$(dir $(PROMETHEUS))' $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION)
+	GOBIN='$(dir $(PROMETHEUS))' $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION) || { \
+	  echo "make manifests: could not install Prometheus $(PROMETHEUS_VERSION) (it needs the Go module proxy, or GOPROXY=file://... of a module cache holding it);" \
+	  "give a Prometheus 3.16.0 binary instead: make manifests PROMETHEUS=/path/to/prometheus"; exit 1; }
 
 # Slow end-to-end checks: the built binary as a user runs it. The fault
 # suite's proxies run side by side (-parallel): most of its time is waiting.

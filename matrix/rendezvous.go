@@ -215,6 +215,14 @@ func (c *coordinator) serve(poll time.Duration) http.HandlerFunc {
 				reply(http.StatusAccepted, answer{Waiting: waiting})
 				return
 			case <-req.Context().Done():
+				// The shard hung up while held: its process is gone (a
+				// retry of a live one posts again at once), so it is not
+				// ready, and its index is free for a new process.
+				c.mu.Lock()
+				if c.g.Leave(in.Index, in.Token) {
+					c.notify()
+				}
+				c.mu.Unlock()
 				return
 			}
 		}
@@ -294,7 +302,7 @@ func (rv *Rendezvous) checkIn(ctx context.Context, dial string, self shard.Check
 	deadline := time.Now().Add(rv.timeout())
 	pause := 250 * time.Millisecond
 	var lastErr error
-	last := ""
+	last, said := "", ""
 	for {
 		if time.Now().After(deadline) {
 			why := "it never answered"
@@ -344,6 +352,13 @@ func (rv *Rendezvous) checkIn(ctx context.Context, dial string, self shard.Check
 			}
 		} else {
 			lastErr = err
+		}
+		// Say why it waits as the reason changes, not only at the
+		// timeout: the name not yet in DNS, shard 0 not listening yet.
+		if lastErr != nil && lastErr.Error() != said && waiting != nil {
+			said = lastErr.Error()
+			waiting(fmt.Sprintf("shard 0 at %s not reachable yet (%s); trying again until %s",
+				rv.Coordinator, said, deadline.UTC().Format(time.RFC3339)))
 		}
 		t := time.NewTimer(pause)
 		select {

@@ -91,6 +91,20 @@ func (g *Gathering) CheckIn(c CheckIn, now time.Time) (time.Time, error) {
 	return g.start, nil
 }
 
+// Leave forgets shard index's check-in by the process holding token,
+// while the start is not fixed: that process is gone (its held check-in
+// closed), so it is not ready, and another process of its index may check
+// in. It reports whether anything was forgotten; the coordinator's own
+// check-in, another process's, or any once the start is fixed, stay.
+func (g *Gathering) Leave(index int, token string) bool {
+	had, ok := g.in[index]
+	if !ok || had.Token != token || index == 0 || !g.start.IsZero() {
+		return false
+	}
+	delete(g.in, index)
+	return true
+}
+
 // Start is the common start, zero until every shard checked in.
 func (g *Gathering) Start() time.Time { return g.start }
 

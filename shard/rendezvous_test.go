@@ -121,3 +121,44 @@ func TestCheckStart(t *testing.T) {
 		}
 	}
 }
+
+// TestGatheringLeave: a shard gone before the start is forgotten, so the
+// start waits for it and a new process of its index joins; the
+// coordinator, another process's check-in and any check-in once the start
+// is fixed stay.
+func TestGatheringLeave(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := func(i int, tok string) CheckIn { return CheckIn{Index: i, Count: 3, Plan: "p", Token: tok} }
+	g := NewGathering(c(0, "a"), time.Second)
+	if _, err := g.CheckIn(c(1, "b"), now); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		index int
+		token string
+		want  bool
+	}{
+		{0, "a", false}, // the coordinator
+		{1, "x", false}, // not the process that checked in
+		{2, "c", false}, // never checked in
+		{1, "b", true},
+		{1, "b", false}, // already gone
+	} {
+		if got := g.Leave(tc.index, tc.token); got != tc.want {
+			t.Errorf("Leave(%d, %q) = %v, want %v", tc.index, tc.token, got, tc.want)
+		}
+	}
+	if got := g.Waiting(); got != "1 of 3 shards ready; waiting for shards 1, 2" {
+		t.Errorf("after shard 1 left: %q", got)
+	}
+	if _, err := g.CheckIn(c(1, "b2"), now); err != nil {
+		t.Errorf("shard 1's new process: %v", err)
+	}
+	start, err := g.CheckIn(c(2, "c"), now)
+	if err != nil || start.IsZero() {
+		t.Fatalf("the last shard: start %v, %v", start, err)
+	}
+	if g.Leave(1, "b2") || g.Ready() != 3 {
+		t.Error("a shard left after the start was fixed")
+	}
+}
