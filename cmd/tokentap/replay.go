@@ -53,7 +53,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	var f replayFlags
 	if err := loadEnv(&f); err != nil {
 		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fs := newCLI("replay", replaySummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_TARGET]")
@@ -132,7 +132,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	objectives, err := parseSLO(f.SLO)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	log, err := f.logger(stderr)
 	if err != nil {
