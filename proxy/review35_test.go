@@ -32,3 +32,16 @@ func TestCloseReportsCaptureFailureAfterCut(t *testing.T) {
 		t.Fatalf("Close = %v, want the capture's failure (the cut stream's record was not written)", err)
 	}
 }
+
+// TestPutForgetsPending: what Read had left to give the client of one
+// request is that request's, like everything in xstate: a pooled exchange
+// must not serve it to the next one.
+func TestPutForgetsPending(t *testing.T) {
+	p := &Proxy{}
+	x := p.getExchange()
+	x.pending = append(x.pending, "data: the last request's event\n\n"...)
+	x.put()
+	if len(x.pending) != 0 {
+		t.Fatalf("a pooled exchange keeps %q for the next request's Read", x.pending)
+	}
+}
