@@ -246,14 +246,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if f.Records != "" {
 		if err := recT.Write(stdout, func(w io.Writer) error { return writeRecords(w, recs) }); err != nil {
 			fmt.Fprintf(stderr, "tokentap replay: --records: %v\n", err)
-			code = max(code, 1)
+			code = max(code, exitError)
 		}
 	}
 	if f.Out != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		if err := outT.Write(stdout, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 			fmt.Fprintf(stderr, "tokentap replay: --out: %v\n", err)
-			code = max(code, 1)
+			code = max(code, exitError)
 		}
 	}
 	if f.Format == "json" {
