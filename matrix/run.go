@@ -449,7 +449,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 
 	err = r.execute(ctx)
 	if r.ds != nil && r.ds.taken > len(r.ds.bodies) {
-		res.Notes = append(res.Notes, fmt.Sprintf("The cells took %d prompts from a sample of %d: %d requests sent a prompt sent before (the windows outlasted the dataset), which the engine's prefix cache may have held.",
+		r.note(fmt.Sprintf("The cells took %d prompts from a sample of %d: %d requests sent a prompt sent before (the windows outlasted the dataset), which the engine's prefix cache may have held.",
 			r.ds.taken, len(r.ds.bodies), r.ds.taken-len(r.ds.bodies)))
 	}
 	r.prog.close()

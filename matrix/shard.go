@@ -87,7 +87,7 @@ func (r *runner) rendezvous(ctx context.Context) (stop func(), err error) {
 	}
 	r.cfg.StartAt = start
 	r.log.Info().Str("start", start.UTC().Format(time.RFC3339Nano)).Dur("waited", time.Since(began)).Msg("matrix: rendezvous: the start is fixed")
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf(
+	r.note(fmt.Sprintf(
 		"The common start, %s, was fixed by rendezvous: shard 0 (%s) set it once all %d shards had probed the engine and made the same plan.",
 		start.UTC().Format(time.RFC3339Nano), rv.Coordinator, self.Count))
 	return stop, nil

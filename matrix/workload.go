@@ -171,7 +171,7 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 	for _, n := range ends {
 		out := r.res.Cell(c, n)
 		if out == nil || !out.ShowsFigures() || out.AchievedRate <= 0 {
-			r.res.Notes = append(r.res.Notes, fmt.Sprintf("Sweep of context %s: the %d-stream cell measured no rate (%s), so no rate cells were run.",
+			r.note(fmt.Sprintf("Sweep of context %s: the %d-stream cell measured no rate (%s), so no rate cells were run.",
 				TokenLabel(c), n, out.Status.Label()))
 			r.dropSweepColumns(c, ends)
 			r.prog.sweepRates(c, nil, r.sc.Window) // no rate cells: none left to wait for

@@ -50,9 +50,8 @@ type exchange struct {
 	scrubFn func(string) string
 	tap     *tap.Stream
 
-	out     []byte
-	pending []byte
-	held    []byte // piece: what the tap held back before the current piece
+	out  []byte
+	held []byte // piece: what the tap held back before the current piece
 }
 
 // xstate is what one request sets in its exchange. put resets it by
@@ -87,6 +86,7 @@ type xstate struct {
 	at       time.Duration // in feed mode, when the bytes being passed on arrived
 	endLater bool          // the body ended with a backlog to write: writeToLoop ends the record
 	overrun  bool          // bytes came after the response's end: the connection is out of step
+	pending  []byte        // Read: what it has still to give the client (fasthttp's fallback; the server takes WriteTo)
 }
 
 func (p *Proxy) getExchange() *exchange {

@@ -426,8 +426,9 @@ const cutGrace = 5 * time.Second
 // stops accepting, says not ready on /healthz, and lets the open requests
 // end until ctx is done (its deadline: --shutdown-timeout); then it cuts
 // the rest. Every request, cut ones included, is recorded, and the capture
-// flushed, before Close returns. A ctx cancelled (not timed out) returns
-// context.Canceled after the same cut: a second Ctrl-C.
+// flushed, before Close returns; a capture that could not be written is
+// an error, whether or not a stream was cut. A ctx cancelled (not timed
+// out) returns context.Canceled after the same cut: a second Ctrl-C.
 func (p *Proxy) Close(ctx context.Context) error {
 	if p.closing.Swap(true) {
 		return nil
@@ -476,13 +477,14 @@ func (p *Proxy) Close(ctx context.Context) error {
 	close(p.recs)
 	p.recMu.Unlock()
 	<-p.recDone
-	if p.capture != nil {
-		if ferr := p.flushCapture(); ferr != nil && err == nil {
-			err = fmt.Errorf("capture: %w", ferr)
-		}
-	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = nil // streams cut at shutdown are expected
+	}
+	if p.capture != nil {
+		// A capture not written is output lost, however the shutdown went.
+		if ferr := p.flushCapture(); ferr != nil {
+			err = errors.Join(fmt.Errorf("capture: %w", ferr), err)
+		}
 	}
 	return err
 }

@@ -56,7 +56,7 @@ type Result struct {
 	// last of Requests ending, every body sent).
 	Start, End time.Duration
 	// Heard is when the loop stopped: after End when a closed loop kept
-	// going to hear the engine's answer (Closed.Hear), else End.
+	// going to hear the engine's answer (Closed.HearFor), else End.
 	Heard time.Duration
 	// Late is how far behind their times an open loop's requests were sent
 	// (zero for a closed loop, which has no times).

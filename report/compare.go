@@ -416,7 +416,7 @@ func (cmp *comparison) summary() string {
 		out += "; " + strings.Join(only, "; ")
 	}
 	if n, k := cmp.noiseCount(); k > 0 {
-		out += fmt.Sprintf(". %d of %d ratios of measured cells are within the cells' own noise (~: the change's 95%% bootstrap interval reaches within %.0f%% of none)", n, k, change.MinEffect*100)
+		out += fmt.Sprintf(". %d of %d ratios of measured cells are within the cells' own noise (~: the change's %.0f%% bootstrap interval reaches within %.0f%% of none)", n, k, change.Level*100, change.MinEffect*100)
 	}
 	return out + "."
 }
@@ -446,7 +446,8 @@ func (cmp *comparison) legend(letters bool) string {
 		}
 	}
 	if n, _ := cmp.noiseCount(); n > 0 {
-		parts = append(parts, noiseMark+" the change is within the cells' own noise: its 95% bootstrap interval reaches within 1% of none (METHOD §9)")
+		parts = append(parts, fmt.Sprintf("%s the change is within the cells' own noise: its %.0f%% bootstrap interval reaches within %.0f%% of none (METHOD §9)",
+			noiseMark, change.Level*100, change.MinEffect*100))
 	}
 	if changed {
 		if letters {

@@ -548,7 +548,7 @@ func pairCellHTML(p pairCell) string {
 	colour := ratioColour(r)
 	if tok.Noise() {
 		colour = "#ffffff" // within noise: no colour claims a change
-		title += fmt.Sprintf(" — within the cells' own noise (95%% interval ×%.3f to ×%.3f)", tok.Lo, tok.Hi)
+		title += fmt.Sprintf(" — within the cells' own noise (%.0f%% interval ×%.3f to ×%.3f)", change.Level*100, tok.Lo, tok.Hi)
 	}
 	return fmt.Sprintf("<td style=\"background:%s\" title=\"%s\"><span class=\"v\">%s</span><span class=\"r\">%s → %s tok/s</span></td>",
 		colour, h(title), h(fmtRatioNoise(r, tok)), h(cellTok(p.A)), h(cellTok(p.B)))

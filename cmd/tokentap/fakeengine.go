@@ -248,7 +248,7 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	log, err := cfg.LogFlags.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	e := fixtures.New(m, fixtures.WithLogger(slog.New(zerolog.NewSlogHandler(log))), fixtures.WithLedger(cfg.Ledger),
 		fixtures.WithLedgerEndpoint(cfg.Ledger), fixtures.WithFaults(setup.faults...))
@@ -259,7 +259,7 @@ func runFakeEngine(args []string, stdout, stderr io.Writer) int {
 	url, err := e.Start(cfg.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap fake-engine: %v\n", err)
-		return 1
+		return exitError
 	}
 	log.Info().Str("url", url).Str("model", m.Name).Msg("fake engine serving")
 	fmt.Fprintln(stdout, url)

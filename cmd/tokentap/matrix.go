@@ -100,7 +100,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	var f matrixFlags
 	if err := loadEnv(&f); err != nil {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fs := newCLI("matrix", matrixSummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000; empty: the demo against the built-in fake engine [TOKENTAP_TARGET]")
@@ -248,7 +248,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := f.LimitFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap matrix: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	cfg.Limits.ReadModelFile = demo || isLocal(f.Target)
 	if err := applyShardFlags(&cfg, f, os.Getenv("JOB_COMPLETION_INDEX")); err != nil {

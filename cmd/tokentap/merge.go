@@ -44,7 +44,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	var cfg mergeConfig
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap merge: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fset := newCLI("merge", mergeSummary, stdout, stderr)
 	out1 := &onceString{p: &cfg.Out, name: "-o/--out"}
@@ -65,7 +65,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(files) == 0 {
 		fmt.Fprintf(stderr, "tokentap merge: give the shards' result files (see tokentap merge --help)\n")
-		return 2
+		return exitUsage
 	}
 	// The outputs are checked before anything is read: never a file
 	// merged, never each other, an existing file kept unless --overwrite.
@@ -124,7 +124,7 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(ins) == 0 {
 		fmt.Fprintf(stderr, "tokentap merge: no result documents among the files: give the shards' results (tokentap matrix --out)\n")
-		return 2
+		return exitUsage
 	}
 	run, sum, err := merge.Runs(ins)
 	if err != nil {

@@ -182,7 +182,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	cfg := defaultProxyConfig()
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fs := newCLI("proxy", proxySummary, stdout, stderr)
 	fs.StringVar(&cfg.Upstream, "upstream", cfg.Upstream, "the engine's base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_UPSTREAM]")
@@ -212,31 +212,31 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: unexpected arguments %q (every setting is a flag; see --help)\n", fs.Args())
-		return 2
+		return exitUsage
 	}
 	if cfg.ReadHeaderTimeout < 0 || cfg.KeepAliveTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.MaxBodyMemory < 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: --read-header-timeout, --keep-alive-timeout, --shutdown-timeout and --max-body-memory cannot be negative\n")
-		return 2
+		return exitUsage
 	}
 	if cfg.MaxConnsPerIP < -1 {
 		fmt.Fprintf(stderr, "tokentap proxy: --max-conns-per-ip %d: want a positive cap, 0 (from --max-client-conns) or -1 (none)\n", cfg.MaxConnsPerIP)
-		return 2
+		return exitUsage
 	}
 	if cfg.BodyTimeout <= 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: --body-timeout %v: want a positive duration, e.g. 60s (the longest wait between two reads of a request body)\n", cfg.BodyTimeout)
-		return 2
+		return exitUsage
 	}
 	if cfg.IdleTimeout <= 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: --idle-timeout %v: want a positive duration, e.g. 10m (the longest wait for the engine's next byte)\n", cfg.IdleTimeout)
-		return 2
+		return exitUsage
 	}
 	if cfg.MaxClientConns < -1 {
 		fmt.Fprintf(stderr, "tokentap proxy: --max-client-conns %d: want a positive ceiling, 0 (from the open-file limit) or -1 (none)\n", cfg.MaxClientConns)
-		return 2
+		return exitUsage
 	}
 	if cfg.Procs < 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: --procs %d: want 0 (default) or a positive number of threads\n", cfg.Procs)
-		return 2
+		return exitUsage
 	}
 	err := checkListen(fs.source("listen"), cfg.Listen)
 	if err == nil && cfg.Admin != "" { // empty turns the admin address off
@@ -248,12 +248,12 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Upstream == "" {
 		fmt.Fprintf(stderr, "tokentap proxy: --upstream is required: the engine's base URL, e.g. --upstream http://127.0.0.1:8000\n")
-		return 2
+		return exitUsage
 	}
 	objectives, err := parseSLO(cfg.SLO)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	upstream, err := targetURL(cfg.Upstream, fs.source("upstream"))
 	if err != nil {
@@ -268,7 +268,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	log, err := cfg.LogFlags.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	pc := proxy.Config{SLO: objectives,
 		Upstream: cfg.Upstream, IdleTimeout: cfg.IdleTimeout, MaxBodySize: int(cfg.MaxBodySize),
@@ -283,19 +283,19 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		pool, err := loadCAs(cfg.UpstreamCA)
 		if err != nil {
 			fmt.Fprintf(stderr, "tokentap proxy: --upstream-ca: %v\n", err)
-			return 2
+			return exitUsage
 		}
 		pc.UpstreamCAs = pool
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		fmt.Fprintf(stderr, "tokentap proxy: --tls-cert and --tls-key go together: give both to serve HTTPS, or neither\n")
-		return 2
+		return exitUsage
 	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
 			fmt.Fprintf(stderr, "tokentap proxy: --tls-cert/--tls-key: %v\n", err)
-			return 2
+			return exitUsage
 		}
 		pc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
@@ -311,7 +311,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	p, err := proxy.New(pc)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	// A hang-up (the terminal or SSH session closed) shuts down as SIGTERM
 	// does, records kept, instead of killing the process.
@@ -327,7 +327,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: --listen: %v\n", err)
-		return 1
+		return exitError
 	}
 	var admin *http.Server
 	adminURL := "off"
@@ -336,7 +336,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			ln.Close()
 			fmt.Fprintf(stderr, "tokentap proxy: --admin: %v\n", err)
-			return 1
+			return exitError
 		}
 		admin = &http.Server{Handler: p.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
@@ -365,14 +365,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: the upstream serves %s; metrics label requests by these models, others as \"other\"\n", strings.Join(models, ", "))
 	}
 
-	code := 0
+	code := exitOK
 	select {
 	case <-ctx.Done():
 		code = exitInterrupted
 	case err := <-serveErr:
 		if err != nil && !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintf(stderr, "tokentap proxy: serving: %v\n", err)
-			code = 1
+			code = exitError
 		}
 	}
 	// Shut down as a load balancer expects: no new connections, /healthz
@@ -391,7 +391,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: stopped at once; the open requests were cut and recorded\n")
 	case err != nil:
 		fmt.Fprintf(stderr, "tokentap proxy: shutting down: %v\n", err)
-		code = 1
+		code = exitError
 	}
 	if admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), time.Second)

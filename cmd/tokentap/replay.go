@@ -53,7 +53,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	var f replayFlags
 	if err := loadEnv(&f); err != nil {
 		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fs := newCLI("replay", replaySummary, stdout, stderr)
 	fs.StringVar(&f.Target, "target", f.Target, "engine base URL, e.g. http://127.0.0.1:8000 (required) [TOKENTAP_TARGET]")
@@ -132,7 +132,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	objectives, err := parseSLO(f.SLO)
 	if err != nil {
 		fmt.Fprintf(stderr, "tokentap replay: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	log, err := f.logger(stderr)
 	if err != nil {
@@ -246,14 +246,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if f.Records != "" {
 		if err := recT.Write(stdout, func(w io.Writer) error { return writeRecords(w, recs) }); err != nil {
 			fmt.Fprintf(stderr, "tokentap replay: --records: %v\n", err)
-			code = max(code, 1)
+			code = max(code, exitError)
 		}
 	}
 	if f.Out != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		if err := outT.Write(stdout, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 			fmt.Fprintf(stderr, "tokentap replay: --out: %v\n", err)
-			code = max(code, 1)
+			code = max(code, exitError)
 		}
 	}
 	if f.Format == "json" {

@@ -51,7 +51,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	var cfg reportConfig
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap report: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fset := newCLI("report", reportSummary, stdout, stderr)
 	fset.StringVar(&cfg.Format, "format", cfg.Format, "text, md, csv, json or html [TOKENTAP_REPORT_FORMAT]")
