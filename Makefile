@@ -47,7 +47,8 @@ VLLM_VERSION ?= 0.32.0
 VLLM_VENV ?= $(ENGINE_CACHE)/vllm-$(VLLM_VERSION)
 TOKENTAP_VLLM ?=
 VLLM_CHECK := import torch, vllm; from vllm.platforms import current_platform as p; assert p.is_cpu(), 'vllm sees no CPU platform: %s' % p; print('vllm', vllm.__version__, 'torch', torch.__version__)
-LIVE_LOG ?= $(or $(TMPDIR),/tmp)/tokentap-live.log
+# In the checkout's bin/: two checkouts running make live at once keep apart.
+LIVE_LOG ?= $(CURDIR)/bin/live.log
 OPENAI_VENV ?= $(ENGINE_CACHE)/openai-3.63.0
 # make bench-peers: the peers' clients, pinned in peerbench/peers-requirements.txt.
 PEERS_VENV ?= $(ENGINE_CACHE)/peers-1
@@ -55,7 +56,7 @@ PEERS_STREAMS ?= 4
 PEERS_REQUESTS ?= 64
 PEERS_INPUT ?= 256
 PEERS_OUTPUT ?= 128
-LIVE_ENGINE_LOGS ?= $(or $(TMPDIR),/tmp)/tokentap-live-engines
+LIVE_ENGINE_LOGS ?= $(CURDIR)/bin/live-engines
 
 # The container image (Dockerfile), tagged $(IMAGE):$(VERSION); the
 # kustomization under deploy/kubernetes pins the tag the manifests run.
@@ -176,7 +177,7 @@ live:
 	  rm -rf '$(LIVE_ENGINE_LOGS)'; \
 	  TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' TOKENTAP_LIVE_LOGS='$(LIVE_ENGINE_LOGS)' \
 	  TOKENTAP_VLLM="$$vllm" TOKENTAP_VLLM_SKIP="$$vllm_skip" \
-	  $(GO) test -tags live -count=1 -v -timeout 30m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
+	  mkdir -p '$(dir $(LIVE_LOG))'; $(GO) test -tags live -count=1 -v -timeout 50m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
 	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
 	  if [ $$rc -ne 0 ]; then awk -f live/failures.awk '$(LIVE_LOG)'; fi; \
 	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
