@@ -178,7 +178,7 @@ Prints the proxy's URL on stdout. On Ctrl-C or SIGTERM it stops accepting, answe
 /healthz, lets open requests finish for up to --shutdown-timeout, then cuts the rest; every
 request is recorded, and it exits 130.`
 
-func runProxy(args []string, stdout, stderr io.Writer) int {
+func runProxy(args []string, stdout, stderr io.Writer) (code int) {
 	cfg := defaultProxyConfig()
 	if err := loadEnv(&cfg); err != nil {
 		fmt.Fprintf(stderr, "tokentap proxy: %v\n", err)
@@ -305,7 +305,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "tokentap proxy: --capture: %v\n", err)
 			return exitUsage // a file it cannot open is a wrong flag, as matrix --out's
 		}
-		defer f.Close()
+		defer func() {
+			// The proxy flushed every record into f at its close; a file
+			// that fails even now (a full disk, NFS) lost them: say so.
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(stderr, "tokentap proxy: --capture %s: closing the file: %v (the last records may be lost)\n", cfg.Capture, err)
+				code = max(code, exitError)
+			}
+		}()
 		pc.Capture = f
 	}
 	p, err := proxy.New(pc)
@@ -365,7 +372,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tokentap proxy: the upstream serves %s; metrics label requests by these models, others as \"other\"\n", strings.Join(models, ", "))
 	}
 
-	code := exitOK
+	code = exitOK
 	select {
 	case <-ctx.Done():
 		code = exitInterrupted
