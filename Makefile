@@ -174,10 +174,10 @@ live:
 	    echo "$$out" | tail -n 1; \
 	  fi; \
 	  echo "live tier: llama-server=$(or $(TOKENTAP_LLAMA_SERVER),(none)) ollama=$(or $(TOKENTAP_OLLAMA),(none)) vllm=$${vllm:-(none)}; log: $(LIVE_LOG)"; \
-	  rm -rf '$(LIVE_ENGINE_LOGS)'; \
+	  rm -rf '$(LIVE_ENGINE_LOGS)'; mkdir -p '$(dir $(LIVE_LOG))'; \
 	  TOKENTAP_LLAMA_SERVER='$(TOKENTAP_LLAMA_SERVER)' TOKENTAP_OLLAMA='$(TOKENTAP_OLLAMA)' TOKENTAP_LIVE_LOGS='$(LIVE_ENGINE_LOGS)' \
 	  TOKENTAP_VLLM="$$vllm" TOKENTAP_VLLM_SKIP="$$vllm_skip" \
-	  mkdir -p '$(dir $(LIVE_LOG))'; $(GO) test -tags live -count=1 -v -timeout 50m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
+	  $(GO) test -tags live -count=1 -v -timeout 50m ./live/ >'$(LIVE_LOG)' 2>&1; rc=$$?; \
 	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
 	  if [ $$rc -ne 0 ]; then awk -f live/failures.awk '$(LIVE_LOG)'; fi; \
 	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
