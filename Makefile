@@ -181,7 +181,11 @@ live:
 	  grep -E '^    --- (PASS|FAIL)|^--- (PASS|FAIL|SKIP)' '$(LIVE_LOG)'; \
 	  if [ $$rc -ne 0 ]; then awk -f live/failures.awk '$(LIVE_LOG)'; fi; \
 	  if ! grep -q '^live ' '$(LIVE_LOG)'; then tail -n 40 '$(LIVE_LOG)'; fi; \
-	  grep '^live ' '$(LIVE_LOG)'; exit $$rc
+	  grep '^live ' '$(LIVE_LOG)'; \
+	  for e in 'llama-server=$(TOKENTAP_LLAMA_SERVER)' 'ollama=$(TOKENTAP_OLLAMA)' "vllm=$$vllm"; do \
+	    if [ -n "$${e#*=}" ] && grep -q "^live $${e%%=*}: skipped" '$(LIVE_LOG)'; then \
+	      echo "make live: $${e%%=*} is at $${e#*=}, yet its checks were skipped: a tier that finds an engine runs it"; rc=1; fi; \
+	  done; exit $$rc
 
 # One package at a time (-p 1): the benchmarks pin processes to CPUs and
 # measure CPU time, so two packages' benchmarks at once spoil each other.
