@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -137,20 +136,7 @@ func dashboardQueries(t *testing.T) []panelQuery {
 // admin, and returns its URL.
 func startProxy(t *testing.T, bin, upstream, admin string) string {
 	t.Helper()
-	cmd := exec.Command(bin, "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", admin)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("proxy: %v", err)
-	}
-	return strings.TrimSpace(line)
+	return startURL(t, "proxy", bin, "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", admin)
 }
 
 // startPrometheus runs Prometheus scraping target every second in one

@@ -280,7 +280,14 @@ func tokentapBinary(t *testing.T) string {
 // fakeEngine starts tokentap fake-engine and returns its URL.
 func fakeEngine(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"fake-engine", "--listen", "127.0.0.1:0"}, args...)...)
+	return startURL(t, "fake engine", bin, append([]string{"fake-engine", "--listen", "127.0.0.1:0"}, args...)...)
+}
+
+// startURL starts bin with args, stopped when the test ends, and returns
+// the URL it prints first on stdout.
+func startURL(t *testing.T, what, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +298,7 @@ func fakeEngine(t *testing.T, bin string, args ...string) string {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		t.Fatalf("fake engine: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	return strings.TrimSpace(line)
 }
