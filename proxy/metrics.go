@@ -97,6 +97,7 @@ type metrics struct {
 	capturing     bool          // the proxy has a capture (set before serving)
 	captured      atomic.Uint64 // records written to the capture file
 	captureFailed atomic.Uint64 // records the capture could not take (recorder)
+	captureHeld   atomic.Int64  // records waiting for a capture file that fails
 	recordsLate   atomic.Uint64 // records finished after the recorder closed
 
 	clientConns atomic.Int64                  // open client connections
@@ -147,6 +148,8 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.captured.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_capture_errors_total", Help: "Records that could not be written to the capture file (--capture); each is logged with the reason."},
 			func() float64 { return float64(m.captureFailed.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokentap_capture_held_records", Help: "Records waiting in memory (at most 16 MiB of them) for a capture file whose writes fail; written, in order, when a write succeeds again."},
+			func() float64 { return float64(m.captureHeld.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_usage_unread_total", Help: "Non-streaming answers passed on whole whose usage was not read: the answers held at once for it were at their 64 MiB bound; their output tokens are not known."},
 			func() float64 { return float64(tap.UnreadBodies()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokentap_records_lost_total", Help: "Records of requests that ended after the proxy's recorder had shut down (not counted elsewhere); each is logged."},
@@ -366,6 +369,8 @@ type Stats struct {
 type CaptureStats struct {
 	Written uint64 `json:"written"`
 	Failed  uint64 `json:"failed"`
+	// Held records wait for a capture file whose writes fail.
+	Held int64 `json:"held"`
 }
 
 // ModelStats summarises one model's measured requests. Percentiles come
@@ -402,7 +407,7 @@ func (m *metrics) stats(reset bool) *Stats {
 	now := time.Now()
 	st := &Stats{Since: m.since, Until: now, InFlight: m.inFlight.Load(), Models: map[string]*ModelStats{}, RecordsLost: m.recordsLate.Load()}
 	if m.capturing {
-		st.Capture = &CaptureStats{Written: m.captured.Load(), Failed: m.captureFailed.Load()}
+		st.Capture = &CaptureStats{Written: m.captured.Load(), Failed: m.captureFailed.Load(), Held: m.captureHeld.Load()}
 	}
 	if !m.slo.IsZero() {
 		spec := m.slo.Result()

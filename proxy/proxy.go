@@ -152,9 +152,9 @@ type Proxy struct {
 	recs    chan *record.Record
 	recDone chan struct{}
 	capture *record.Writer
-	// capturePending is how many records the capture writer holds that
-	// have not reached the file yet (recorder only).
-	capturePending int
+	// captureFailing says the capture's last flush failed (recorder, then
+	// Close).
+	captureFailing bool
 	idPrefix       string
 	seq            atomic.Uint64
 	active         atomic.Int64 // requests being served
@@ -482,7 +482,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	if p.capture != nil {
 		// A capture not written is output lost, however the shutdown went.
-		if ferr := p.flushCapture(); ferr != nil {
+		if ferr := p.flushCapture(true); ferr != nil {
 			err = errors.Join(fmt.Errorf("capture: %w", ferr), err)
 		}
 	}
@@ -506,7 +506,7 @@ func (p *Proxy) recorder() {
 		if p.capture != nil {
 			p.captureRecord(r)
 			if len(p.recs) == 0 {
-				p.flushCapture()
+				_ = p.flushCapture(false)
 			}
 		}
 		if p.cfg.OnRecord != nil {
@@ -518,36 +518,46 @@ func (p *Proxy) recorder() {
 }
 
 // captureRecord writes one record to the capture. A record the capture
-// cannot take is counted (tokentap_capture_errors_total, /stats) and
-// logged, each one, with the reason: a capture never loses a record in
-// silence. Records wait in the writer's buffer until flushCapture; a
-// failure there loses them too, and counts them.
+// cannot take (MaxHeld bytes already wait for a file that fails) is
+// counted (tokentap_capture_errors_total, /stats) and logged, each one,
+// with the reason: a capture never loses a record in silence.
 func (p *Proxy) captureRecord(r *record.Record) {
 	if err := p.capture.Write(r); err != nil {
-		lost := p.capturePending + 1
-		p.capturePending = 0
-		p.m.captureFailed.Add(uint64(lost))
-		p.log.Error().Err(err).Str("request", r.ID).Int("records_lost", lost).
+		p.m.captureFailed.Add(1)
+		p.log.Error().Err(err).Str("request", r.ID).Int("records_lost", 1).
 			Msg("capture: a record could not be written; it is counted in tokentap_capture_errors_total")
-		return
 	}
-	p.capturePending++
+	p.m.captureHeld.Store(int64(p.capture.Held()))
 }
 
-// flushCapture writes the buffered records to the capture file.
-func (p *Proxy) flushCapture() error {
-	n := p.capturePending
-	p.capturePending = 0
-	if err := p.capture.Flush(); err != nil {
-		if n > 0 {
-			p.m.captureFailed.Add(uint64(n))
-			p.log.Error().Err(err).Int("records_lost", n).
-				Msg("capture: flushing records to the file failed; they are counted in tokentap_capture_errors_total")
+// flushCapture writes the records waiting to the capture file. A write
+// that fails keeps them, in order, for the next flush (a full disk that
+// gets room again loses nothing): the failure is logged when it starts and
+// when it ends, and the records waiting are shown meanwhile
+// (tokentap_capture_held_records, /stats). final says nothing will retry
+// them: what still waits is lost, counted and logged.
+func (p *Proxy) flushCapture(final bool) error {
+	before := p.capture.Written()
+	err := p.capture.Flush()
+	p.m.captured.Add(p.capture.Written() - before)
+	held := p.capture.Held()
+	p.m.captureHeld.Store(int64(held))
+	switch {
+	case err != nil && final:
+		if held > 0 {
+			p.m.captureFailed.Add(uint64(held))
+			p.m.captureHeld.Store(0)
+			p.log.Error().Err(err).Int("records_lost", held).
+				Msg("capture: the records still waiting could not be written at shutdown; they are counted in tokentap_capture_errors_total")
 		}
-		return err
+	case err != nil && !p.captureFailing:
+		p.log.Error().Err(err).Int("records_held", held).
+			Msg("capture: writing to the file failed; the records wait in memory (up to 16 MiB) and are written when it works again")
+	case err == nil && p.captureFailing:
+		p.log.Warn().Msg("capture: writing to the file works again; the records that waited are written")
 	}
-	p.m.captured.Add(uint64(n))
-	return nil
+	p.captureFailing = err != nil
+	return err
 }
 
 // guard runs fn, recovering a panic: counted in

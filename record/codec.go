@@ -172,27 +172,6 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Writer writes records as JSON lines. It is not safe for concurrent use;
-// wrap it (or give each goroutine its own) when several producers share a file.
-type Writer struct {
-	w   *bufio.Writer
-	enc *json.Encoder
-}
-
-// NewWriter returns a Writer on w. Call Flush when done.
-func NewWriter(w io.Writer) *Writer {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	return &Writer{w: bw, enc: enc}
-}
-
-// Write appends one record as a line.
-func (w *Writer) Write(r *Record) error { return w.enc.Encode(r) }
-
-// Flush writes buffered lines to the underlying writer.
-func (w *Writer) Flush() error { return w.w.Flush() }
-
 // MaxLine is the longest JSONL line a Reader accepts (a record with a
 // captured 248K-token prompt is a few MiB).
 const MaxLine = 64 << 20

@@ -336,8 +336,9 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		cfg.OnRecords = func(recs []record.Record) {
 			for i := range recs {
 				if err := recw.Write(&recs[i]); err != nil {
-					// The writer keeps the error: the end of the run
-					// reports it and exits 1.
+					// The file has failed so long that 16 MiB of
+					// records wait for it: the end of the run's flush
+					// reports its error and exits 1.
 					log.Error().Err(err).Msg("writing records")
 					return
 				}
