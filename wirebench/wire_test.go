@@ -3,7 +3,7 @@
 // Package wirebench is tokentap measured against the wire (make
 // bench-wire, build tag wire, not in CI): tcpdump captures the loopback
 // traffic with the kernel's timestamps while tokentap runs, package wire
-// (internal/wire, here because nothing else uses it) reads the capture,
+// (internal/wire, shared with peerbench) reads the capture,
 // and tokentap's records are set beside what the wire carried (METHOD.md,
 // "How tokentap's own accuracy is established"). It needs root or
 // CAP_NET_RAW (tcpdump).
@@ -43,7 +43,7 @@ import (
 	"github.com/tokentap/tokentap/internal/test/benchcpu"
 	"github.com/tokentap/tokentap/internal/test/nginxref"
 	"github.com/tokentap/tokentap/record"
-	"github.com/tokentap/tokentap/wirebench/internal/wire"
+	"github.com/tokentap/tokentap/internal/wire"
 )
 
 const (
