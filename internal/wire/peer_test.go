@@ -28,7 +28,7 @@ func TestMatchReported(t *testing.T) {
 	xs := []Exchange{
 		stream("r1", "q1", 0, []int{40, 50}, 51, 52),
 		stream("r2", "q2", 1, []int{41, 51}, 51, 60),
-		stream("r3", "", 2, []int{42, 52}, 53, 53), // ends within 1 ms of r1's end
+		stream("r3", "", 2, []int{42, 52}, 53, 53),                            // ends within 1 ms of r1's end
 		{ReqDone: true, Complete: true, Wire: record.Record{ResponseID: "m"}}, // not a stream (GET /v1/models): never paired
 	}
 	cases := []struct {
