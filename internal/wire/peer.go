@@ -3,6 +3,8 @@ package wire
 import (
 	"slices"
 	"time"
+
+	"github.com/tokentap/tokentap/record"
 )
 
 // Reported is one request as another load generator (a peer: vLLM's bench
@@ -25,10 +27,11 @@ type Key int
 const (
 	ByResponseID Key = iota // the engine's response id
 	ByRequestID             // the X-Request-Id header the peer sent
-	// ByEndOrder: the peer lists its requests in the order they ended,
-	// and the wire's streams are taken in the order their last bytes
-	// came. Requests that end within a millisecond of each other can
-	// trade places; Matched.Close counts those pairs.
+	// ByEndOrder: the peer lists the requests it completed in the order
+	// they ended, and the wire's streams that completed (package tap's
+	// outcome OK) are taken in the order their last bytes came. Requests
+	// that end within a millisecond of each other can trade places;
+	// Matched.Close counts those pairs.
 	ByEndOrder
 )
 
@@ -73,6 +76,8 @@ func MatchReported(rs []Reported, xs []Exchange, key Key) Matched {
 	used := make(map[*Exchange]bool, len(streams))
 	switch key {
 	case ByEndOrder:
+		all := len(streams)
+		streams = slices.DeleteFunc(streams, func(x *Exchange) bool { return x.Wire.Outcome != record.OK })
 		slices.SortStableFunc(streams, func(a, b *Exchange) int { return compareDur(endOf(a), endOf(b)) })
 		n := min(len(rs), len(streams))
 		for i := 0; i < n; i++ {
@@ -84,6 +89,8 @@ func MatchReported(rs []Reported, xs []Exchange, key Key) Matched {
 			}
 		}
 		m.Unmatched = len(rs) - n
+		m.Left = all - n
+		return m
 	default:
 		name := func(x *Exchange) string {
 			if key == ByRequestID {

@@ -30,7 +30,9 @@ func TestMatchReported(t *testing.T) {
 		stream("r2", "q2", 1, []int{41, 51}, 51, 60),
 		stream("r3", "", 2, []int{42, 52}, 53, 53),                            // ends within 1 ms of r1's end
 		{ReqDone: true, Complete: true, Wire: record.Record{ResponseID: "m"}}, // not a stream (GET /v1/models): never paired
+		stream("r4", "q4", 3, []int{43}, 0, 0),                                // cut after its first token: never paired by end order
 	}
+	xs[4].Wire.Outcome = record.Cancelled
 	cases := []struct {
 		name                    string
 		key                     Key
@@ -39,13 +41,13 @@ func TestMatchReported(t *testing.T) {
 		unmatched, left, closeN int
 	}{
 		{"by response id", ByResponseID, []Reported{{ResponseID: "r2"}, {ResponseID: "zz"}, {}, {ResponseID: "r1"}, {ResponseID: "r1"}},
-			[]string{"r2", "r1"}, 3, 1, 0},
-		{"by request id", ByRequestID, []Reported{{RequestID: "q1"}, {RequestID: "q2"}, {RequestID: ""}},
-			[]string{"r1", "r2"}, 1, 1, 0},
-		{"not a stream, by its id", ByResponseID, []Reported{{ResponseID: "m"}}, nil, 1, 3, 0},
-		{"by end order", ByEndOrder, []Reported{{}, {}, {}}, []string{"r1", "r3", "r2"}, 0, 0, 2},
-		{"by end order, more reports", ByEndOrder, []Reported{{}, {}, {}, {}}, []string{"r1", "r3", "r2"}, 1, 0, 2},
-		{"by end order, fewer", ByEndOrder, []Reported{{}}, []string{"r1"}, 0, 2, 1},
+			[]string{"r2", "r1"}, 3, 2, 0},
+		{"by request id", ByRequestID, []Reported{{RequestID: "q1"}, {RequestID: "q2"}, {RequestID: ""}, {RequestID: "q4"}},
+			[]string{"r1", "r2", "r4"}, 1, 1, 0},
+		{"not a stream, by its id", ByResponseID, []Reported{{ResponseID: "m"}}, nil, 1, 4, 0},
+		{"by end order", ByEndOrder, []Reported{{}, {}, {}}, []string{"r1", "r3", "r2"}, 0, 1, 2},
+		{"by end order, more reports", ByEndOrder, []Reported{{}, {}, {}, {}}, []string{"r1", "r3", "r2"}, 1, 1, 2},
+		{"by end order, fewer", ByEndOrder, []Reported{{}}, []string{"r1"}, 0, 3, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
