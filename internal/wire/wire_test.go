@@ -67,7 +67,9 @@ func keepAlive(w *pcapWriter, client, server netip.AddrPort, isn uint32) {
 	f.send(false, at(101), chunk(done))
 	f.send(false, at(102), "0\r\n\r\n")
 
-	f.send(true, at(200), request(body))
+	req2 := request(body)
+	req2 = strings.Replace(req2, "Host: 127.0.0.1\r\n", "Host: 127.0.0.1\r\nx-request-id:  bench-7 \r\n", 1) // as vLLM's bench serve names its requests
+	f.send(true, at(200), req2)
 	resp := tokenEvent("cmpl-2", "x") + ": a comment\n\n" + tokenEvent("cmpl-2", "y") + done
 	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nContent-Length: " + fmt.Sprint(len(resp)) + "\r\n\r\n"
 	f.send(false, at(250), head+resp[:5])
@@ -108,6 +110,9 @@ func checkKeepAlive(t *testing.T, c *Capture) {
 		t.Errorf("%d events, %d split; want 5, 2", x.Events, x.Split)
 	}
 	y := c.Exchanges[1]
+	if x.RequestID != "" || y.RequestID != "bench-7" {
+		t.Errorf("request ids %q, %q; want none, bench-7", x.RequestID, y.RequestID)
+	}
 	if y.Wire.ResponseID != "cmpl-2" || y.Wire.Sent != wt(200) || !y.Complete {
 		t.Errorf("exchange 2: id %q sent %v complete %v", y.Wire.ResponseID, y.Wire.Sent-wt(0), y.Complete)
 	}

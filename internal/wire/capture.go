@@ -20,9 +20,10 @@ type Exchange struct {
 	Conn           int // the connection's number in the capture, from 1, in order of first packet
 	Client, Server netip.AddrPort
 	Method, Path   string
-	Status         int  // 0: no response head was seen
-	Complete       bool // the response ended by its framing (or the connection's close, for a close-delimited body)
-	ReqDone        bool // the whole request was seen
+	RequestID      string // the request's X-Request-Id header, where it had one
+	Status         int    // 0: no response head was seen
+	Complete       bool   // the response ended by its framing (or the connection's close, for a close-delimited body)
+	ReqDone        bool   // the whole request was seen
 
 	// Wire is the exchange measured as the tap measures a stream, with wire
 	// times: Sent is the time of the request's last byte, Arrivals the time
@@ -302,7 +303,7 @@ func (c *conn) head(resp bool, h *headInfo, at time.Duration) bool {
 	if !resp {
 		x := c.exchange(c.reqN)
 		if x != nil {
-			x.Method, x.Path = h.method, h.path
+			x.Method, x.Path, x.RequestID = h.method, h.path, h.requestID
 		}
 		return false
 	}
