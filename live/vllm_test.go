@@ -119,6 +119,7 @@ func TestVLLM(t *testing.T) {
 		}
 	})
 	check(t, vllm, "metric names of vLLM 0.32", func(t *testing.T) { vllmMetricNames(t, s.url) })
+	check(t, vllm, "the fake's metrics and their labels are vLLM 0.32's", func(t *testing.T) { vllmFakeNames(t, s.url) })
 	check(t, vllm, "prefix cache counters count a repeated prompt", func(t *testing.T) { vllmPrefixCounters(t, in, s.url) })
 	check(t, vllm, "waiting gauge counts requests above --max-num-seqs", func(t *testing.T) { vllmWaiting(t, in, s.url) })
 	check(t, vllm, "requests that do not fit, as vLLM 0.32 answers them", func(t *testing.T) { vllmLimits(t, s.url) })
@@ -159,6 +160,8 @@ func TestVLLM(t *testing.T) {
 	})
 	check(t, vllm, "cache hits in every valid cell", func(t *testing.T) { vllmCacheHits(t, res, recs) })
 	check(t, vllm, "TTFT split from vLLM's histograms", func(t *testing.T) { vllmSplit(t, res) })
+	check(t, vllm, "prefix cache evicts as vLLM 0.32's block pool", func(t *testing.T) { vllmEvictionOrder(t, in, s.url) })
+	check(t, vllm, "matrix: a cell whose warmed prompt was evicted is Cache missed", func(t *testing.T) { vllmCacheMissed(t, s.url) })
 	check(t, vllm, "failed only where a request failed", func(t *testing.T) {
 		for _, c := range res.Decode {
 			if c.Status == result.Failed {
