@@ -419,7 +419,7 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"", "window: 5s\n", "contexts: \"0,16k\"\n", "sampling:\n  top_p: 0.5\n",
 		"extra:\n  a: {b: [1, 2]}\n", "x: &a [1]\ny: *a\n", "a: &a [*a]\n", "- 1\n", "---\n---\n",
-		"concurrency: [1, 2]\nprefill: []\n", "window: 1e300\n",
+		"concurrency: [1, 2]\nprefill: []\n", "window: 1e300\n", "prefill_repeats: 5\n", "prefill_repeats: [3]\n",
 	} {
 		f.Add(s)
 	}
@@ -540,4 +540,22 @@ func TestParsePrefillRepeats(t *testing.T) {
 	if got := (Scenario{}).PrefillRepeatsOrDefault(); got != DefaultPrefillRepeats {
 		t.Errorf("a zero PrefillRepeats sends %d, want the default %d", got, DefaultPrefillRepeats)
 	}
+}
+
+func FuzzParsePrefillRepeats(f *testing.F) {
+	for _, s := range []string{"3", " 1 ", "0", "-1", "100", "101", "1e2", "", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParsePrefillRepeats(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "cold requests per prefill row") {
+				t.Fatalf("%q: error %q does not say what to give", s, err)
+			}
+			return
+		}
+		if n < 1 || n > MaxPrefillRepeats {
+			t.Fatalf("%q gave %d, outside 1–%d", s, n, MaxPrefillRepeats)
+		}
+	})
 }
