@@ -19,8 +19,11 @@ type plan struct {
 	rates       []float64     // an arrival-rate run's columns (then concurrency is empty)
 	cells       []result.Cell // every (C, N) — or (C, rate) — of the kept contexts, Over capacity or NotRun
 	prefill     []result.Prefill
-	coldPrefill []int // prefill contexts needing a separate cold request
-	notes       []string
+	coldPrefill []int // prefill contexts needing separate cold requests
+	// repeats is the cold requests each prefill row sends (0: one), for
+	// the time estimate.
+	repeats int
+	notes   []string
 }
 
 // need is the KV cache a cell asks for: N × (C + max output) tokens.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/engines"
+	"github.com/tokentap/tokentap/internal/english"
 	"github.com/tokentap/tokentap/prompts"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -118,81 +119,135 @@ func (r *runner) request(prompt string, maxTokens int) replay.Request {
 	}
 }
 
-// coldPrefill measures prefill context pc with one request of its own.
+// coldPrefill measures prefill context pc with requests of its own: the
+// run's repeats, each a prompt of its own, so each is cold (METHOD §3).
 func (r *runner) coldPrefill(ctx context.Context, pc int) error {
-	r.prog.begin(stepPrefill, pc, result.Column{}, "cold prefill, context "+TokenLabel(pc))
-	var capped *prompts.CappedError
-	err := r.primeEstimate(ctx, pc)
-	// A slot number no decode row uses keeps this prompt distinct from all.
-	var p prompts.Prompt
-	if err == nil {
-		p, err = r.builder(pc).Prompt(ctx, pc, coldSlot)
+	r.prog.begin(stepPrefill, pc, result.Column{}, fmt.Sprintf("cold prefill, context %s (%s)", TokenLabel(pc), english.Count(r.repeats(), "request", "requests")))
+	if err := r.primeEstimate(ctx, pc); err != nil {
+		return r.prefillPromptFailed(pc, err)
 	}
-	if errors.As(err, &capped) {
-		r.failPrefill(pc, capped.Max, r.noteTruncated(pc, capped.Target, capped.Max))
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
-	}
-	_, w, err := r.bodies(pc, p)
-	if err != nil {
-		return err
-	}
-	warm := []replay.Body{w}
 	r.drain(ctx) // the measurement must not share the engine with streams still winding down
-	recs := replay.Run(ctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: 1, Stream: true, Tag: "prefill C=" + TokenLabel(pc), IDs: &r.ids}, Bodies: warm, Once: true}).Records
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	r.emit(recs)
-	if len(recs) == 1 {
-		r.setPrefill(pc, &recs[0], p.Tokens)
-		if recs[0].Outcome.Failed() {
-			return r.stillThere(ctx, result.Failed, "the "+TokenLabel(pc)+" prefill row")
+	for k := range r.repeats() {
+		stop, err := r.coldRepeat(ctx, pc, k, "prefill C="+TokenLabel(pc))
+		if stop || err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// prefillPromptFailed handles a failure to build a prefill prompt of
+// context pc: an engine that truncates it fails the row (nil error),
+// anything else stops the run.
+func (r *runner) prefillPromptFailed(pc int, err error) error {
+	var capped *prompts.CappedError
+	if errors.As(err, &capped) {
+		r.failPrefill(pc, capped.Max, r.noteTruncated(pc, capped.Target, capped.Max))
+		return nil
+	}
+	return fmt.Errorf("build the %s-token prefill prompt: %w", TokenLabel(pc), err)
+}
+
+// repeats is how many cold requests each prefill row sends.
+func (r *runner) repeats() int { return r.sc.PrefillRepeatsOrDefault() }
+
+// repeatSlot is the prompt slot of a prefill row's repeat k sent on its
+// own: slot numbers no decode row uses (nor primeEstimate's), one per
+// repeat, so each repeat's prompt differs from every other from its first
+// line and none finds another's in the prefix cache.
+func repeatSlot(k int) int {
+	if k == 0 {
+		return coldSlot
+	}
+	return primeSlot + k
+}
+
+// coldRepeat sends repeat k of prefill context pc alone, with a prompt of
+// its own (repeatSlot), and adds it to the row. stop: the rest of the
+// row's repeats would fail as this one did (the engine refused or
+// truncated the prompt's length), or the prompt could not be built.
+func (r *runner) coldRepeat(ctx context.Context, pc, k int, tag string) (stop bool, err error) {
+	p, err := r.builder(pc).Prompt(ctx, pc, repeatSlot(k))
+	if err != nil {
+		return true, r.prefillPromptFailed(pc, err)
+	}
+	_, w, err := r.bodies(pc, p)
+	if err != nil {
+		return true, err
+	}
+	recs := replay.Run(ctx, replay.Closed{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: 1, Stream: true, Tag: tag, IDs: &r.ids}, Bodies: []replay.Body{w}, Once: true}).Records
+	if ctx.Err() != nil {
+		return true, ctx.Err()
+	}
+	r.emit(recs)
+	if len(recs) != 1 {
+		return false, nil
+	}
+	rec := &recs[0]
+	r.setPrefill(pc, rec, p.Tokens)
+	if engines.ContextExceeded(rec) || truncated(rec, p.Tokens, r.build.Estimate) {
+		return true, nil
+	}
+	if rec.Outcome.Failed() {
+		return false, r.stillThere(ctx, result.Failed, "the "+TokenLabel(pc)+" prefill row")
+	}
+	return false, nil
+}
+
+// setPrefill adds one cold request (rec, its prompt target tokens as the
+// builder counted them) to prefill row pc as a repeat, and sets the row's
+// figures from all its repeats so far (cell.SummarizePrefill).
 func (r *runner) setPrefill(pc int, rec *record.Record, target int) {
 	for i := range r.res.Prefill {
 		row := &r.res.Prefill[i]
 		if row.Context != pc {
 			continue
 		}
-		row.Requests = 1
-		row.PromptTokens = rec.PromptTokens
-		fail := func(msg string) {
-			row.Status, row.Error = result.Failed, msg
-			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(pc), clip(msg, 160)))
-		}
-		switch {
-		case rec.Outcome.Failed() || len(rec.Arrivals) == 0:
-			msg := rec.Error
-			if msg == "" {
-				msg = "no token arrived"
-			}
-			fail(msg)
-			return
-		case truncated(rec, target, r.build.Estimate):
-			fail(fmt.Sprintf("the engine truncated the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens))
+		row.Repeats = r.repeats()
+		rp := r.prefillRepeat(rec, target)
+		row.Each = append(row.Each, rp)
+		cell.SummarizePrefill(row)
+		n := fmt.Sprintf("%d/%d", len(row.Each), row.Repeats)
+		if !rp.Measured() {
+			r.prog.note(fmt.Sprintf("prefill %s %s: no figure: %s", TokenLabel(pc), n, clip(rp.Error, 160)))
 			return
 		}
-		tps, ttft, ok := cell.Prefill(rec)
-		if ok {
-			r.prog.prefillMeasured(rec.PromptTokens, ttft)
-		}
-		if !ok {
-			row.Status = result.Failed
-			row.Error = "the engine reported no prompt token count"
-			return
-		}
-		row.Status = result.Valid
-		row.TokPerSec = tps
-		row.TTFTms = float64(ttft) / float64(time.Millisecond)
-		r.prog.note(fmt.Sprintf("prefill %-6s %9.1f tok/s  TTFT %s", TokenLabel(pc), tps, ttft.Round(time.Millisecond)))
+		r.prog.note(fmt.Sprintf("prefill %-6s %s %9.1f tok/s  TTFT %s", TokenLabel(pc), n, rp.TokPerSec, time.Duration(rp.TTFTms*float64(time.Millisecond)).Round(time.Millisecond)))
 	}
+}
+
+// prefillRepeat is one cold request as a prefill repeat: its figure, or
+// why it has none (it failed, the engine truncated its prompt, counted no
+// prompt tokens, or served it from its prefix cache: not cold).
+func (r *runner) prefillRepeat(rec *record.Record, target int) result.PrefillRepeat {
+	rp := result.PrefillRepeat{PromptTokens: rec.PromptTokens}
+	if rec.CachedSource == record.SourceUsage {
+		c := rec.CachedTokens
+		rp.CachedTokens = &c
+	}
+	switch {
+	case rec.Outcome.Failed() || len(rec.Arrivals) == 0:
+		rp.Error = rec.Error
+		if rp.Error == "" {
+			rp.Error = "no token arrived"
+		}
+		return rp
+	case truncated(rec, target, r.build.Estimate):
+		rp.Error = fmt.Sprintf("the engine truncated the %d-token prompt to %d tokens without an error: its context is shorter than it said", target, rec.PromptTokens)
+		return rp
+	case rp.CachedTokens != nil && cell.ColdCached(*rp.CachedTokens, prompts.Tolerance(rec.PromptTokens)):
+		rp.Error = fmt.Sprintf("the engine served %d of its %d prompt tokens from its prefix cache: not a cold prefill", *rp.CachedTokens, rec.PromptTokens)
+		return rp
+	}
+	tps, ttft, ok := cell.Prefill(rec)
+	if !ok {
+		rp.Error = "the engine reported no prompt token count"
+		return rp
+	}
+	r.prog.prefillMeasured(rec.PromptTokens, ttft)
+	rp.TokPerSec = tps
+	rp.TTFTms = float64(ttft) / float64(time.Millisecond)
+	return rp
 }
 
 // estimateSlack is how far an estimated prompt length (Builder.Estimate:
@@ -292,6 +347,15 @@ func (r *runner) rowStart(ctx context.Context, c, n int, cols []result.Column) (
 			rw.cold = ttft
 		}
 	}
+	if r.isPrefillRow(c) {
+		// The row's prefill repeats after the first: prompts of their own,
+		// each cold and alone, before any cell warms its prompts.
+		for k := 1; k < r.repeats(); k++ {
+			if stop, err := r.coldRepeat(ctx, c, k, "prefill C="+TokenLabel(c)); stop || err != nil {
+				return rw, err == nil, err
+			}
+		}
+	}
 	return rw, true, nil
 }
 
@@ -312,10 +376,19 @@ func (r *runner) noteTruncated(c, sent, got int) string {
 }
 
 // failPrefill fails the prefill row of context c, if there is one, with
-// the reason given (no request of it was measured).
+// the reason given: the row where none of its requests was sent, else the
+// repeat whose prompt could not be built.
 func (r *runner) failPrefill(c, promptTokens int, msg string) {
 	for i := range r.res.Prefill {
 		if row := &r.res.Prefill[i]; row.Context == c {
+			if len(row.Each) > 0 {
+				// A later repeat's prompt: counted as a repeat without a figure.
+				row.Each = append(row.Each, result.PrefillRepeat{PromptTokens: promptTokens, Error: msg})
+				cell.SummarizePrefill(row)
+				r.prog.note(fmt.Sprintf("prefill %s %d/%d: no figure: %s", TokenLabel(c), len(row.Each), row.Repeats, clip(msg, 160)))
+				continue
+			}
+			row.Repeats = r.repeats()
 			row.Status, row.Error, row.PromptTokens = result.Failed, msg, promptTokens
 			r.prog.note(fmt.Sprintf("prefill %s: failed: %s", TokenLabel(c), clip(msg, 160)))
 		}

@@ -86,8 +86,9 @@ type pstep struct {
 // names them), each a window and its grace.
 func (p *plan) steps(window time.Duration, warmSlots func(int) int, sweep bool) []pstep {
 	var out []pstep
+	reps := max(p.repeats, 1)
 	for _, pc := range p.coldPrefill {
-		out = append(out, pstep{kind: stepPrefill, context: pc, prompts: 1})
+		out = append(out, pstep{kind: stepPrefill, context: pc, prompts: reps})
 	}
 	for _, c := range p.contexts {
 		ns, rates := p.runnable(c), p.runnableRates(c)
@@ -101,7 +102,11 @@ func (p *plan) steps(window time.Duration, warmSlots func(int) int, sweep bool) 
 				rates = append(rates, -float64(i+1))
 			}
 		}
-		out = append(out, pstep{kind: stepRowCold, context: c, prompts: 1})
+		cold := 1 // the row's slot 0, and a prefill row's other repeats
+		if slices.ContainsFunc(p.prefill, func(r result.Prefill) bool { return r.Context == c }) {
+			cold = reps
+		}
+		out = append(out, pstep{kind: stepRowCold, context: c, prompts: cold})
 		warmed := 1
 		for _, n := range ns {
 			k := warmSlots(n)

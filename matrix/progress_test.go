@@ -147,3 +147,33 @@ func TestSweepSteps(t *testing.T) {
 		t.Errorf("after the sweep chose 3 rates: %d cells, rate 5 found %v", pr.cellsAll, pr.find(stepWindow, 0, result.Column{Rate: 5}) >= 0)
 	}
 }
+
+// The estimate counts every prefill repeat: a separate prefill row's
+// requests, and a decode row that is also a prefill row sends its repeats
+// after its cold first request; a row that is not a prefill row, one.
+func TestProgressCountsPrefillRepeats(t *testing.T) {
+	for _, tt := range []struct {
+		repeats                 int
+		prefill8K, row32K, row0 int
+	}{{0, 1, 1, 1}, {1, 1, 1, 1}, {3, 3, 3, 1}, {5, 5, 5, 1}} {
+		p := makePlan([]int{0, 32 * k}, []int{1}, nil, []int{8 * k, 32 * k}, 256, 262144, 0, 0)
+		p.repeats = tt.repeats
+		got := map[[2]int]int{}
+		var e eta
+		e.add(8*k, time.Second)
+		var total time.Duration
+		for _, s := range p.steps(time.Second, func(n int) int { return n }, false) {
+			if s.kind == stepPrefill || s.kind == stepRowCold {
+				got[[2]int{s.kind, s.context}] = s.prompts
+			}
+			total += e.estimate(s)
+		}
+		if got[[2]int{stepPrefill, 8 * k}] != tt.prefill8K || got[[2]int{stepRowCold, 32 * k}] != tt.row32K || got[[2]int{stepRowCold, 0}] != tt.row0 {
+			t.Errorf("repeats %d: prompts %v; want 8K prefill %d, 32K row %d, 0 row %d", tt.repeats, got, tt.prefill8K, tt.row32K, tt.row0)
+		}
+		// 1 s per 8K, about 4 s per 32K: each repeat beyond the first adds at least 5 s.
+		if min := time.Duration(max(tt.repeats, 1)-1) * 5 * time.Second; total < min+2*time.Second {
+			t.Errorf("repeats %d: estimate %v, want at least %v for the repeats", tt.repeats, total, min+2*time.Second)
+		}
+	}
+}

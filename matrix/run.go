@@ -315,6 +315,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		kvMax = info.KVMax
 	}
 	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Rates, sc.Prefill, sc.MaxOutput, maxLen, kv, kvMax)
+	r.plan.repeats = sc.PrefillRepeatsOrDefault()
 	switch {
 	case kv == 0 && info.KVMin > 0 && info.KVMax > 0:
 		r.plan.notes = append(r.plan.notes, fmt.Sprintf(
@@ -350,21 +351,22 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 		}
 	}
 	res.Settings = result.Settings{
-		DecodeTest:    decodeTest,
-		PrefillMode:   r.plan.prefillMode(),
-		WindowSeconds: sc.Window.Seconds(),
-		MaxOutput:     sc.MaxOutput,
-		Contexts:      r.plan.contexts,
-		Concurrency:   r.plan.concurrency,
-		Rates:         r.plan.rates,
-		PrefillAt:     sc.Prefill,
-		API:           string(r.tgt.API),
-		Dropped:       r.plan.dropped,
-		KVCapacity:    kv,
-		MaxModelLen:   maxLen,
-		Scenario:      sc.Name,
-		By:            cfg.By,
-		SharedPrefix:  sc.SharedPrefix,
+		DecodeTest:     decodeTest,
+		PrefillMode:    r.plan.prefillMode(),
+		WindowSeconds:  sc.Window.Seconds(),
+		MaxOutput:      sc.MaxOutput,
+		Contexts:       r.plan.contexts,
+		Concurrency:    r.plan.concurrency,
+		Rates:          r.plan.rates,
+		PrefillAt:      sc.Prefill,
+		PrefillRepeats: sc.PrefillRepeatsOrDefault(),
+		API:            string(r.tgt.API),
+		Dropped:        r.plan.dropped,
+		KVCapacity:     kv,
+		MaxModelLen:    maxLen,
+		Scenario:       sc.Name,
+		By:             cfg.By,
+		SharedPrefix:   sc.SharedPrefix,
 
 		FinishRequests: cfg.FinishRequests,
 

@@ -119,6 +119,11 @@ func TestMergeRefuses(t *testing.T) {
 			d.Settings.MaxOutput = 4096
 			return []*result.Result{full(0, 2, 4), d}
 		}, "max_output 8192 against 4096"},
+		{"prefill repeats", func() []*result.Result {
+			d := full(1, 2, 4)
+			d.Settings.PrefillRepeats = 5
+			return []*result.Result{full(0, 2, 4), d}
+		}, "prefill_repeats"},
 		{"facts", func() []*result.Result {
 			d := full(1, 2, 4)
 			d.Probes[0].Value = "40960"
@@ -290,5 +295,35 @@ func TestMergeHistogramsExactly(t *testing.T) {
 	h := m.Decode[0].Histograms
 	if !h.TTFT.Equals(all.TTFT) || !h.TBT.Equals(all.TBT) || !h.Rate.Equals(all.Rate) || h.TBT.TotalCount() == 0 {
 		t.Error("merged histograms differ from the shards' together")
+	}
+}
+
+// Shard 0 alone measures prefill (METHOD §10): the merged run's prefill
+// rows are its rows whole, every repeat with them, measured or not.
+func TestMergeKeepsPrefillRepeats(t *testing.T) {
+	zero, one := full(0, 2, 4), full(1, 2, 4)
+	zero.Settings.PrefillRepeats, one.Settings.PrefillRepeats = 3, 3
+	zero.Settings.PrefillAt, one.Settings.PrefillAt = []int{8192}, []int{8192}
+	row := result.Prefill{Context: 8192, Repeats: 3, Each: []result.PrefillRepeat{
+		{PromptTokens: 8192, TokPerSec: 10000, TTFTms: 819.2},
+		{PromptTokens: 8192, Error: "http_error (HTTP 503)"},
+		{PromptTokens: 8190, TokPerSec: 9800, TTFTms: 835.7},
+	}}
+	cell.SummarizePrefill(&row)
+	zero.Prefill = []result.Prefill{row}
+	m, _, err := Runs(inputs(one, zero)) // in any order
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Prefill) != 1 {
+		t.Fatalf("merged prefill rows %+v, want shard 0's one", m.Prefill)
+	}
+	p := m.Prefill[0]
+	if p.Status != result.Valid || p.Requests != 3 || p.Measured != 2 || p.RepeatsAsked() != 3 || len(p.Each) != 3 ||
+		p.TokPerSec != 9900 || p.TokPerSecMin != 9800 || p.TokPerSecMax != 10000 || p.Each[1].Error == "" {
+		t.Errorf("merged prefill row %+v: want shard 0's, 2 of 3 repeats measured, median 9,900 tok/s (9,800–10,000), the failed one kept", p)
+	}
+	if m.Settings.PrefillRepeats != 3 {
+		t.Errorf("merged settings say %d repeats, want 3", m.Settings.PrefillRepeats)
 	}
 }

@@ -101,6 +101,9 @@ type comparison struct {
 	Cols           []result.Column
 	Cells          [][]pairCell // [context][column]
 	PrefillCtx     []int
+	// PrefillNoise is each prefill context's verdicts against the rows'
+	// repeats (package change), worked out once.
+	PrefillNoise map[int]change.Prefill
 	// OnlyA and OnlyB are the cells one run has and the other has not.
 	OnlyA, OnlyB []pairCell
 }
@@ -151,6 +154,10 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 		cmp.PrefillCtx = append(cmp.PrefillCtx, p.Context)
 	}
 	cmp.PrefillCtx = slices.Compact(slices.Sorted(slices.Values(cmp.PrefillCtx)))
+	cmp.PrefillNoise = map[int]change.Prefill{}
+	for _, c := range cmp.PrefillCtx {
+		cmp.PrefillNoise[c] = change.OfPrefill(findPrefill(a, c), findPrefill(b, c))
+	}
 
 	// Metadata that differs, in section order.
 	get := func(v *view) map[string]string {
@@ -274,7 +281,9 @@ func findPrefill(r *result.Result, c int) *result.Prefill {
 	return nil
 }
 
-// prefillPair returns tok/s and TTFT of both runs at context c, formatted.
+// prefillPair returns tok/s and TTFT of both runs at context c, formatted:
+// a row of repeats shows its median with the repeats' spread and count,
+// and a ratio within the repeats' noise is marked (package change).
 func prefillPair(cmp *comparison, c int) []string {
 	pa, pb := findPrefill(cmp.A, c), findPrefill(cmp.B, c)
 	f := func(p *result.Prefill) (string, string, float64, float64) {
@@ -284,11 +293,39 @@ func prefillPair(cmp *comparison, c int) []string {
 		if !p.Status.ShowsFigures() {
 			return p.Status.Label(), dash, 0, 0
 		}
-		return fmtHeadline(p.TokPerSec), fmtMs(p.TTFTms), p.TokPerSec, p.TTFTms
+		return fmtPrefillTokS(*p), fmtMs(p.TTFTms), p.TokPerSec, p.TTFTms
 	}
 	ta, la, va, lva := f(pa)
 	tb, lb, vb, lvb := f(pb)
-	return []string{ctxLabel(c), ta, tb, fmtRatio(ratio(va, vb)), la, lb, fmtRatio(ratio(lva, lvb))}
+	n := cmp.PrefillNoise[c]
+	return []string{ctxLabel(c), ta, tb, fmtRatioNoise(ratio(va, vb), n.TokS), la, lb, fmtRatioNoise(ratio(lva, lvb), n.TTFT)}
+}
+
+// fmtPrefillTokS is a prefill row's tok/s: "9,918", or with repeats
+// "9,918 (9,801–10,020, 3 of 3)".
+func fmtPrefillTokS(p result.Prefill) string {
+	s := fmtHeadline(p.TokPerSec)
+	if p.RepeatsAsked() > 1 {
+		if p.RepeatsMeasured() > 1 {
+			s += " (" + fmtHeadline(prefillMin(p)) + "–" + fmtHeadline(prefillMax(p)) + ", "
+		} else {
+			s += " ("
+		}
+		s += fmt.Sprintf("%d of %d)", p.RepeatsMeasured(), p.RepeatsAsked())
+	}
+	return s
+}
+
+// prefillNoiseNote follows a comparison's Prefill table where a verdict
+// was read: what its "~" means.
+func (cmp *comparison) prefillNoiseNote() string {
+	for _, n := range cmp.PrefillNoise {
+		if n.TokS.Known || n.TTFT.Known {
+			return fmt.Sprintf("Prompt tok/s is the median of a row's cold requests, with their lowest–highest and how many were measured of those asked. ~: the change is within the rows' repeats' noise (the %.0f%% bootstrap interval of the ratio of medians, repeats resampled, reaches within %.0f%% of none; at least %d measured repeats a side).",
+				change.Level*100, change.MinEffect*100, change.MinRepeats)
+		}
+	}
+	return ""
 }
 
 var detailColumns = []string{"Context", "Requests at once", "Status A", "Status B", "Total tok/s A", "Total tok/s B", "B/A",
@@ -417,6 +454,18 @@ func (cmp *comparison) summary() string {
 	}
 	if n, k := cmp.noiseCount(); k > 0 {
 		out += fmt.Sprintf(". %d of %d ratios of measured cells are within the cells' own noise (~: the change's %.0f%% bootstrap interval reaches within %.0f%% of none)", n, k, change.Level*100, change.MinEffect*100)
+	}
+	changed, judged := 0, 0
+	for _, c := range cmp.PrefillCtx {
+		if v := cmp.PrefillNoise[c].TokS; v.Known {
+			judged++
+			if v.Changed() {
+				changed++
+			}
+		}
+	}
+	if judged > 0 {
+		out += fmt.Sprintf(". Prefill: %d of %d rows' prompt tok/s changed beyond their repeats' noise", changed, judged)
 	}
 	return out + "."
 }

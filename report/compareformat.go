@@ -84,6 +84,11 @@ func compareText(w io.Writer, cmp *comparison) error {
 		}
 		table(e, "  ", []string{"Context", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A"}, rows,
 			[]bool{false, true, true, true, true, true, true})
+		if note := cmp.prefillNoiseNote(); note != "" {
+			for _, l := range wrapParts(note, textWidth) {
+				e.print("  " + l + "\n")
+			}
+		}
 	}
 	if len(cmp.Cells) > 0 {
 		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + cmp.columnsAre() + "\n")
@@ -189,6 +194,9 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		for _, c := range cmp.PrefillCtx {
 			mdRow(e, prefillPair(cmp, c))
 		}
+		if note := cmp.prefillNoiseNote(); note != "" {
+			e.print("\n" + note + "\n")
+		}
 	}
 	if len(cmp.Cells) > 0 {
 		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + cmp.columnsAre() + "\n\n")
@@ -293,8 +301,9 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 		case pa == nil && pb != nil:
 			only = "b"
 		}
+		n := cmp.PrefillNoise[c]
 		if err := cw.Write([]string{"prefill", strconv.Itoa(c), "1", string(sa), string(sb), strconv.FormatBool(pa != nil && pb != nil && sa != sb),
-			num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)), "", "", "", "", only, "", "", ""}); err != nil {
+			num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)), "", "", "", "", only, csvNoise(n.TokS), csvNoise(n.TTFT), ""}); err != nil {
 			return err
 		}
 	}
@@ -311,12 +320,7 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 				tb, lb, gb = p.B.TotalTokPerSec, p.B.TTFTms, p.B.TBTms
 			}
 			nTok, nTTFT, nTBT := p.Noise.TokS, p.Noise.TTFT, p.Noise.TBT
-			verdict := func(v change.Verdict) string {
-				if !v.Known {
-					return ""
-				}
-				return strconv.FormatBool(v.Noise())
-			}
+			verdict := csvNoise
 			only := ""
 			switch p.onlyIn() {
 			case "A only":
@@ -391,19 +395,73 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 			cells = append(cells, jp)
 		}
 	}
+	var prefill []jsonPrefillPair
+	for _, c := range cmp.PrefillCtx {
+		pa, pb := findPrefill(cmp.A, c), findPrefill(cmp.B, c)
+		jp := jsonPrefillPair{Context: c, StatusA: result.NotRun, StatusB: result.NotRun}
+		if pa != nil {
+			jp.StatusA, jp.MeasuredA, jp.RepeatsA = pa.Status, pa.RepeatsMeasured(), pa.RepeatsAsked()
+		}
+		if pb != nil {
+			jp.StatusB, jp.MeasuredB, jp.RepeatsB = pb.Status, pb.RepeatsMeasured(), pb.RepeatsAsked()
+		}
+		switch {
+		case pa != nil && pb == nil:
+			jp.OnlyIn = "a"
+		case pa == nil && pb != nil:
+			jp.OnlyIn = "b"
+		}
+		if n := cmp.PrefillNoise[c]; pa != nil && pb != nil && pa.Status.ShowsFigures() && pb.Status.ShowsFigures() {
+			jp.TokSRatio, jp.TTFTRatio = ptr(n.TokS.Ratio), ptr(n.TTFT.Ratio)
+			jp.TokSNoise, jp.TTFTNoise = noisePtr(n.TokS), noisePtr(n.TTFT)
+			jp.TokSInterval, jp.TTFTInterval = intervalOf(n.TokS), intervalOf(n.TTFT)
+		}
+		prefill = append(prefill, jp)
+	}
 	doc := struct {
-		LabelA  string         `json:"label_a"`
-		LabelB  string         `json:"label_b"`
-		Summary string         `json:"summary"`
-		A       *result.Result `json:"a"`
-		B       *result.Result `json:"b"`
-		Diff    [][3]string    `json:"differs,omitempty"`
-		Cells   []jsonPair     `json:"cells"`
-	}{cmp.LabelA, cmp.LabelB, cmp.summary(), cmp.A, cmp.B, cmp.Diff, cells}
+		LabelA  string            `json:"label_a"`
+		LabelB  string            `json:"label_b"`
+		Summary string            `json:"summary"`
+		A       *result.Result    `json:"a"`
+		B       *result.Result    `json:"b"`
+		Diff    [][3]string       `json:"differs,omitempty"`
+		Cells   []jsonPair        `json:"cells"`
+		Prefill []jsonPrefillPair `json:"prefill,omitempty"`
+	}{cmp.LabelA, cmp.LabelB, cmp.summary(), cmp.A, cmp.B, cmp.Diff, cells, prefill}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(doc)
+}
+
+// csvNoise is a verdict's noise column: "true", "false", or empty where
+// there is none.
+func csvNoise(v change.Verdict) string {
+	if !v.Known {
+		return ""
+	}
+	return strconv.FormatBool(v.Noise())
+}
+
+// jsonPrefillPair is one compared prefill row in the JSON comparison:
+// each run's repeats measured of those asked, the ratios of the medians
+// and their verdicts against the repeats (package change; absent where
+// there is none: fewer than change.MinRepeats measured repeats a side).
+type jsonPrefillPair struct {
+	Context      int           `json:"context"`
+	StatusA      result.Status `json:"status_a"`
+	StatusB      result.Status `json:"status_b"`
+	OnlyIn       string        `json:"only_in,omitempty"`
+	RepeatsA     int           `json:"repeats_a,omitempty"`
+	MeasuredA    int           `json:"measured_a"`
+	RepeatsB     int           `json:"repeats_b,omitempty"`
+	MeasuredB    int           `json:"measured_b"`
+	TokSRatio    *float64      `json:"tok_s_ratio,omitempty"`
+	TTFTRatio    *float64      `json:"ttft_ratio,omitempty"`
+	TokSNoise    *bool         `json:"tok_s_noise,omitempty"`
+	TTFTNoise    *bool         `json:"ttft_noise,omitempty"`
+	TokSInterval *[2]float64   `json:"tok_s_interval,omitempty"`
+	TTFTInterval *[2]float64   `json:"ttft_interval,omitempty"`
 }
 
 func noisePtr(v change.Verdict) *bool {
@@ -472,6 +530,9 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 			e.print("</tr>\n")
 		}
 		e.print("</table>\n")
+		if note := cmp.prefillNoiseNote(); note != "" {
+			e.printf("<p class=\"notes\">%s</p>\n", h(note))
+		}
 	}
 	if len(cmp.Cells) > 0 {
 		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + cmp.columnsAre() + "</p>\n")

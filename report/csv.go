@@ -123,7 +123,7 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 			numInt(p.PromptTokens)}
 		row = append(row, blanks(len(csvColumns)-len(row))...)
 		row = append(row, csvPercentiles(nil, ps)...)
-		if err := cw.Write(append(append(row, p.Error), blanks(len(extra.head()))...)); err != nil {
+		if err := cw.Write(append(append(row, p.Error), extra.prefill(p)...)); err != nil {
 			return err
 		}
 	}
@@ -169,7 +169,8 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 // (METHOD.md §6–§8), after the seeds' columns.
 // sloHigh: a cell's attainment has an upper bound (undecided requests,
 // METHOD §6); defs: the peers' time between tokens (tbtdefs.go).
-type csvMore struct{ slo, split, limit, sloHigh, defs bool }
+// repeats: a prefill row of more than one cold request (METHOD §3).
+type csvMore struct{ slo, split, limit, sloHigh, defs, repeats bool }
 
 func csvExtra(r *result.Result) csvMore {
 	var m csvMore
@@ -180,6 +181,7 @@ func csvExtra(r *result.Result) csvMore {
 		m.limit = m.limit || c.DecodeLimit != nil
 		m.sloHigh = m.sloHigh || c.SLO != nil && c.SLO.AttainmentAtLeast != nil
 	}
+	m.repeats = hasRepeats(r)
 	return m
 }
 
@@ -199,6 +201,9 @@ func (m csvMore) head() []string {
 	}
 	if m.defs {
 		h = append(h, "itl_chunk_ms", "tpot_request_ms")
+	}
+	if m.repeats {
+		h = append(h, csvRepeatColumns...)
 	}
 	return h
 }
@@ -258,6 +263,26 @@ func (m csvMore) cell(c *result.Cell) []string {
 			out = append(out, num(c.ITLChunkMs), num(c.TPOTRequestMs))
 		} else {
 			out = append(out, "", "")
+		}
+	}
+	if m.repeats {
+		out = append(out, make([]string, len(csvRepeatColumns))...)
+	}
+	return out
+}
+
+// csvRepeatColumns are a prefill row's repeats: asked, measured, and the
+// measured ones' lowest and highest tok/s (tok_s is their median).
+var csvRepeatColumns = []string{"prefill_repeats", "prefill_measured", "prefill_tok_s_min", "prefill_tok_s_max"}
+
+// prefill is a prefill row's values of the extra columns: only its
+// repeats'.
+func (m csvMore) prefill(p result.Prefill) []string {
+	out := make([]string, len(m.head()))
+	if m.repeats {
+		out = append(out[:len(out)-len(csvRepeatColumns)], strconv.Itoa(p.RepeatsAsked()), strconv.Itoa(p.RepeatsMeasured()), "", "")
+		if p.RepeatsMeasured() > 0 {
+			out[len(out)-2], out[len(out)-1] = num(prefillMin(p)), num(prefillMax(p))
 		}
 	}
 	return out

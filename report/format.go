@@ -259,6 +259,17 @@ func fmtLatencyMs(ms float64) string {
 // it includes the engine's fixed time before a first token (METHOD §3).
 const prefillNote = "Prompt tok/s = prompt tokens ÷ cold TTFT, which includes the engine's time before the first token besides prefill (scheduling, the first decode step): short prompts read low."
 
+// repeatsNote follows prefillNote where a row has repeats.
+const repeatsNote = "Each row sends its cold requests one at a time, each a prompt of its own; tok/s and TTFT are the median of those measured, the spread their lowest and highest tok/s, and n the requests measured of those asked (a request that failed or found its prompt cached counts, without a figure)."
+
+// prefillNoteOf is the note under a run's Prefill table.
+func prefillNoteOf(v *view) string {
+	if v.Repeats {
+		return prefillNote + " " + repeatsNote
+	}
+	return prefillNote
+}
+
 // allNote heads the All measurements table.
 func allNote(rate bool) string {
 	if rate {

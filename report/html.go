@@ -164,20 +164,27 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 		for _, p := range r.Prefill {
 			top = math.Max(top, p.TokPerSec)
 		}
+		if v.Repeats {
+			e.print("<tr><th></th><th>tok/s</th><th>TTFT</th><th></th><th>spread</th><th>n</th></tr>\n")
+		}
 		for i, p := range v.Prefill {
+			more := ""
+			if v.Repeats {
+				more = "<td>" + h(p.Spread) + "</td><td>" + h(p.N) + "</td>"
+			}
 			if p.TokS == "" {
-				e.printf("<tr><td>%s context</td><td>%s</td><td></td><td></td></tr>\n", h(p.Context), h(p.Status.Label()))
+				e.printf("<tr><td>%s context</td><td>%s</td><td></td><td></td>%s</tr>\n", h(p.Context), h(p.Status.Label()), more)
 				continue
 			}
 			width := 0.0
 			if top > 0 {
 				width = r.Prefill[i].TokPerSec / top * 240
 			}
-			e.printf("<tr><td>%s context</td><td><b>%s</b></td><td>%s TTFT</td><td style=\"text-align:left\"><span class=\"bar\" style=\"width:%.0fpx\"></span></td></tr>\n",
-				h(p.Context), h(p.TokS), h(p.TTFT), width)
+			e.printf("<tr><td>%s context</td><td><b>%s</b></td><td>%s TTFT</td><td style=\"text-align:left\"><span class=\"bar\" style=\"width:%.0fpx\"></span></td>%s</tr>\n",
+				h(p.Context), h(p.TokS), h(p.TTFT), width, more)
 		}
 		e.print("</table>\n")
-		e.printf("<p class=\"notes\">%s</p>\n", h(prefillNote))
+		e.printf("<p class=\"notes\">%s</p>\n", h(prefillNoteOf(v)))
 	}
 	if len(v.Grid) > 0 {
 		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are " + columnsAre(v.Rate, v.Arrivals) + "</p>\n")

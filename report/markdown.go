@@ -100,16 +100,23 @@ func writeMarkdown(w io.Writer, v *view) error {
 	}
 	if len(v.Prefill) > 0 {
 		e.print("\n## Prefill\n\nprompt tok/s by context length\n\n")
-		mdRow(e, []string{"Context", "Prompt tok/s", "TTFT"})
-		mdAlign(e, []bool{false, true, true})
-		for _, p := range v.Prefill {
-			if p.TokS == "" {
-				mdRow(e, []string{p.Context, p.Status.Label(), dash})
-				continue
-			}
-			mdRow(e, []string{p.Context, p.TokS, p.TTFT})
+		head, right := []string{"Context", "Prompt tok/s", "TTFT"}, []bool{false, true, true}
+		if v.Repeats {
+			head, right = append(head, "Spread (min–max)", "n"), append(right, true, true)
 		}
-		e.print("\n" + prefillNote + "\n")
+		mdRow(e, head)
+		mdAlign(e, right)
+		for _, p := range v.Prefill {
+			row := []string{p.Context, p.Status.Label(), dash}
+			if p.TokS != "" {
+				row = []string{p.Context, p.TokS, p.TTFT}
+			}
+			if v.Repeats {
+				row = append(row, orDash(p.Spread), p.N)
+			}
+			mdRow(e, row)
+		}
+		e.print("\n" + prefillNoteOf(v) + "\n")
 	}
 	if len(v.Grid) > 0 {
 		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate, v.Arrivals) + "\n\n")

@@ -205,15 +205,22 @@ func writeText(w io.Writer, v *view) error {
 	if len(v.Prefill) > 0 {
 		e.print("\nPrefill · prompt tok/s by context length\n")
 		var rows [][]string
-		for _, p := range v.Prefill {
-			if p.TokS == "" {
-				rows = append(rows, []string{p.Context + " context", p.Status.Label(), ""})
-				continue
-			}
-			rows = append(rows, []string{p.Context + " context", p.TokS, p.TTFT + " TTFT"})
+		head, right := []string{"", "tok/s", ""}, []bool{false, true, true}
+		if v.Repeats {
+			head, right = append(head, "spread", "n"), append(right, true, true)
 		}
-		table(e, "  ", []string{"", "tok/s", ""}, rows, []bool{false, true, true})
-		for _, l := range wrapParts(prefillNote, textWidth) {
+		for _, p := range v.Prefill {
+			row := []string{p.Context + " context", p.Status.Label(), ""}
+			if p.TokS != "" {
+				row = []string{p.Context + " context", p.TokS, p.TTFT + " TTFT"}
+			}
+			if v.Repeats {
+				row = append(row, p.Spread, p.N)
+			}
+			rows = append(rows, row)
+		}
+		table(e, "  ", head, rows, right)
+		for _, l := range wrapParts(prefillNoteOf(v), textWidth) {
 			e.print("  " + l + "\n")
 		}
 	}

@@ -28,8 +28,10 @@ type section struct {
 type prefillItem struct {
 	Context string // "8K"
 	Status  result.Status
-	TokS    string // "9,918"
+	TokS    string // "9,918": the repeats' median
 	TTFT    string // "828 ms"
+	Spread  string // "9,801–10,020": the measured repeats' lowest and highest tok/s; "" for one
+	N       string // "3 of 3": repeats measured of those asked
 }
 
 // gridCell is one cell of the decode grid.
@@ -141,16 +143,19 @@ type view struct {
 	Launch     string
 	Notes      []string
 	Prefill    []prefillItem
-	Cols       []result.Column
-	Rate       bool   // the columns are request rates
-	Arrivals   string // how rate cells' requests arrived (arrivals)
-	Grid       []gridRow
-	Footnotes  []string // for statuses present in the grid and rows
-	Failures   []string // why each failed prefill row or cell failed, where the document says
-	Columns    []string // the All measurements heads: allColumns, plus cacheColumn where a cell has cache figures
-	All        [][]string
-	TTFTNote   string
-	Probes     []result.Fact
+	// Repeats: a prefill row asked for more than one cold request, so the
+	// Prefill list shows each row's spread and count (METHOD §3).
+	Repeats   bool
+	Cols      []result.Column
+	Rate      bool   // the columns are request rates
+	Arrivals  string // how rate cells' requests arrived (arrivals)
+	Grid      []gridRow
+	Footnotes []string // for statuses present in the grid and rows
+	Failures  []string // why each failed prefill row or cell failed, where the document says
+	Columns   []string // the All measurements heads: allColumns, plus cacheColumn where a cell has cache figures
+	All       [][]string
+	TTFTNote  string
+	Probes    []result.Fact
 	// Beyond is what METHOD §6–§8 add (SLOs, TTFT split, bandwidth
 	// limit), LimitMarks each grid cell's share of the limit; figures.go.
 	Beyond     *beyondView
@@ -300,10 +305,15 @@ func newViewWith(r *result.Result, o Options) *view {
 	v.Beyond = newBeyondView(r)
 	v.LimitMarks = map[cellKey]string{}
 	present := map[result.Status]bool{}
+	v.Repeats = hasRepeats(r)
 	for _, p := range r.Prefill {
-		it := prefillItem{Context: ctxLabel(p.Context), Status: p.Status}
+		it := prefillItem{Context: ctxLabel(p.Context), Status: p.Status,
+			N: fmt.Sprintf("%d of %d", p.RepeatsMeasured(), p.RepeatsAsked())}
 		if p.Status.ShowsFigures() {
 			it.TokS, it.TTFT = fmtHeadline(p.TokPerSec), fmtMs(p.TTFTms)
+			if p.RepeatsMeasured() > 1 {
+				it.Spread = fmtHeadline(prefillMin(p)) + "–" + fmtHeadline(prefillMax(p))
+			}
 		}
 		v.Prefill = append(v.Prefill, it)
 		row := prefillColumns(p, v.Rate, hasCache)
@@ -312,8 +322,12 @@ func newViewWith(r *result.Result, o Options) *view {
 		}
 		v.All = append(v.All, row)
 		present[p.Status] = true
-		if p.Status == result.Failed && p.Error != "" {
+		switch {
+		case p.Status == result.Failed && p.Error != "":
 			v.Failures = append(v.Failures, fmt.Sprintf("Prefill at %s: %s", ctxLabel(p.Context), p.Error))
+		case p.Error != "":
+			// Repeats that gave no figure, beside those that did.
+			v.Failures = append(v.Failures, fmt.Sprintf("Prefill at %s: %s; its figure is the median of the other %d", ctxLabel(p.Context), p.Error, p.RepeatsMeasured()))
 		}
 	}
 
@@ -709,4 +723,32 @@ func fieldList(m map[string]any, sep string) string {
 		l = append(l, k+sep+v)
 	}
 	return strings.Join(l, ", ")
+}
+
+// hasRepeats reports whether a prefill row of r asked for more than one
+// cold request: a run from before repeats, or with --prefill-repeats 1,
+// shows its rows as before.
+func hasRepeats(r *result.Result) bool {
+	for _, p := range r.Prefill {
+		if p.RepeatsAsked() > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// prefillMin and prefillMax are a row's measured repeats' lowest and
+// highest tok/s; for a row of one (or from before repeats), its figure.
+func prefillMin(p result.Prefill) float64 {
+	if p.TokPerSecMin > 0 {
+		return p.TokPerSecMin
+	}
+	return p.TokPerSec
+}
+
+func prefillMax(p result.Prefill) float64 {
+	if p.TokPerSecMax > 0 {
+		return p.TokPerSecMax
+	}
+	return p.TokPerSec
 }

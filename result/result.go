@@ -178,11 +178,14 @@ type Settings struct {
 	Contexts      []int   `json:"contexts"`    // decode contexts run (tokens)
 	Concurrency   []int   `json:"concurrency"` // decode concurrency levels (empty in an arrival-rate run)
 	// Rates are an arrival-rate run's columns: requests per second.
-	Rates      []float64 `json:"rates,omitempty"`
-	PrefillAt  []int     `json:"prefill_at"` // prefill contexts (tokens)
-	API        string    `json:"api"`        // chat or completions
-	Dropped    []int     `json:"dropped,omitempty"`
-	KVCapacity int       `json:"kv_capacity_tokens,omitempty"`
+	Rates     []float64 `json:"rates,omitempty"`
+	PrefillAt []int     `json:"prefill_at"` // prefill contexts (tokens)
+	// PrefillRepeats is the cold requests each prefill row asked for
+	// (METHOD §3); 0 in documents from before repeats (one each).
+	PrefillRepeats int    `json:"prefill_repeats,omitempty"`
+	API            string `json:"api"` // chat or completions
+	Dropped        []int  `json:"dropped,omitempty"`
+	KVCapacity     int    `json:"kv_capacity_tokens,omitempty"`
 	// KVCapacityMin and KVCapacityMax bound the KV capacity where the
 	// engine told only bounds (KVCapacity 0): cells above the upper bound
 	// were not run, cells between the bounds were tried and the engine's
@@ -271,9 +274,65 @@ type Prefill struct {
 	TokPerSec    float64 `json:"tok_s,omitempty"` // prompt_tokens / TTFT
 	Requests     int     `json:"requests"`
 	Error        string  `json:"error,omitempty"`
-	// DuringWarmup is true when the row is the first warm-up request of the
-	// same decode context (no extra request spent).
+	// DuringWarmup is true when the row's first repeat is the first warm-up
+	// request of the same decode context (no extra request spent for it).
 	DuringWarmup bool `json:"during_warmup,omitempty"`
+
+	// Repeats is how many cold requests the row asked for (METHOD §3,
+	// --prefill-repeats); Requests how many were sent, Each is every one of
+	// them in order, measured or not, and Measured those that gave a
+	// figure: TokPerSec and TTFTms are then the medians of the measured
+	// repeats, TokPerSecMin and TokPerSecMax their spread. A document from
+	// before repeats has none of these: its row is one request (RepeatsAsked).
+	Repeats      int             `json:"repeats,omitempty"`
+	Measured     int             `json:"measured,omitempty"`
+	TokPerSecMin float64         `json:"tok_s_min,omitempty"`
+	TokPerSecMax float64         `json:"tok_s_max,omitempty"`
+	Each         []PrefillRepeat `json:"each,omitempty"`
+}
+
+// PrefillRepeat is one cold request of a prefill row.
+type PrefillRepeat struct {
+	PromptTokens int     `json:"prompt_tokens,omitempty"` // as the engine counted them
+	TTFTms       float64 `json:"ttft_ms,omitempty"`
+	TokPerSec    float64 `json:"tok_s,omitempty"` // prompt_tokens / TTFT
+	// CachedTokens are the prompt tokens the engine said it served from its
+	// prefix cache; nil where it does not say.
+	CachedTokens *int `json:"cached_tokens,omitempty"`
+	// Error says why the repeat gave no figure (it failed, the engine
+	// truncated its prompt, served it from its cache, or counted no prompt).
+	Error string `json:"error,omitempty"`
+}
+
+// Measured reports whether the repeat gave a figure.
+func (p PrefillRepeat) Measured() bool { return p.Error == "" && p.TokPerSec > 0 }
+
+// RepeatsAsked is how many cold requests the row asked for: Repeats, or for
+// a document from before repeats, one.
+func (p Prefill) RepeatsAsked() int { return max(p.Repeats, 1) }
+
+// RepeatsMeasured is how many of the row's repeats gave a figure: Measured,
+// or for a document from before repeats, one where the row shows figures.
+func (p Prefill) RepeatsMeasured() int {
+	if p.Repeats == 0 && p.Measured == 0 && p.Status.ShowsFigures() && p.TokPerSec > 0 {
+		return 1
+	}
+	return p.Measured
+}
+
+// RepeatTokS are the measured repeats' prompt tok/s, in the order sent;
+// for a document from before repeats, the row's one figure.
+func (p Prefill) RepeatTokS() []float64 {
+	var out []float64
+	for _, e := range p.Each {
+		if e.Measured() {
+			out = append(out, e.TokPerSec)
+		}
+	}
+	if len(p.Each) == 0 && p.RepeatsMeasured() == 1 {
+		out = append(out, p.TokPerSec)
+	}
+	return out
 }
 
 // Cell is one decode cell (C, N) with every column of METHOD.md §3, or

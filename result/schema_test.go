@@ -61,6 +61,11 @@ func TestSchemaHoldsEveryDocument(t *testing.T) {
 	st.KVCapacity, st.KVCapacityMin, st.KVCapacityMax, st.MaxModelLen = 81920, 1, 2, 90112
 	st.Scenario, st.By, st.Extra, st.Rates = "seed", "@me", []string{"top_k=20"}, []float64{0.5, 2}
 	full.Prefill[0].Error, full.Prefill[0].DuringWarmup = "x", true
+	cached := 16
+	st.PrefillRepeats = 3
+	full.Prefill[0].Repeats, full.Prefill[0].Measured, full.Prefill[0].TokPerSecMin, full.Prefill[0].TokPerSecMax = 3, 2, 9801, 10020
+	full.Prefill[0].Each = []PrefillRepeat{{PromptTokens: 8190, TTFTms: 817, TokPerSec: 10020, CachedTokens: &cached},
+		{PromptTokens: 8190, Error: "http_error (HTTP 500)"}, {PromptTokens: 8190, TTFTms: 836, TokPerSec: 9801}}
 	c := &full.Decode[0]
 	c.Reason, c.PerRequestTokPerSec, c.AvgActive, c.AvgActiveSource, c.PeakDecoding = "r", 160, 1, ActiveEngine, 1
 	c.Completed, c.OutputTokens, c.MeasuredForSeconds, c.PromptTokens, c.Sent, c.FailedReqs = 1, 4684, 30, 11, 2, 0
@@ -114,13 +119,16 @@ func TestSchemaRefuses(t *testing.T) {
 	}
 	good := buf.String()
 	for name, bad := range map[string]string{
-		"newer schema":      strings.Replace(good, `"schema": 1`, `"schema": 2`, 1),
-		"unknown field":     strings.Replace(good, `"schema": 1`, `"schema": 1, "speed": 3`, 1),
-		"unknown status":    strings.Replace(good, `"status": "valid"`, `"status": "fine"`, 1),
-		"tok/s as text":     strings.Replace(good, `"total_tok_s": 156.2`, `"total_tok_s": "156.2"`, 1),
-		"percentile not p…": strings.Replace(good, `"decode": [`, `"decode": [{"context":0,"concurrency":1,"status":"valid","measured":true,"completed":0,"output_tokens":0,"max_waiting":0,"percentiles":{"ttft_ms":{"n":1,"median":3}}},`, 1),
-		"no decode":         strings.Replace(good, `"decode"`, `"decoded"`, 1),
-		"bad start time":    strings.Replace(good, `"started": "2026-11-30T10:00:00Z"`, `"started": "yesterday"`, 1),
+		"newer schema":         strings.Replace(good, `"schema": 1`, `"schema": 2`, 1),
+		"unknown field":        strings.Replace(good, `"schema": 1`, `"schema": 1, "speed": 3`, 1),
+		"unknown status":       strings.Replace(good, `"status": "valid"`, `"status": "fine"`, 1),
+		"tok/s as text":        strings.Replace(good, `"total_tok_s": 156.2`, `"total_tok_s": "156.2"`, 1),
+		"percentile not p…":    strings.Replace(good, `"decode": [`, `"decode": [{"context":0,"concurrency":1,"status":"valid","measured":true,"completed":0,"output_tokens":0,"max_waiting":0,"percentiles":{"ttft_ms":{"n":1,"median":3}}},`, 1),
+		"no decode":            strings.Replace(good, `"decode"`, `"decoded"`, 1),
+		"bad start time":       strings.Replace(good, `"started": "2026-11-30T10:00:00Z"`, `"started": "yesterday"`, 1),
+		"zero repeats":         strings.Replace(good, `"requests": 1`, `"requests": 1, "repeats": 0`, 1),
+		"unknown repeat field": strings.Replace(good, `"requests": 1`, `"requests": 1, "each": [{"tok_s": 1, "speed": 2}]`, 1),
+		"negative cached":      strings.Replace(good, `"requests": 1`, `"requests": 1, "each": [{"cached_tokens": -1}]`, 1),
 	} {
 		if bad == good {
 			t.Fatalf("%s: the replacement did not apply", name)
@@ -128,5 +136,29 @@ func TestSchemaRefuses(t *testing.T) {
 		if err := validate(t, s, []byte(bad)); err == nil {
 			t.Errorf("%s: schema.json accepted it", name)
 		}
+	}
+}
+
+// A document from before prefill repeats (no repeats, measured, each)
+// still reads, its row one request measured where it shows figures.
+func TestPrefillBeforeRepeatsReads(t *testing.T) {
+	var buf bytes.Buffer
+	if err := sample().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), `"repeats"`) || strings.Contains(buf.String(), `"each"`) {
+		t.Fatal("the sample already has repeats")
+	}
+	r, err := Read(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Prefill[0]
+	if p.RepeatsAsked() != 1 || p.RepeatsMeasured() != 1 || len(p.RepeatTokS()) != 1 || p.RepeatTokS()[0] != 9918 {
+		t.Errorf("an old row reads as %d asked, %d measured, tok/s %v; want one request of 9,918", p.RepeatsAsked(), p.RepeatsMeasured(), p.RepeatTokS())
+	}
+	failed := Prefill{Status: Failed, Requests: 1}
+	if failed.RepeatsAsked() != 1 || failed.RepeatsMeasured() != 0 || failed.RepeatTokS() != nil {
+		t.Errorf("an old failed row reads as %d asked, %d measured, %v", failed.RepeatsAsked(), failed.RepeatsMeasured(), failed.RepeatTokS())
 	}
 }

@@ -22,7 +22,7 @@ const MaxFileSize = 1 << 20
 
 // Settings a scenario file may set, in the order the example documents them.
 var settings = []string{
-	"name", "model", "api", "contexts", "concurrency", "rate", "prefill", "window", "max_output",
+	"name", "model", "api", "contexts", "concurrency", "rate", "prefill", "prefill_repeats", "window", "max_output",
 	"shared_prefix", "kv_capacity", "max_model_len", "sampling", "extra",
 	"dataset", "requests", "burstiness", "sweep", "seed",
 	"prompt_tokens_stdev", "prompt_tokens_min", "prompt_tokens_max",
@@ -122,6 +122,8 @@ func Parse(data []byte, name string) (Scenario, error) {
 				break
 			}
 			sc.Prefill, err = tokenList(v, 1, true) // prefill: [] means no prefill rows
+		case "prefill_repeats":
+			sc.PrefillRepeats, err = prefillRepeats(v)
 		case "window":
 			sc.Window, err = duration(v)
 		case "max_output":
@@ -518,4 +520,14 @@ func Distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// prefillRepeats reads prefill_repeats: a whole number from 1 to
+// MaxPrefillRepeats.
+func prefillRepeats(v *yaml.Node) (int, error) {
+	t, err := scalar(v)
+	if err != nil {
+		return 0, err
+	}
+	return ParsePrefillRepeats(t)
 }

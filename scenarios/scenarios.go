@@ -20,7 +20,22 @@ const (
 	DefaultWindow    = 30 * time.Second
 	DefaultMaxOutput = 8192
 	DefaultAPI       = "chat"
+	// DefaultPrefillRepeats is the cold requests per prefill row: three is
+	// the fewest whose median is robust (one slow repeat, a stall or a
+	// compile on first use, cannot move it) and whose spread shows, at
+	// three times one request's cost (METHOD §3).
+	DefaultPrefillRepeats = 3
+	// MaxPrefillRepeats bounds --prefill-repeats: more is taken for a typo.
+	MaxPrefillRepeats = 100
 )
+
+// PrefillRepeatsOrDefault is the cold requests each prefill row sends.
+func (s Scenario) PrefillRepeatsOrDefault() int {
+	if s.PrefillRepeats == 0 {
+		return DefaultPrefillRepeats
+	}
+	return s.PrefillRepeats
+}
 
 // MaxTokens is the largest token count ParseTokens accepts; anything larger
 // is taken for a typo.
@@ -44,6 +59,9 @@ type Scenario struct {
 	// Prefill are the prefill rows' prompt tokens, each >= 1; empty means no
 	// prefill rows. Sorted, no duplicates.
 	Prefill []int
+	// PrefillRepeats is how many cold requests each prefill row sends
+	// (METHOD §3); 0 means DefaultPrefillRepeats (PrefillRepeatsOrDefault).
+	PrefillRepeats int
 	// Window is how long each decode cell is measured (> 0).
 	Window time.Duration
 	// MaxOutput is max_tokens of every decode request (>= 1).
@@ -286,6 +304,9 @@ func (s Scenario) Validate() error {
 	if err := checkList("prefill", s.Prefill, 1, true); err != nil {
 		return err
 	}
+	if s.PrefillRepeats < 0 || s.PrefillRepeats > MaxPrefillRepeats {
+		return fmt.Errorf("prefill_repeats %d: give 1 to %d cold requests per prefill row (the default is %d)", s.PrefillRepeats, MaxPrefillRepeats, DefaultPrefillRepeats)
+	}
 	if err := s.validateLengths(); err != nil {
 		return err
 	}
@@ -393,4 +414,15 @@ func checkExtraKey(k string) error {
 		return errors.New("extra: a field name is empty")
 	}
 	return nil
+}
+
+// ParsePrefillRepeats reads a count of cold requests per prefill row
+// (--prefill-repeats, prefill_repeats): a whole number from 1 to
+// MaxPrefillRepeats.
+func ParsePrefillRepeats(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 || n > MaxPrefillRepeats {
+		return 0, fmt.Errorf("%q: give a whole number of cold requests per prefill row, 1 to %d (the default is %d)", s, MaxPrefillRepeats, DefaultPrefillRepeats)
+	}
+	return n, nil
 }

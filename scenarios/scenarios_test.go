@@ -122,14 +122,15 @@ func TestLoadExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Scenario{
-		Name:        "qwen-long-context",
-		Model:       "bench",
-		API:         "chat",
-		Contexts:    []int{0, 16384, 32768, 65536},
-		Concurrency: []int{1, 2, 4, 8, 16},
-		Prefill:     []int{8192, 16384, 32768},
-		Window:      30 * time.Second,
-		MaxOutput:   8192,
+		Name:           "qwen-long-context",
+		Model:          "bench",
+		API:            "chat",
+		Contexts:       []int{0, 16384, 32768, 65536},
+		Concurrency:    []int{1, 2, 4, 8, 16},
+		Prefill:        []int{8192, 16384, 32768},
+		PrefillRepeats: 3,
+		Window:         30 * time.Second,
+		MaxOutput:      8192,
 		Sampling: Sampling{
 			Temperature: f64(0.7), TopP: f64(0.95), TopK: in(20), MinP: f64(0), Seed: i64(42),
 			PresencePenalty: f64(0), FrequencyPenalty: f64(0), RepetitionPenalty: f64(1),
@@ -342,6 +343,9 @@ func TestValidate(t *testing.T) {
 		{"empty contexts", func(s *Scenario) { s.Contexts = nil }, "contexts: the list is empty"},
 		{"empty concurrency", func(s *Scenario) { s.Concurrency = nil }, "concurrency: the list is empty"},
 		{"empty prefill is fine", func(s *Scenario) { s.Prefill = nil }, ""},
+		{"prefill repeats default", func(s *Scenario) { s.PrefillRepeats = 0 }, ""},
+		{"prefill repeats negative", func(s *Scenario) { s.PrefillRepeats = -1 }, "prefill_repeats -1"},
+		{"prefill repeats too many", func(s *Scenario) { s.PrefillRepeats = MaxPrefillRepeats + 1 }, "give 1 to 100"},
 		{"zero window", func(s *Scenario) { s.Window = 0 }, "window"},
 		{"zero max output", func(s *Scenario) { s.MaxOutput = 0 }, "max_output"},
 		{"bad api", func(s *Scenario) { s.API = "" }, "api"},
@@ -415,7 +419,7 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"", "window: 5s\n", "contexts: \"0,16k\"\n", "sampling:\n  top_p: 0.5\n",
 		"extra:\n  a: {b: [1, 2]}\n", "x: &a [1]\ny: *a\n", "a: &a [*a]\n", "- 1\n", "---\n---\n",
-		"concurrency: [1, 2]\nprefill: []\n", "window: 1e300\n",
+		"concurrency: [1, 2]\nprefill: []\n", "window: 1e300\n", "prefill_repeats: 5\n", "prefill_repeats: [3]\n",
 	} {
 		f.Add(s)
 	}
@@ -512,6 +516,46 @@ func FuzzParseRateList(f *testing.F) {
 			if !(r > 0 && r <= MaxRate) || (i > 0 && r <= l[i-1]) {
 				t.Fatalf("%q gave %v", s, l)
 			}
+		}
+	})
+}
+
+func TestParsePrefillRepeats(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int
+		err  bool
+	}{
+		{"1", 1, false}, {" 5 ", 5, false}, {"100", 100, false},
+		{"0", 0, true}, {"-2", 0, true}, {"101", 0, true}, {"3.5", 0, true}, {"", 0, true}, {"three", 0, true},
+	} {
+		got, err := ParsePrefillRepeats(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("ParsePrefillRepeats(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "cold requests per prefill row") {
+			t.Errorf("ParsePrefillRepeats(%q): error %q does not say what to give", tt.in, err)
+		}
+	}
+	if got := (Scenario{}).PrefillRepeatsOrDefault(); got != DefaultPrefillRepeats {
+		t.Errorf("a zero PrefillRepeats sends %d, want the default %d", got, DefaultPrefillRepeats)
+	}
+}
+
+func FuzzParsePrefillRepeats(f *testing.F) {
+	for _, s := range []string{"3", " 1 ", "0", "-1", "100", "101", "1e2", "", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParsePrefillRepeats(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "cold requests per prefill row") {
+				t.Fatalf("%q: error %q does not say what to give", s, err)
+			}
+			return
+		}
+		if n < 1 || n > MaxPrefillRepeats {
+			t.Fatalf("%q gave %d, outside 1–%d", s, n, MaxPrefillRepeats)
 		}
 	})
 }

@@ -41,31 +41,32 @@ type matrixFlags struct {
 	Prefill     string `env:"PREFILL"`
 	// PrefillSet: --prefill or TOKENTAP_PREFILL was given, even empty
 	// (an empty list, like "none", means no prefill rows).
-	PrefillSet  bool
-	Window      string        `env:"WINDOW"`
-	IdleTimeout time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
-	MaxOutput   string        `env:"MAX_OUTPUT"`
-	API         string        `env:"API"`
-	KVCapacity  string        `env:"KV_CAPACITY"`
-	MaxModelLen string        `env:"MAX_MODEL_LEN"`
-	Scenario    string        `env:"SCENARIO"`
-	Out         string        `env:"OUT"`
-	Records     string        `env:"RECORDS"`
-	Format      string        `env:"FORMAT" envDefault:"text"`
-	Percentiles string        `env:"PERCENTILES" envDefault:"50,90,99"`
-	AllowFailed bool          `env:"ALLOW_FAILED"`
-	Finish      bool          `env:"FINISH_REQUESTS"`
-	Overwrite   bool          `env:"OVERWRITE"`
-	Quiet       bool          `env:"QUIET"`
-	Salt        string        `env:"SALT"`
-	Shard       string        `env:"SHARD"`
-	Shards      int           `env:"SHARDS"`
-	StartAt     string        `env:"START_AT"`
-	Gap         time.Duration `env:"GAP"`
-	Rendezvous  string        `env:"RENDEZVOUS"`
-	RvResolve   string        `env:"RENDEZVOUS_RESOLVE"`
-	RvMargin    time.Duration `env:"RENDEZVOUS_MARGIN"`
-	RvTimeout   time.Duration `env:"RENDEZVOUS_TIMEOUT"`
+	PrefillSet     bool
+	PrefillRepeats string        `env:"PREFILL_REPEATS"`
+	Window         string        `env:"WINDOW"`
+	IdleTimeout    time.Duration `env:"IDLE_TIMEOUT" envDefault:"10m"`
+	MaxOutput      string        `env:"MAX_OUTPUT"`
+	API            string        `env:"API"`
+	KVCapacity     string        `env:"KV_CAPACITY"`
+	MaxModelLen    string        `env:"MAX_MODEL_LEN"`
+	Scenario       string        `env:"SCENARIO"`
+	Out            string        `env:"OUT"`
+	Records        string        `env:"RECORDS"`
+	Format         string        `env:"FORMAT" envDefault:"text"`
+	Percentiles    string        `env:"PERCENTILES" envDefault:"50,90,99"`
+	AllowFailed    bool          `env:"ALLOW_FAILED"`
+	Finish         bool          `env:"FINISH_REQUESTS"`
+	Overwrite      bool          `env:"OVERWRITE"`
+	Quiet          bool          `env:"QUIET"`
+	Salt           string        `env:"SALT"`
+	Shard          string        `env:"SHARD"`
+	Shards         int           `env:"SHARDS"`
+	StartAt        string        `env:"START_AT"`
+	Gap            time.Duration `env:"GAP"`
+	Rendezvous     string        `env:"RENDEZVOUS"`
+	RvResolve      string        `env:"RENDEZVOUS_RESOLVE"`
+	RvMargin       time.Duration `env:"RENDEZVOUS_MARGIN"`
+	RvTimeout      time.Duration `env:"RENDEZVOUS_TIMEOUT"`
 
 	HardwareType  string `env:"HARDWARE_TYPE"`
 	GPU           string `env:"GPU"`
@@ -112,6 +113,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.Concurrency, "concurrency", f.Concurrency, "concurrency levels, e.g. 1,2,4,8,16,32,64,128 (default from the scenario) [TOKENTAP_CONCURRENCY]")
 	fs.StringVar(&f.Rate, "rate", f.Rate, "request rates per second instead of concurrency levels, e.g. 1,2,4: requests arrive at random (Poisson) times, open loop [TOKENTAP_RATE]")
 	fs.StringVar(&f.Prefill, "prefill", f.Prefill, "prefill contexts, e.g. 8k,16k,32k,64k,128k, or none (default from the scenario) [TOKENTAP_PREFILL]")
+	fs.StringVar(&f.PrefillRepeats, "prefill-repeats", f.PrefillRepeats, "cold requests per prefill row, each a prompt of its own; the row shows their median and spread (default from the scenario, 3) [TOKENTAP_PREFILL_REPEATS]")
 	fs.StringVar(&f.Window, "window", f.Window, "measurement window per decode cell, e.g. 30s (default from the scenario) [TOKENTAP_WINDOW]")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "give a request up when the engine sends no byte for this long, e.g. a hung engine (0: never) [TOKENTAP_IDLE_TIMEOUT]")
 	fs.StringVar(&f.MaxOutput, "max-output", f.MaxOutput, "max_tokens of every decode request (default from the scenario, 8192 in the seed matrix) [TOKENTAP_MAX_OUTPUT]")
@@ -518,6 +520,11 @@ func applyRunFlags(sc *scenarios.Scenario, cfg *matrix.Config, f matrixFlags, sr
 	if f.Prefill != "" || f.PrefillSet {
 		if sc.Prefill, err = scenarios.ParsePrefillList(f.Prefill); err != nil {
 			return fmt.Errorf("%s: %w", src("prefill"), err)
+		}
+	}
+	if f.PrefillRepeats != "" {
+		if sc.PrefillRepeats, err = scenarios.ParsePrefillRepeats(f.PrefillRepeats); err != nil {
+			return fmt.Errorf("%s: %w", src("prefill-repeats"), err)
 		}
 	}
 	if f.Window != "" {
