@@ -163,6 +163,8 @@ type view struct {
 	// Explain are notes under the percentiles that say why figures that
 	// look wrong are right (per request above total, none completed).
 	Explain []string
+	// Sweeps are a sweep's rows: curves, knees, SLO rate (sweep.go).
+	Sweeps []sweepView
 }
 
 // pctRow is one measure of one cell in the Latency percentiles table.
@@ -351,6 +353,7 @@ func newViewWith(r *result.Result, o Options) *view {
 		}
 	}
 	v.percentiles(r, o)
+	v.Sweeps = sweepViews(r)
 	return v
 }
 
