@@ -36,6 +36,15 @@ type sweepChart struct {
 	TailValues []float64 // 0 where the point has none
 	Knee       float64   // the knee's achieved rate; 0: none
 	SLORate    float64   // the highest rate met; 0: none
+	// Beside are the throughput's closed loops, drawn off the curve
+	// (sweep.Curve): X, their median, and what they are.
+	Beside []besidePoint
+}
+
+// besidePoint is a closed loop drawn beside a curve.
+type besidePoint struct {
+	X, Median float64
+	Name      string // "32 at once"
 }
 
 // sweepViews lays out r's sweep rows.
@@ -59,7 +68,7 @@ func newSweepView(r *result.Result, row result.SweepRow) sweepView {
 	knees := map[int][]string{}
 	for _, k := range row.Knees {
 		if k.Found {
-			knees[k.Point] = append(knees[k.Point], kneeName(k.Metric)+" knee")
+			knees[k.Point] = append(knees[k.Point], strings.TrimSuffix(kneeName(k.Metric), " p50")+" knee")
 		}
 	}
 	for i, p := range row.Points {
@@ -67,7 +76,7 @@ func newSweepView(r *result.Result, row result.SweepRow) sweepView {
 		if p.TTFTKind != result.TTFTCold {
 			ttft += " (" + strings.TrimPrefix(ttftLabel(p.TTFTKind), "TTFT, ") + ")"
 		}
-		cells := []string{pointName(p), fmtRate(p.AchievedRate), ttft, ttftTail, fmtTBT(p.TBTms), msOrDash(p.TBTTailMs)}
+		cells := []string{pointName(p), fmtReq(p.AchievedRate), ttft, ttftTail, fmtTBT(p.TBTms), msOrDash(p.TBTTailMs)}
 		if withSLO {
 			a := dash
 			if p.Attainment != nil {
@@ -77,7 +86,7 @@ func newSweepView(r *result.Result, row result.SweepRow) sweepView {
 		}
 		marks := knees[i]
 		if s := row.SLO; s != nil && s.Met == i {
-			marks = append(marks, "highest rate meeting the SLOs")
+			marks = append(marks, "SLOs met to here")
 		}
 		v.Rows = append(v.Rows, append(cells, strings.Join(marks, ", ")))
 	}
@@ -94,6 +103,24 @@ func newSweepView(r *result.Result, row result.SweepRow) sweepView {
 		v.Charts = append(v.Charts, chartOf(row, metric))
 	}
 	return v
+}
+
+// fmtReq is a request rate to 3 significant figures ("4.95", "16.3"),
+// whole from 1,000 up.
+func fmtReq(v float64) string {
+	if v >= 1000 {
+		return fmtFixed(v, 0)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// fmtLat is a latency of metric as the report shows it: TBT to a tenth
+// of a millisecond, TTFT whole.
+func fmtLat(metric string, ms float64) string {
+	if metric == result.KneeTBT {
+		return fmtTBT(ms)
+	}
+	return fmtMs(ms)
 }
 
 // msOrDash is a latency in ms, or a dash where there is none.
@@ -135,8 +162,8 @@ func kneeLine(row result.SweepRow, k result.Knee) string {
 		return p.TBTms
 	}
 	return fmt.Sprintf("%s bends at %s requests/s, the measured cell %s (%s): the latency rose into it no faster than along the line from %s at %s/s to %s at %s/s, and out of it no slower (it lies %.0f%% of the rise below that line).",
-		name, fmtRate(k.AchievedRate), pointName(row.Points[k.Point]), fmtMs(k.LatencyMs),
-		fmtMs(val(first)), fmtRate(first.AchievedRate), fmtMs(val(last)), fmtRate(last.AchievedRate), 100*k.Departure)
+		name, fmtReq(k.AchievedRate), pointName(row.Points[k.Point]), fmtLat(k.Metric, k.LatencyMs),
+		fmtLat(k.Metric, val(first)), fmtReq(first.AchievedRate), fmtLat(k.Metric, val(last)), fmtReq(last.AchievedRate), 100*k.Departure)
 }
 
 // sloRateLine says the highest rate that met the SLOs: measured, the next
@@ -153,20 +180,20 @@ func sloRateLine(r *result.Result, row result.SweepRow) string {
 		if s.MissedAttainment != nil {
 			miss = "met by " + fmtFixed(100**s.MissedAttainment, 0) + "% of its requests"
 		}
-		return fmt.Sprintf("SLOs%s: no cell met them for %s of its requests, not even the lowest, at %s requests/s (%s).", objectives, target, fmtRate(s.MissedRate), miss)
+		return fmt.Sprintf("SLOs%s: no cell met them for %s of its requests, not even the lowest, at %s requests/s (%s).", objectives, target, fmtReq(s.MissedRate), miss)
 	}
 	met := row.Points[s.Met]
 	line := fmt.Sprintf("Highest rate meeting the SLOs%s for %s of requests, with every cell below it: %s requests/s, measured (the cell %s, %s met).",
-		objectives, target, fmtRate(s.MetRate), pointName(met), fmtFixed(100*s.MetAttainment, 0)+"%")
+		objectives, target, fmtReq(s.MetRate), pointName(met), fmtFixed(100*s.MetAttainment, 0)+"%")
 	switch {
 	case s.MissedRate == 0:
 		line += " Every cell met them, up to the highest rate measured: the limit lies above the sweep, at a rate not measured."
 	case s.MissedAttainment == nil:
-		line += fmt.Sprintf(" The next cell, %s requests/s, showed no figures (a miss); no rate between is estimated.", fmtRate(s.MissedRate))
+		line += fmt.Sprintf(" The next cell, %s requests/s, showed no figures (a miss); no rate between is estimated.", fmtReq(s.MissedRate))
 	default:
-		line += fmt.Sprintf(" The next cell, %s requests/s, missed (%s met).", fmtRate(s.MissedRate), fmtFixed(100**s.MissedAttainment, 0)+"%")
+		line += fmt.Sprintf(" The next cell, %s requests/s, missed (%s met).", fmtReq(s.MissedRate), fmtFixed(100**s.MissedAttainment, 0)+"%")
 		if s.Interpolated > 0 {
-			line += fmt.Sprintf(" Taking attainment as linear between the two, it crosses %s near %s requests/s: interpolated, not measured.", target, fmtRate(s.Interpolated))
+			line += fmt.Sprintf(" Taking attainment as linear between the two, it crosses %s near %s requests/s: interpolated, not measured.", target, fmtReq(s.Interpolated))
 		}
 	}
 	if s.AboveMiss > 0 {
@@ -193,6 +220,17 @@ func chartOf(row result.SweepRow, metric string) sweepChart {
 	if metric == result.KneeTTFT {
 		c.Name = ttftLabel(kind)
 	}
+	for _, p := range row.Points {
+		if p.Concurrency <= 1 {
+			continue
+		}
+		switch {
+		case metric == result.KneeTBT && p.TBTms > 0:
+			c.Beside = append(c.Beside, besidePoint{p.AchievedRate, p.TBTms, pointName(p)})
+		case metric == result.KneeTTFT && p.TTFTms > 0 && (kind == "" || p.TTFTKind == kind):
+			c.Beside = append(c.Beside, besidePoint{p.AchievedRate, p.TTFTms, pointName(p)})
+		}
+	}
 	for _, k := range row.Knees {
 		if k.Metric == metric && k.Found {
 			c.Knee = k.AchievedRate
@@ -210,6 +248,9 @@ func (c sweepChart) chartTop() float64 {
 	for i := range c.X {
 		top = math.Max(top, math.Max(c.Median[i], c.TailValues[i]))
 	}
+	for _, b := range c.Beside {
+		top = math.Max(top, b.Median)
+	}
 	if top <= 0 {
 		return 1
 	}
@@ -223,6 +264,9 @@ func (c sweepChart) chartSpan() (lo, hi float64) {
 		return 0, 1
 	}
 	lo, hi = c.X[0], c.X[len(c.X)-1]
+	for _, b := range c.Beside {
+		lo, hi = math.Min(lo, b.X), math.Max(hi, b.X)
+	}
 	if hi <= lo {
 		hi = lo + 1
 	}
@@ -232,8 +276,9 @@ func (c sweepChart) chartSpan() (lo, hi float64) {
 // Text chart size: plot columns and rows.
 const chartCols, chartRows = 60, 10
 
-// textChart draws c in characters: o the median, + the tail, | the knee,
-// : the highest rate meeting the SLOs; latency up from 0, achieved rate
+// textChart draws c in characters: o the median, + the tail, x a closed
+// loop's median beside the curve, | the knee, : the highest rate meeting
+// the SLOs; latency up from 0, achieved rate
 // across from the lowest to the highest measured.
 func (c sweepChart) textChart() []string {
 	if len(c.X) == 0 {
@@ -266,17 +311,23 @@ func (c sweepChart) textChart() []string {
 			grid[row(c.TailValues[i])][col(x)] = '+'
 		}
 	}
+	for _, b := range c.Beside {
+		grid[row(b.Median)][col(b.X)] = 'x'
+	}
 	for i, x := range c.X {
 		grid[row(c.Median[i])][col(x)] = 'o'
 	}
-	key := "o p50, + " + c.Tail
+	key := "o p50 · + " + c.Tail
+	for _, b := range c.Beside {
+		key += " · x " + b.Name + " (p50, closed loop)"
+	}
 	if c.Knee > 0 {
-		key += ", | knee (" + fmtRate(c.Knee) + "/s)"
+		key += " · | knee " + fmtReq(c.Knee) + "/s"
 	}
 	if c.SLORate > 0 {
-		key += ", : highest rate meeting the SLOs (" + fmtRate(c.SLORate) + "/s)"
+		key += " · : SLOs met to " + fmtReq(c.SLORate) + "/s"
 	}
-	out := []string{c.Name + " (ms) against achieved requests/s · " + key}
+	out := []string{c.Name + ", ms, against achieved requests/s"}
 	labelW := len(tickLabel(top))
 	for r := range grid {
 		label := ""
@@ -289,9 +340,9 @@ func (c sweepChart) textChart() []string {
 		out = append(out, fmt.Sprintf("%*s ┤%s", labelW, label, strings.TrimRight(string(grid[r]), " ")))
 	}
 	out = append(out, fmt.Sprintf("%*s └%s", labelW, "0", strings.Repeat("─", chartCols)))
-	left, right := fmtRate(lo), fmtRate(hi)+" req/s"
+	left, right := fmtReq(lo), fmtReq(hi)+" req/s"
 	out = append(out, fmt.Sprintf("%*s  %s%*s", labelW, "", left, chartCols-len(left), right))
-	return out
+	return append(out, fmt.Sprintf("%*s  %s", labelW, "", key))
 }
 
 // writeTextSweeps prints each sweep row: its points, its charts, what

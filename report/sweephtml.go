@@ -76,10 +76,10 @@ func (c sweepChart) svg(title string) string {
 			X(x), top, X(x), top+ph, colour, dash, X(x), top-6, h(text))
 	}
 	if c.SLORate > 0 {
-		upright(c.SLORate, sweepSLO, "2 3", "SLOs met up to "+fmtRate(c.SLORate)+"/s")
+		upright(c.SLORate, sweepSLO, "2 3", "SLOs met up to "+fmtReq(c.SLORate)+"/s")
 	}
 	if c.Knee > 0 {
-		text := "knee " + fmtRate(c.Knee) + "/s"
+		text := "knee " + fmtReq(c.Knee) + "/s"
 		if c.SLORate > 0 && math.Abs(X(c.SLORate)-X(c.Knee)) < 120 {
 			// Keep the two labels apart: the knee's below the plot's top.
 			fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5" stroke-dasharray="6 4"/><text class="pl" x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n",
@@ -105,14 +105,18 @@ func (c sweepChart) svg(title string) string {
 		for i, x := range c.X {
 			if vals[i] > 0 {
 				fmt.Fprintf(&s, `<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s" stroke="#ffffff" stroke-width="1"><title>%s/s achieved: %s %s %s</title></circle>`+"\n",
-					X(x), Y(vals[i]), r, colour, fmtRate(x), h(c.Name), what, fmtMs(vals[i]))
+					X(x), Y(vals[i]), r, colour, fmtReq(x), h(c.Name), what, fmtMs(vals[i]))
 			}
 		}
 	}
 	line(c.TailValues, sweepTail, "5 4", 3.5, c.Tail)
 	line(c.Median, sweepMedian, "", 4.5, "p50")
-	// Key, top right inside the plot.
-	kx, ky := left+pw-150, top+12
+	for _, b := range c.Beside {
+		fmt.Fprintf(&s, `<circle cx="%.1f" cy="%.1f" r="5" fill="#ffffff" stroke="%s" stroke-width="2"><title>%s (closed loop, beside the curve): %s/s achieved, %s p50 %s</title></circle><text class="pl" x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			X(b.X), Y(b.Median), sweepMedian, h(b.Name), fmtReq(b.X), h(c.Name), fmtMs(b.Median), X(b.X)-8, Y(b.Median)+4, h(b.Name))
+	}
+	// Key, top left inside the plot (a knee is most often to the right).
+	kx, ky := left+12, top+12
 	fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/><text x="%.1f" y="%.1f">p50</text>`+"\n",
 		kx, ky, kx+20, ky, sweepMedian, kx+26, ky+4)
 	fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5" stroke-dasharray="5 4"/><text x="%.1f" y="%.1f">%s</text>`+"\n",

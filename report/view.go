@@ -474,11 +474,15 @@ func saysStopped(notes []string) bool {
 // beyond them, ascending.
 func axes(r *result.Result) (contexts []int, cols []result.Column) {
 	contexts = slices.Clone(r.Settings.Contexts)
-	for _, n := range r.Settings.Concurrency {
-		cols = append(cols, result.Column{N: n})
-	}
-	for _, rate := range r.Settings.Rates {
-		cols = append(cols, result.Column{Rate: rate})
+	// A sweep measures the first and last concurrency and rates of each
+	// row's own: its columns are its cells', not every level set.
+	if !r.Settings.Sweep {
+		for _, n := range r.Settings.Concurrency {
+			cols = append(cols, result.Column{N: n})
+		}
+		for _, rate := range r.Settings.Rates {
+			cols = append(cols, result.Column{Rate: rate})
+		}
 	}
 	for _, c := range r.Decode {
 		if !slices.Contains(contexts, c.Context) {

@@ -121,9 +121,14 @@ func point(c *result.Cell, tail float64) result.SweepPoint {
 }
 
 // Curve is the indexes in points of metric's curve: the points with a
-// latency of that metric and, for TTFT, of the rate cells' TTFT kind (a
-// closed cell's warmed prompts leave prefill out of its TTFT, a rate
-// cell's cold ones do not: one curve holds one kind).
+// latency of that metric, but the throughput's closed loop, and, for
+// TTFT, of the rate cells' TTFT kind (a closed cell's warmed prompts leave
+// prefill out of its TTFT, a rate cell's cold ones do not: one curve
+// holds one kind). The throughput's closed loop keeps its N requests in
+// flight at whatever rate they end: at its rate an open loop has fewer in
+// flight and shorter latencies, so it is another curve's point (it stands
+// beside this one in reports). One request at a time is both a closed
+// loop of 1 and an open loop's lightest load, and stays.
 func Curve(metric string, points []result.SweepPoint) []int {
 	kind := ""
 	if metric == result.KneeTTFT {
@@ -137,6 +142,7 @@ func Curve(metric string, points []result.SweepPoint) []int {
 	var idx []int
 	for i, p := range points {
 		switch {
+		case p.Concurrency > 1:
 		case metric == result.KneeTBT && p.TBTms > 0:
 			idx = append(idx, i)
 		case metric == result.KneeTTFT && p.TTFTms > 0 && (kind == "" || p.TTFTKind == kind):
