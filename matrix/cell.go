@@ -257,7 +257,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 	judged, notes := judge(o)
 	out := r.res.Cell(c, n)
 	*out = judged
-	r.workloadFigures(out, recs, w)
+	r.workloadFigures(out, recs)
 	r.note(notes...)
 	if out.Status == result.OverCapacity {
 		r.learn(c, n)

@@ -48,6 +48,7 @@ import (
 	"github.com/tokentap/tokentap/scenarios"
 	"github.com/tokentap/tokentap/shard"
 	"github.com/tokentap/tokentap/slo"
+	"github.com/tokentap/tokentap/sweep"
 )
 
 // ErrInterrupted is returned with a partial result when the run's context
@@ -459,6 +460,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	res.Ended = time.Now()
 	r.note(cfg.Notes...)
 	res.SetPercentiles(cfg.Percentiles)
+	res.Sweeps = sweep.Rows(res) // read off the cells, at their percentiles
 	// The report says what stopped the run (once: from these fields).
 	defer r.endShard()
 	if err != nil && ctx.Err() != nil {

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tokentap/tokentap/cell"
 	"github.com/tokentap/tokentap/dataset"
 	"github.com/tokentap/tokentap/record"
 	"github.com/tokentap/tokentap/replay"
@@ -272,20 +271,34 @@ func (r *runner) orderSweep(c int) {
 	r.res.Decode = out
 }
 
-// closedRate is a closed cell's request rate: the requests sent in its
-// window per window second, as an arrival-rate cell's achieved rate.
-func closedRate(recs []record.Record, w cell.Window) float64 {
-	secs := w.Len().Seconds()
-	if secs <= 0 {
-		return 0
-	}
-	n := 0
+// closedRate is a closed cell's request rate, the sweep's axis: its
+// output tokens per second over the tokens a request gets (the mean of
+// the requests that completed; where none did, of their max_tokens,
+// which ignore_eos makes the engine send). A loop that keeps N requests
+// in flight starts one as one ends, at the rate their tokens are served;
+// counting the requests sent in the window instead counts the N sent at
+// its start as a rate, double the engine's throughput or more when
+// requests outlast the window.
+func closedRate(tokPerSec float64, recs []record.Record) float64 {
+	var sum, n int
 	for i := range recs {
-		if w.Contains(recs[i].Sent) {
+		if recs[i].Outcome == record.OK && recs[i].CompletionTokens > 0 {
+			sum += recs[i].CompletionTokens
 			n++
 		}
 	}
-	return float64(n) / secs
+	if n == 0 {
+		for i := range recs {
+			if recs[i].MaxTokens > 0 {
+				sum += recs[i].MaxTokens
+				n++
+			}
+		}
+	}
+	if n == 0 || sum == 0 {
+		return 0
+	}
+	return tokPerSec / (float64(sum) / float64(n))
 }
 
 // requests is this load generator's part of the run's request count (0:
@@ -300,12 +313,12 @@ func (r *runner) requests() int {
 // workloadFigures adds what a workload changes to a judged closed cell: a
 // dataset's prompts are cold (sent once, never warmed); a sweep's closed
 // cells have the rate they achieved, the sweep's axis.
-func (r *runner) workloadFigures(out *result.Cell, recs []record.Record, w cell.Window) {
+func (r *runner) workloadFigures(out *result.Cell, recs []record.Record) {
 	if r.ds != nil {
 		out.TTFTKind = result.TTFTCold
 	}
 	if r.sc.Sweep && out.ShowsFigures() {
-		out.AchievedRate = closedRate(recs, w)
+		out.AchievedRate = closedRate(out.TotalTokPerSec, recs)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -209,5 +210,35 @@ func TestSweepCells(t *testing.T) {
 	}
 	if got := len(served(eng)); got != sent {
 		t.Errorf("the cells' records hold %d requests, the engine served %d", sent, got)
+	}
+}
+
+// TestClosedRate: a closed cell's request rate is its output tok/s over
+// the tokens a request gets, not its requests sent per window second:
+// with requests longer than the window, the N sent at its start are no
+// rate.
+func TestClosedRate(t *testing.T) {
+	ok := func(tokens int) record.Record {
+		return record.Record{Outcome: record.OK, CompletionTokens: tokens, MaxTokens: tokens}
+	}
+	cut := func(tokens, max int) record.Record {
+		return record.Record{Outcome: record.Cancelled, CompletionTokens: tokens, MaxTokens: max}
+	}
+	tests := []struct {
+		name      string
+		tokPerSec float64
+		recs      []record.Record
+		want      float64
+	}{
+		{"completed requests", 640, []record.Record{ok(64), ok(64), cut(10, 64)}, 10},
+		{"none completed: max_tokens", 1400, []record.Record{cut(40, 64), cut(30, 64), cut(20, 64)}, 1400.0 / 64},
+		{"mixed lengths", 300, []record.Record{ok(100), ok(200)}, 2},
+		{"nothing to divide by", 100, []record.Record{{Outcome: record.Cancelled}}, 0},
+		{"no records", 100, nil, 0},
+	}
+	for _, tt := range tests {
+		if got := closedRate(tt.tokPerSec, tt.recs); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("%s: %v req/s, want %v", tt.name, got, tt.want)
+		}
 	}
 }

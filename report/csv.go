@@ -170,12 +170,54 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 // sloHigh: a cell's attainment has an upper bound (undecided requests,
 // METHOD §6); defs: the peers' time between tokens (tbtdefs.go).
 // repeats: a prefill row of more than one cold request (METHOD §3).
-type csvMore struct{ slo, split, limit, sloHigh, defs, repeats bool }
+// sweep: a sweep's rows (sweep.go), each cell's part in them.
+type csvMore struct {
+	slo, split, limit, sloHigh, defs, repeats bool
+	sweep                                     map[result.Column]map[int]sweepMarks // by column, then context
+}
+
+// sweepMarks are a cell's part in its sweep row: the knees it is, and
+// whether it is the highest rate meeting the SLOs (with the rate
+// interpolated between it and the next cell, which missed).
+type sweepMarks struct {
+	knees        []string
+	slo          string
+	interpolated float64
+}
+
+// sweepCSV marks the cells of r's sweep rows.
+func sweepCSV(r *result.Result) map[result.Column]map[int]sweepMarks {
+	if len(r.Sweeps) == 0 {
+		return nil
+	}
+	m := map[result.Column]map[int]sweepMarks{}
+	mark := func(ctx int, p result.SweepPoint, f func(*sweepMarks)) {
+		col := result.Column{N: p.Concurrency, Rate: p.Rate}
+		if m[col] == nil {
+			m[col] = map[int]sweepMarks{}
+		}
+		x := m[col][ctx]
+		f(&x)
+		m[col][ctx] = x
+	}
+	for _, row := range r.Sweeps {
+		for _, k := range row.Knees {
+			if k.Found {
+				mark(row.Context, row.Points[k.Point], func(x *sweepMarks) { x.knees = append(x.knees, k.Metric) })
+			}
+		}
+		if s := row.SLO; s != nil && s.Met >= 0 {
+			mark(row.Context, row.Points[s.Met], func(x *sweepMarks) { x.slo, x.interpolated = "highest_met", s.Interpolated })
+		}
+	}
+	return m
+}
 
 func csvExtra(r *result.Result) csvMore {
 	var m csvMore
 	m.slo = r.SLO != nil
 	m.defs = hasTBTDefs(r)
+	m.sweep = sweepCSV(r)
 	for _, c := range r.Decode {
 		m.split = m.split || c.TTFTSplit != nil
 		m.limit = m.limit || c.DecodeLimit != nil
@@ -201,6 +243,9 @@ func (m csvMore) head() []string {
 	}
 	if m.defs {
 		h = append(h, "itl_chunk_ms", "tpot_request_ms")
+	}
+	if m.sweep != nil {
+		h = append(h, "sweep_knee", "sweep_slo", "sweep_slo_interpolated_rate")
 	}
 	if m.repeats {
 		h = append(h, csvRepeatColumns...)
@@ -264,6 +309,10 @@ func (m csvMore) cell(c *result.Cell) []string {
 		} else {
 			out = append(out, "", "")
 		}
+	}
+	if m.sweep != nil {
+		x := m.sweep[c.Column()][c.Context]
+		out = append(out, strings.Join(x.knees, " "), x.slo, num(x.interpolated))
 	}
 	if m.repeats {
 		out = append(out, make([]string, len(csvRepeatColumns))...)

@@ -145,7 +145,11 @@ func (e *htmlWriter) metaSections(v *view) {
 
 func writeHTML(w io.Writer, r *result.Result, v *view) error {
 	e := &htmlWriter{errWriter{w: w}}
-	e.head(v.Title + " · tokentap")
+	if len(v.Sweeps) > 0 {
+		e.head(v.Title+" · tokentap", sweepCSS)
+	} else {
+		e.head(v.Title + " · tokentap")
+	}
 	e.printf("<header><h1>%s</h1><p class=\"eng\">%s</p><p class=\"by\">%s</p></header>\n", h(v.Title), h(v.EngineLine), h(v.ByLine))
 	e.metaSections(v)
 	if v.Launch != "" {
@@ -201,6 +205,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 			e.print("</ul>\n")
 		}
 		e.beyondHTML(r, v)
+		e.sweepsHTML(v)
 		e.percentileCards(v)
 	}
 	if len(v.All) > 0 {

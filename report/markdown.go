@@ -151,6 +151,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 		}
 	}
 	writeMarkdownBeyond(e, v)
+	writeMarkdownSweeps(e, v)
 	if len(v.All) > 0 {
 		e.printf("\n## All measurements\n\n%s\n\n", allNote(v.Rate))
 		mdTable(e, v.Columns, v.All, rightCols(v.Columns, 0, 3)) // Phase and Status read left to right

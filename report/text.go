@@ -228,6 +228,7 @@ func writeText(w io.Writer, v *view) error {
 		writeTextGrid(e, v)
 	}
 	writeTextBeyond(e, v)
+	writeTextSweeps(e, v)
 	if len(v.All) > 0 {
 		e.print("\nAll measurements · " + allNote(v.Rate) + "\n")
 		head := []string{"Phase", "Context", "N", "Status", "Tok/s", "Per req", "TTFT", "TBT", "Active", "Done", "Output", "For"}

@@ -168,6 +168,8 @@ type view struct {
 	// Explain are notes under the percentiles that say why figures that
 	// look wrong are right (per request above total, none completed).
 	Explain []string
+	// Sweeps are a sweep's rows: curves, knees, SLO rate (sweep.go).
+	Sweeps []sweepView
 }
 
 // pctRow is one measure of one cell in the Latency percentiles table.
@@ -365,6 +367,7 @@ func newViewWith(r *result.Result, o Options) *view {
 		}
 	}
 	v.percentiles(r, o)
+	v.Sweeps = sweepViews(r)
 	return v
 }
 
@@ -485,11 +488,15 @@ func saysStopped(notes []string) bool {
 // beyond them, ascending.
 func axes(r *result.Result) (contexts []int, cols []result.Column) {
 	contexts = slices.Clone(r.Settings.Contexts)
-	for _, n := range r.Settings.Concurrency {
-		cols = append(cols, result.Column{N: n})
-	}
-	for _, rate := range r.Settings.Rates {
-		cols = append(cols, result.Column{Rate: rate})
+	// A sweep measures the first and last concurrency and rates of each
+	// row's own: its columns are its cells', not every level set.
+	if !r.Settings.Sweep {
+		for _, n := range r.Settings.Concurrency {
+			cols = append(cols, result.Column{N: n})
+		}
+		for _, rate := range r.Settings.Rates {
+			cols = append(cols, result.Column{Rate: rate})
+		}
 	}
 	for _, c := range r.Decode {
 		if !slices.Contains(contexts, c.Context) {

@@ -129,6 +129,10 @@ type Result struct {
 	// Sharding is set on a shard of a sharded run (tokentap matrix
 	// --shard) and on the run tokentap merge made of its shards.
 	Sharding *Sharding `json:"sharding,omitempty"`
+	// Sweeps are a sweep's rows (--sweep): each its latency curve against
+	// the achieved rate, its knees and its highest rate meeting the SLOs
+	// (sweep.go).
+	Sweeps []SweepRow `json:"sweeps,omitempty"`
 }
 
 // Tool identifies the tokentap build that made the run.

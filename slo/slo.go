@@ -579,7 +579,14 @@ func Capacity(res *result.Result, target float64) []result.SLOCapacity {
 			}
 			cp.Concurrency = n
 		}
-		rates := slices.Clone(res.Settings.Rates)
+		// The row's own rates: a sweep's rows each have theirs
+		// (Settings.Rates is every row's).
+		var rates []float64
+		for _, cl := range res.Decode {
+			if cl.Context == c && cl.Rate > 0 {
+				rates = append(rates, cl.Rate)
+			}
+		}
 		slices.Sort(rates)
 		for _, rate := range rates {
 			if !met(res.CellAt(c, result.Column{Rate: rate})) {

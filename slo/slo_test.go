@@ -295,6 +295,17 @@ func TestCapacity(t *testing.T) {
 	if got := Capacity(rates, 0.9); len(got) != 1 || got[0] != (result.SLOCapacity{Context: 0, Rate: 2}) {
 		t.Errorf("arrival rates: %+v", got)
 	}
+	// A sweep's rows each have rates of their own (Settings.Rates is
+	// every row's): one row's rates do not break another's run.
+	sweep := &result.Result{Settings: result.Settings{Contexts: []int{0, 1024}, Rates: []float64{1.5, 2, 3, 4}}, Decode: []result.Cell{
+		{Context: 0, Rate: 2, Status: result.Valid, SLO: share(1)},
+		{Context: 0, Rate: 4, Status: result.Valid, SLO: share(0.95)},
+		{Context: 1024, Rate: 1.5, Status: result.Valid, SLO: share(1)},
+		{Context: 1024, Rate: 3, Status: result.Valid, SLO: share(0.5)},
+	}}
+	if got := Capacity(sweep, 0.9); len(got) != 2 || got[0].Rate != 4 || got[1].Rate != 1.5 {
+		t.Errorf("sweep rows: %+v", got)
+	}
 	// A noisy pass above a miss is not capacity: 16 met the target, 4 did
 	// not, so the capacity is 1; a Failed or unjudged cell is a miss too.
 	noisy := &result.Result{Settings: result.Settings{Contexts: []int{0, 1024, 2048}, Concurrency: []int{16, 1, 4}}, Decode: []result.Cell{
