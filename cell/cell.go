@@ -634,8 +634,12 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	c.TTFTAtLeast = f.TTFTAtLeast
 	c.TBTms = millis(f.TBT)
 	c.ITLChunkMs = millis(f.ITL)
-	if f.PerRequestTokPerSec > 0 {
-		c.TPOTRequestMs = 1000 / f.PerRequestTokPerSec
+	if f.Hist != nil {
+		if tpot, ok := f.Hist.TPOTAt(0.5); ok {
+			c.TPOTRequestMs = millis(tpot)
+		}
+	} else if f.PerRequestTokPerSec > 0 {
+		c.TPOTRequestMs = 1000 / f.PerRequestTokPerSec // figures without their requests' histogram
 	}
 	c.SubWindows = f.Sub.Result()
 	c.Unannounced = f.UnannouncedResult()

@@ -216,6 +216,26 @@ func (s *Set) RateAt(q float64) (rate float64, ok bool) {
 	return float64(s.Rate.ValueAtQuantile(q*100)) / rateScale, true
 }
 
+// TPOTAt returns the per-request time per output token (1 / the
+// request's decode rate) at quantile q of the requests, by nearest rank
+// over that time (METHOD §2's "TPOT per request"), not 1 / the rate at q:
+// with an even count the two pick different requests, since the
+// requests in ascending time per token are in descending rate.
+func (s *Set) TPOTAt(q float64) (tpot time.Duration, ok bool) {
+	n := s.Rate.TotalCount()
+	if n == 0 {
+		return 0, false
+	}
+	rank := max(1, min(n, int64(q*float64(n)+0.5)))
+	// The rank-th smallest time per token is the (n+1−rank)-th smallest
+	// rate; ValueAtQuantile takes the rank it is given as q·n rounded.
+	v := s.Rate.ValueAtQuantile(float64(n+1-rank) / float64(n) * 100)
+	if v <= 0 {
+		return 0, false
+	}
+	return time.Duration(float64(time.Second) * rateScale / float64(v)), true
+}
+
 type wireSet struct {
 	TTFT string `json:"ttft_us"`
 	TBT  string `json:"tbt_us"`

@@ -129,7 +129,7 @@ func judge(o observations) (out result.Cell, notes []string) {
 		judgeShard(&out, *o.Shard, o.Share, w, figs)
 	}
 	if u := out.Unannounced; u != nil && out.ShowsFigures() {
-		notes = append(notes, fmt.Sprintf("Cell %s: its completed requests carried %.2f tokens per event (their usage), and the engine announced no per-event count: the %d tokens of requests without usage (cut at the window's close) were counted one per event, so Total tok/s reads %.1f where, at %.2f per event, it would be about %.1f; their gaps are not split over their tokens either, so time between tokens reads high (METHOD §2).",
+		notes = append(notes, fmt.Sprintf("Cell %s: its completed requests carried %.2f tokens per event (their usage), and the engine announced no per-event count: the %d tokens of requests without usage (cut at the window's close) were counted one per event, so Total tok/s reads %.1f where, at %.2f per event, it would be about %.1f; their gaps are not split over their tokens either, so time between tokens and TPOT per request read high, and Per request tok/s low, by up to that factor (METHOD §2).",
 			TokenLabel(out.Context)+" × "+ColumnLabel(out), u.TokensPerEvent, u.OneEachTokens, out.TotalTokPerSec, u.TokensPerEvent, u.ScaledTokPerSec))
 	}
 	if heard := o.Heard - w.End; o.HearFor > 0 && heard > 10*time.Millisecond {

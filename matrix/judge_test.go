@@ -235,7 +235,7 @@ func TestJudge(t *testing.T) {
 				if u == nil || u.TokensPerEvent != 4 || u.OneEachTokens != 296 || math.Abs(u.ScaledTokPerSec-(c.TotalTokPerSec+3*296/10.0)) > 1e-9 {
 					t.Fatalf("unannounced %+v, tok/s %.1f", u, c.TotalTokPerSec)
 				}
-				if len(notes) != 1 || !strings.Contains(notes[0], "4.00 tokens per event") || !strings.Contains(notes[0], "announced no per-event count") {
+				if len(notes) != 1 || !strings.Contains(notes[0], "4.00 tokens per event") || !strings.Contains(notes[0], "announced no per-event count") || !strings.Contains(notes[0], "TPOT per request read high, and Per request tok/s low") {
 					t.Errorf("notes %q", notes)
 				}
 			}},

@@ -452,9 +452,7 @@ func mergeCell(cells []*result.Cell, sh *result.Sharding, corr map[int]time.Dura
 	out.TBTms = msOf(histo.Latency(out.Histograms.TBT, 0.5))
 	out.ITLChunkMs = msOf(histo.Latency(out.Histograms.ITL, 0.5))
 	out.PerRequestTokPerSec, _ = out.Histograms.RateAt(0.5)
-	if out.PerRequestTokPerSec > 0 {
-		out.TPOTRequestMs = 1000 / out.PerRequestTokPerSec
-	}
+	out.TPOTRequestMs = msOf(out.Histograms.TPOTAt(0.5))
 	if len(prompts) > 0 {
 		slices.Sort(prompts)
 		out.PromptTokens = prompts[(len(prompts)-1)/2]
