@@ -249,7 +249,7 @@ func TestJudge(t *testing.T) {
 		// its preemption counter grew while the cell ran.
 		{name: "the engine preempted requests: over capacity, no figures", status: result.OverCapacity,
 			reason: "the engine preempted running requests 3 times (vllm:num_preemptions_total) as the cell's 2 requests' contexts grew",
-			o: closed(both(), gauges(0, 19*time.Second), func(o *observations) { o.Preempted, o.Preemptions = 3, "vllm:num_preemptions_total" }),
+			o:      closed(both(), gauges(0, 19*time.Second), func(o *observations) { o.Preempted, o.Preemptions = 3, "vllm:num_preemptions_total" }),
 			check: func(t *testing.T, c result.Cell, _ []string) {
 				if c.ShowsFigures() {
 					t.Errorf("an Over capacity cell shows figures: %+v", c)
