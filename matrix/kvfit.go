@@ -209,14 +209,14 @@ func uniform(reqs []reqLen) bool {
 
 // String says the groups as a reason shows them.
 func (g kvGroups) String() string {
-	s := fmt.Sprintf("%d full-attention", g.Full)
+	s := fmt.Sprintf("KV cache groups: %d full-attention", g.Full)
 	if g.Window > 0 {
 		s += fmt.Sprintf(", %d sliding-window of %d tokens", g.Window, g.WindowTokens)
 	}
 	if g.State > 0 {
 		s += fmt.Sprintf(", %d linear-attention", g.State)
 	}
-	return s + " KV cache groups"
+	return s
 }
 
 // largest is the request of reqs that asks for the most.

@@ -109,7 +109,7 @@ func TestKVFitOver(t *testing.T) {
 		// = 262,176: skipped.
 		{"Gemma-3-like 8K × 32 runs", gemma, n(32, 8192, 512), false, ""},
 		// 36 × 838 = 30,168 > 30,000.
-		{"Gemma-3-like 8K × 36 cannot hold its prompts", gemma, n(36, 8192, 512), true, "36 × (8192 + 1) = 30168 blocks > the KV cache's 30000 blocks of 16 (1 full-attention, 5 sliding-window of 1024 tokens KV cache groups)"},
+		{"Gemma-3-like 8K × 36 cannot hold its prompts", gemma, n(36, 8192, 512), true, "36 × (8192 + 1) = 30168 blocks > the KV cache's 30000 blocks of 16 (KV cache groups: 1 full-attention, 5 sliding-window of 1024 tokens)"},
 		// Hybrid SSM, 4K × 100: 100 × (17 + 3) = 2,000 blocks, the pool.
 		{"hybrid SSM 4K × 100 fits exactly", ssm, n(100, 4096, 1024), false, ""},
 		{"hybrid SSM 4K × 101", ssm, n(101, 4096, 1024), true, "101 × (4096 + 1) = 2020 blocks"},
