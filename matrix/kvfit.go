@@ -142,13 +142,15 @@ func (f kvFit) unit() string {
 }
 
 // over decides whether requests of these lengths, in flight together,
-// cannot fit before any load: an engine that reserves (TGI, and any
+// cannot fit before any load: on an engine that reserves (TGI, and any
 // tokentap does not know) when their prompts and max_tokens together
-// exceed the capacity (the seed pages' rule); one that allocates per
-// step (vLLM, SGLang) or per token (llama.cpp, Ollama) only when their
-// prompts and one token each do not, as then they can never run
-// together: how much they grow in a window is the engine's to show
-// (preemptions, refusals). why says the arithmetic.
+// exceed the capacity (the seed pages' rule), as on one of fixed slots
+// (llama.cpp, Ollama: against the most its answers allow, METHOD §3);
+// on one that allocates per step (vLLM) or against a new-token ratio
+// (SGLang) only when their prompts and one token each do not, as then
+// they can never run together: how much they grow in a window is the
+// engine's to show (preemptions, retractions, refusals). why says the
+// arithmetic.
 func (f kvFit) over(reqs []reqLen) (over bool, why string) {
 	return f.overAs(reqs, f.Alloc.Reserves() || f.Alloc == engines.AllocSlots)
 }
@@ -184,16 +186,16 @@ func (f kvFit) overAs(reqs []reqLen, reserve bool) (over bool, why string) {
 	if !uniform(reqs) {
 		what = fmt.Sprintf("%d requests' prompts + %s", len(reqs), map[bool]string{true: "max_tokens", false: "one token each"}[reserve])
 	}
-	cap := fmt.Sprintf("KV cache capacity %d tokens", f.limit())
+	against := fmt.Sprintf("KV cache capacity %d tokens", f.limit())
 	switch {
 	case f.layered():
-		cap = fmt.Sprintf("the KV cache's %d blocks of %d (%s)", f.Blocks, f.Block, f.Groups.String())
+		against = fmt.Sprintf("the KV cache's %d blocks of %d (%s)", f.Blocks, f.Block, f.Groups)
 	case f.Tokens == 0:
-		cap = fmt.Sprintf("%d tokens, the most KV cache the engine's answers allow", f.Max)
+		against = fmt.Sprintf("%d tokens, the most KV cache the engine's answers allow", f.Max)
 	}
-	why = fmt.Sprintf("%s = %d %s > %s", what, need, f.unit(), cap)
+	why = fmt.Sprintf("%s = %d %s > %s", what, need, f.unit(), against)
 	if !reserve {
-		why += fmt.Sprintf(": the prompts cannot be held together however %s allocates (%s)", "the engine", f.Alloc)
+		why += fmt.Sprintf(": the prompts cannot be held together however the engine allocates (%s)", f.Alloc)
 	}
 	return true, why
 }
