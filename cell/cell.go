@@ -495,6 +495,13 @@ type Judge struct {
 	// first one's error.
 	ContextExceeded int
 	ContextError    string
+	// Preempted is how many times the engine took a running request back
+	// because its KV cache ran out, over the window and until the cell
+	// stopped listening (the growth of Preemptions, its counter): an
+	// engine that allocates per step (vLLM) or against a new-token ratio
+	// (SGLang) says so when a cell's requests outgrow its cache.
+	Preempted   int64
+	Preemptions string
 	// Truncated counts requests whose prompt the engine truncated without
 	// an error (usage.prompt_tokens short of what was sent); TruncatedTo is
 	// the longest prompt it kept.
@@ -557,7 +564,8 @@ func (c *RunningCache) Add(prompt, cached int) {
 
 // Status is the cell's status, checked in METHOD §3's order: Over capacity
 // (the planner decides cells it never runs; here: the engine said a request
-// does not fit its context or KV cache), Failed (a request failed, no token
+// does not fit its context or KV cache, or preempted running requests for
+// want of KV cache), Failed (a request failed, no token
 // arrived, or the engine truncated a prompt), Requests queued, Cache missed,
 // else Valid.
 //
@@ -578,7 +586,7 @@ func (c *RunningCache) Add(prompt, cached int) {
 // ColdShare of a cold prefill for its first token.
 func Status(f Figures, j Judge) result.Status {
 	switch {
-	case j.ContextExceeded > 0:
+	case j.ContextExceeded > 0, j.Preempted > 0:
 		return result.OverCapacity
 	case f.Failed > 0 || j.Truncated > 0:
 		return result.Failed
@@ -673,7 +681,13 @@ func (f Figures) Fill(c *result.Cell, j Judge) {
 	switch c.Status {
 	case result.OverCapacity:
 		c.Reason = fmt.Sprintf("the engine said %d of the cell's requests did not fit its context or KV cache: %s", j.ContextExceeded, j.ContextError)
-		if j.ContextExceeded == 0 {
+		if j.ContextExceeded == 0 && j.Preempted > 0 {
+			who := "the cell's requests'"
+			if j.N > 0 {
+				who = fmt.Sprintf("the cell's %d requests'", j.N)
+			}
+			c.Reason = fmt.Sprintf("the engine preempted running requests %d times (%s) as %s contexts grew: its KV cache could not hold them together", j.Preempted, j.Preemptions, who)
+		} else if j.ContextExceeded == 0 {
 			c.Reason = fmt.Sprintf("the engine's KV cache could not hold the cell's %d prompts together: %s, just after the warm-up left them there", j.N, cacheReason(f, j))
 		}
 	case result.Failed:

@@ -92,6 +92,14 @@ type Info struct {
 	// 128 on its CPU build); 0 = unknown. A fully cached prompt finds its
 	// whole blocks before its last token in the cache, no more.
 	CacheBlock int
+	// KVBlocks and KVBlockSize are the KV cache's blocks and their size in
+	// tokens where the engine says them (vLLM's cache_config_info
+	// num_gpu_blocks and block_size); KVFromBlocks says KVCapacity is
+	// their product because the engine gave no capacity of its own (a
+	// vLLM without the group-aware kv_cache_size_tokens label): right
+	// only for a model whose layers form one KV cache group (METHOD §4).
+	KVBlocks, KVBlockSize int
+	KVFromBlocks          bool
 	// KVMin and KVMax bound the KV capacity where the engine says only
 	// enough to bound it (0: no bound). llama-server tells each slot's
 	// context and the number of slots, not whether the slots share one
@@ -304,6 +312,8 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 		}
 		if kv, ok := parseCacheConfig(metric); ok {
 			in.KVCapacity = kv.Tokens
+			in.KVBlocks, in.KVBlockSize = kv.Blocks, kv.BlockSize
+			in.KVFromBlocks = !kv.Labelled
 			in.addInt(FactKVCapacity, kv.Tokens, "GET /metrics vllm:cache_config_info "+kv.Source)
 		}
 		if kv, _ := parseCacheConfig(metric); kv.DType != "" {
@@ -408,6 +418,7 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 	if t.KVCapacity > 0 {
 		in.KVCapacity = t.KVCapacity
 		in.KVMin, in.KVMax = 0, 0
+		in.KVBlocks, in.KVFromBlocks = 0, false // the user's tokens, not the engine's blocks
 		in.addInt(FactKVCapacity, t.KVCapacity, "flag --kv-capacity")
 	}
 	if t.MaxModelLen > 0 {

@@ -324,6 +324,9 @@ type vllmCache struct {
 	Blocks    int
 	BlockSize int
 	DType     string // cache_dtype: "auto" (the model's dtype), "fp8", …
+	// Labelled: Tokens is vLLM's own kv_cache_size_tokens, not blocks ×
+	// block size.
+	Labelled bool
 }
 
 func parseCacheConfig(m Metrics) (vllmCache, bool) {
@@ -334,7 +337,7 @@ func parseCacheConfig(m Metrics) (vllmCache, bool) {
 	}
 	if v, ok := s.Label("kv_cache_size_tokens"); ok {
 		if n, ok := asInt(v); ok {
-			c.Tokens, c.Source = n, "label kv_cache_size_tokens"
+			c.Tokens, c.Source, c.Labelled = n, "label kv_cache_size_tokens", true
 		}
 	}
 	if v, ok := s.Label("num_gpu_blocks"); ok {

@@ -12,12 +12,14 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tokentap/tokentap/bandwidth"
 	"github.com/tokentap/tokentap/engines"
 	"github.com/tokentap/tokentap/matrix"
 	"github.com/tokentap/tokentap/record"
@@ -167,6 +169,61 @@ func TestVLLM(t *testing.T) {
 			if c.Status == result.Failed {
 				t.Errorf("cell %d × %d failed: %s", c.Context, c.Concurrency, c.Reason)
 			}
+		}
+	})
+	vllmPerStep(t, s.url, in)
+}
+
+// vllmPerStep: the expert findings of issue 29 against the real engine.
+// vLLM 0.32's kv_cache_size_tokens is group-aware (get_kv_cache_capacity
+// in vllm/v1/core/kv_cache_utils.py: num_blocks ÷ the blocks a request of
+// max_model_len takes over every group × max_model_len); the tiny model's
+// layers are all full attention, one group: 40 ÷ ⌈2,048 ÷ 128⌉ × 2,048 =
+// 5,120, which is also tokentap's num_blocks // 1 group × 128. And vLLM
+// allocates per step: 1024 × 4 with 480 tokens of output reserves 4 ×
+// 1,504 = 6,016 > 5,120 tokens, yet its prompts and a token each take 4 ×
+// ⌈1,025 ÷ 128⌉ = 36 of the 40 blocks: it runs, and once the requests
+// pass 1,280 tokens (4 × 11 = 44 blocks) vLLM preempts; they run to their
+// end (FinishRequests), so it does however slow the machine. 1560 × 4
+// cannot hold its prompts (4 × ⌈1,561 ÷ 128⌉ = 52 blocks > 40): not run.
+func vllmPerStep(t *testing.T, url string, in *engines.Info) {
+	cfgJSON, err := os.ReadFile(filepath.Join(hfDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := bandwidth.FromHFConfig(cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, vllm, "KV capacity: vLLM's group-aware figure is tokentap's from its blocks and the model's layers", func(t *testing.T) {
+		cc, _ := scrape(t, url).First("vllm:cache_config_info")
+		label := func(k string) string { v, _ := cc.Label(k); return v }
+		if label("kv_cache_size_tokens") != "5120" || in.KVCapacity != 5120 || in.KVBlocks != vllmBlocks || in.KVBlockSize != vllmBlock || in.KVFromBlocks {
+			t.Errorf("label kv_cache_size_tokens %q, probe %d tokens, %d blocks of %d (from blocks: %v); want 5,120 from 40 blocks of 128, vLLM's own",
+				label("kv_cache_size_tokens"), in.KVCapacity, in.KVBlocks, in.KVBlockSize, in.KVFromBlocks)
+		}
+		if kv := shape.KV; kv.FullLayers == 0 || kv.WindowLayers != 0 || kv.StateLayers != 0 {
+			t.Errorf("the tiny model's layout %+v: want full attention only, one KV cache group", kv)
+		}
+	})
+	before := sum(scrape(t, url), "vllm:num_preemptions_total")
+	sc := scenarios.Scenario{Name: "live-vllm-per-step", Contexts: []int{1024, 1560}, Concurrency: []int{4},
+		Window: 6 * time.Second, MaxOutput: 480, API: "chat"}
+	res, err := matrix.Run(context.Background(), matrix.Config{Target: replay.Target{BaseURL: url, IdleTimeout: idle}, Scenario: sc,
+		FinishRequests: true, Limits: matrix.Limits{Told: []bandwidth.Told{{Shape: shape, ShapeFrom: "config.json of the tiny model"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logMatrix(t, res)
+	grew := sum(scrape(t, url), "vllm:num_preemptions_total") - before
+	t.Logf("vllm:num_preemptions_total grew by %.0f", grew)
+	check(t, vllm, "per step: a cell over the reservation bound runs and is judged by vLLM's preemptions", func(t *testing.T) {
+		c := res.Cell(1024, 4)
+		if c == nil || !c.Measured || c.Status != result.OverCapacity || !strings.Contains(c.Reason, "(vllm:num_preemptions_total)") || grew < 1 {
+			t.Errorf("1024 × 4: %+v; counter grew %.0f: want it run and Over capacity by vLLM's preemptions", c, grew)
+		}
+		if c := res.Cell(1560, 4); c == nil || c.Measured || !strings.Contains(c.Reason, "4 × (1560 + 1) = 52 blocks > the KV cache's 40 blocks of 128") {
+			t.Errorf("1560 × 4: %+v; want it not run, its prompts counted in vLLM's blocks", c)
 		}
 	})
 }

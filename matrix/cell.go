@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokentap/tokentap/cell"
@@ -65,7 +66,7 @@ func (r *runner) row(ctx context.Context, c int, ns []int) error {
 	}
 	for _, n := range ns {
 		if r.kvBelow > 0 && need(c, n, r.sc.MaxOutput) >= r.kvBelow {
-			r.skip(c, result.Column{N: n}, result.OverCapacity, fmt.Sprintf("%d × (%d + %d) = %d tokens: the engine already refused %s",
+			r.skip(c, result.Column{N: n}, result.OverCapacity, fmt.Sprintf("%d × (%d + %d) = %d tokens: the engine already %s",
 				n, c, r.sc.MaxOutput, need(c, n, r.sc.MaxOutput), r.kvBelowAt))
 			continue
 		}
@@ -100,13 +101,26 @@ func (r *runner) skip(c int, col result.Column, st result.Status, reason string)
 	r.prog.cellDone(c, col, cellLabel(c, col), st.Label()+": "+clip(reason, 160))
 }
 
+// preempted is how much the engine's preemption counter grew since it
+// read before, and its name.
+func (r *runner) preempted(ctx context.Context, before int64) (int64, string) {
+	after, name, ok, _ := r.info.Preemptions(ctx)
+	if !ok || after <= before {
+		return 0, name
+	}
+	return after - before, name
+}
+
 // learn keeps the engine's verdict that cell (c, n) does not fit: no cell
 // needing as much or more is run afterwards.
 func (r *runner) learn(c, n int) {
 	nd := need(c, n, r.sc.MaxOutput)
 	if r.kvBelow == 0 || nd < r.kvBelow {
 		r.kvBelow = nd
-		r.kvBelowAt = fmt.Sprintf("%d tokens at %s × %d", nd, TokenLabel(c), n)
+		r.kvBelowAt = fmt.Sprintf("refused %d tokens at %s × %d", nd, TokenLabel(c), n)
+		if out := r.res.Cell(c, n); out != nil && strings.HasPrefix(out.Reason, "the engine preempted") {
+			r.kvBelowAt = fmt.Sprintf("preempted requests at %s × %d (%d tokens)", TokenLabel(c), n, nd)
+		}
 	}
 }
 
@@ -197,6 +211,7 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		r.drain(ctx)
 	}
 	hits0, queries0, cacheOK, _ := r.info.PrefixCache(ctx)
+	pre0, _, preOK, _ := r.info.Preemptions(ctx)
 	timings0 := r.beyondStart(ctx)
 
 	wctx, cancel := context.WithCancel(ctx)
@@ -250,6 +265,9 @@ func (r *runner) cell(ctx context.Context, rw *rowRun, n int) error {
 		if hits1, queries1, ok, _ := r.info.PrefixCache(ctx); ok && queries1 > queries0 {
 			o.EngineHits, o.EngineQueries = hits1-hits0, queries1-queries0
 		}
+	}
+	if preOK {
+		o.Preempted, o.Preemptions = r.preempted(ctx, pre0)
 	}
 	if r.sharded() {
 		o.Shard = r.shardSeen(slot, w)

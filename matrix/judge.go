@@ -51,6 +51,12 @@ type observations struct {
 	// EngineHits and EngineQueries are the growth of the engine's own
 	// prefix-cache counters over the window; EngineQueries 0: none.
 	EngineHits, EngineQueries int64
+	// Preempted is the growth of the engine's preemption counter (named by
+	// Preemptions) from just before the window until the cell's requests
+	// ended or were cut (METHOD §3: evidence for an engine that allocates
+	// per step); 0 where it has none.
+	Preempted   int64
+	Preemptions string
 
 	// What the run knew of the cell: the row's cold prefill TTFT (0
 	// unknown); Between, the cell lies between the KV capacity's bounds
@@ -110,6 +116,7 @@ func judge(o observations) (out result.Cell, notes []string) {
 			j.Running.Add(sc.Processed+sc.Cached, sc.Cached)
 		}
 	}
+	j.Preempted, j.Preemptions = o.Preempted, o.Preemptions
 	judgeRecords(&j, o.Records, w, o.Heard, o.PromptTokens, o.Estimated)
 	out.Status = cell.Status(figs, j)
 	if open {

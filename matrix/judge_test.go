@@ -245,6 +245,22 @@ func TestJudge(t *testing.T) {
 					t.Errorf("unannounced %+v, notes %q", c.Unannounced, notes)
 				}
 			}},
+		// A per-step engine (vLLM) is judged by evidence (METHOD §3 rule 1):
+		// its preemption counter grew while the cell ran.
+		{name: "the engine preempted requests: over capacity, no figures", status: result.OverCapacity,
+			reason: "the engine preempted running requests 3 times (vllm:num_preemptions_total) as the cell's 2 requests' contexts grew",
+			o:      closed(both(), gauges(0, 19*time.Second), func(o *observations) { o.Preempted, o.Preemptions = 3, "vllm:num_preemptions_total" }),
+			check: func(t *testing.T, c result.Cell, _ []string) {
+				if c.ShowsFigures() {
+					t.Errorf("an Over capacity cell shows figures: %+v", c)
+				}
+			}},
+		{name: "a refusal and preemptions: the refusal is the reason", status: result.OverCapacity, reason: "did not fit its context or KV cache",
+			o: closed([]record.Record{both()[0], failedWith(jrec(10000, 0, 0, 12000, record.EngineErr), record.EngineErr, "kv cache capacity")},
+				func(o *observations) { o.Preempted, o.Preemptions = 1, "vllm:num_preemptions_total" })},
+		{name: "no preemption, per step: valid", o: closed(both(), gauges(0, 19*time.Second), func(o *observations) { o.Preemptions = "vllm:num_preemptions_total" }), status: result.Valid},
+		{name: "open loop: retractions are over capacity", status: result.OverCapacity, reason: "2 times (sglang:num_retracted_requests_total) as the cell's requests' contexts grew",
+			o: open(both(), func(o *observations) { o.Preempted, o.Preemptions = 2, "sglang:num_retracted_requests_total" })},
 		{name: "open loop: a refusal is over capacity", status: result.OverCapacity, reason: "maximum context length",
 			o: open([]record.Record{failedWith(jrec(10000, 0, 0, 10010, record.HTTPError), record.HTTPError, "This model's maximum context length is 8192 tokens")})},
 	}

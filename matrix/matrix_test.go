@@ -346,11 +346,14 @@ func TestUnreachable(t *testing.T) {
 
 // TestDroppedAndOverrides: a context that does not fit the max model length
 // is dropped with a note; --kv-capacity overrides the probe and is recorded
-// as a fact from the flag.
+// as a fact from the flag. The fake is vLLM, which allocates per step: a
+// cell is ruled out before load only when its prompts and one token each
+// do not fit (64 × (512 + 1) > 1,000), not by its max_tokens (64 × (0 +
+// 256) is run).
 func TestDroppedAndOverrides(t *testing.T) {
 	eng := fixtures.StartTest(t, quickModel())
 	sc := accuracyScenario()
-	sc.Contexts = []int{0, 8192}
+	sc.Contexts = []int{0, 512, 8192}
 	sc.Concurrency = []int{1, 64}
 	sc.Prefill = nil
 	sc.Window = 600 * time.Millisecond
@@ -365,8 +368,11 @@ func TestDroppedAndOverrides(t *testing.T) {
 	if !slices.Equal(res.Settings.Dropped, []int{8192}) || !strings.Contains(strings.Join(res.Notes, " "), "8K dropped") {
 		t.Errorf("dropped %v, notes %q", res.Settings.Dropped, res.Notes)
 	}
-	if c := res.Cell(0, 64); c == nil || c.Status != result.OverCapacity || !strings.Contains(c.Reason, "1000") {
-		t.Errorf("cell 0/64 %+v; want Over capacity against the given 1,000 tokens", c)
+	if c := res.Cell(512, 64); c == nil || c.Status != result.OverCapacity || !strings.Contains(c.Reason, "1000") || !strings.Contains(c.Reason, "64 × (512 + 1)") {
+		t.Errorf("cell 512/64 %+v; want Over capacity against the given 1,000 tokens", c)
+	}
+	if c := res.Cell(0, 64); c == nil || !c.Measured {
+		t.Errorf("cell 0/64 %+v; want it run: per step, 64 × (0 + 1) fits 1,000 tokens", c)
 	}
 	if c := res.Cell(0, 1); c == nil || c.Status != result.Valid {
 		t.Errorf("cell 0/1 %+v", c)

@@ -29,17 +29,38 @@ type plan struct {
 // need is the KV cache a cell asks for: N × (C + max output) tokens.
 func need(c, n, maxOutput int) int { return n * (c + maxOutput) }
 
-// overCapacity is METHOD.md §3 rule 1: N × (C + max output) > KV capacity.
-// An unknown capacity (0) never rules a cell out.
+// overCapacity is METHOD.md §3 rule 1 for an engine that reserves:
+// N × (C + max output) > KV capacity. An unknown capacity (0) never rules
+// a cell out.
 func overCapacity(c, n, maxOutput, kv int) bool {
 	return kv > 0 && need(c, n, maxOutput) > kv
 }
 
-// makePlan lays out a run. maxLen and kv are 0 when unknown; kvMax, when kv
-// is unknown, is the largest capacity the engine's answers allow (0: none).
-// With rates the columns are request rates (arrival-rate cells) and
-// concurrency is ignored.
-func makePlan(contexts, concurrency []int, rates []float64, prefillAt []int, maxOutput, maxLen, kv, kvMax int) plan {
+// cellLoad is what the N requests of row c that can run together ask for
+// (METHOD §3 rule 1): their prompts and max_tokens, slot by slot where
+// lengths are drawn, the largest of a dataset's. n 0 asks for the largest
+// one request of the row may be (an open loop's). nil: N × (C, max output).
+type cellLoad func(c, n int) []reqLen
+
+// constLoad is every request the row's context and max output.
+func constLoad(maxOutput int) cellLoad {
+	return func(c, n int) []reqLen {
+		reqs := make([]reqLen, max(n, 1))
+		for i := range reqs {
+			reqs[i] = reqLen{c, maxOutput}
+		}
+		return reqs
+	}
+}
+
+// makePlan lays out a run. maxLen is 0 when unknown; fit is what is known
+// of the KV cache, load what a cell's requests ask for (nil: constant
+// lengths). With rates the columns are request rates (arrival-rate cells)
+// and concurrency is ignored.
+func makePlan(contexts, concurrency []int, rates []float64, prefillAt []int, maxOutput, maxLen int, fit kvFit, load cellLoad) plan {
+	if load == nil {
+		load = constLoad(maxOutput)
+	}
 	var p plan
 	if len(rates) > 0 {
 		p.rates = append([]float64(nil), rates...)
@@ -65,26 +86,17 @@ func makePlan(contexts, concurrency []int, rates []float64, prefillAt []int, max
 	for _, c := range p.contexts {
 		for _, rate := range p.rates {
 			// An open loop's concurrency is not known beforehand; a single
-			// request must fit at least.
+			// request must fit at least (the largest it may draw).
 			cell := result.Cell{Context: c, Rate: rate, Status: result.NotRun, MaxWaiting: -1}
-			if kvLimit := max(kv, kvMax); overCapacity(c, 1, maxOutput, kvLimit) {
-				cell.Status = result.OverCapacity
-				cell.Reason = fmt.Sprintf("one request needs %d + %d = %d tokens > KV cache capacity %d tokens",
-					c, maxOutput, need(c, 1, maxOutput), kvLimit)
+			if over, why := fit.overOne(largest(load(c, 0))); over {
+				cell.Status, cell.Reason = result.OverCapacity, why
 			}
 			p.cells = append(p.cells, cell)
 		}
 		for _, n := range p.concurrency {
 			cell := result.Cell{Context: c, Concurrency: n, Status: result.NotRun, MaxWaiting: -1}
-			switch {
-			case overCapacity(c, n, maxOutput, kv):
-				cell.Status = result.OverCapacity
-				cell.Reason = fmt.Sprintf("%d × (%d + %d) = %d tokens > KV cache capacity %d tokens",
-					n, c, maxOutput, need(c, n, maxOutput), kv)
-			case kv == 0 && overCapacity(c, n, maxOutput, kvMax):
-				cell.Status = result.OverCapacity
-				cell.Reason = fmt.Sprintf("%d × (%d + %d) = %d tokens > %d tokens, the most KV cache the engine's answers allow",
-					n, c, maxOutput, need(c, n, maxOutput), kvMax)
+			if over, why := fit.over(load(c, n)); over {
+				cell.Status, cell.Reason = result.OverCapacity, why
 			}
 			p.cells = append(p.cells, cell)
 		}
@@ -163,7 +175,7 @@ func (p *plan) upTo(n int) []string {
 
 // whyNothing says why a plan has no cell to run: its notes on dropped
 // contexts, and the Over capacity reasons of the cells it kept.
-func (p *plan) whyNothing(maxLen, kv, kvMax int) []string {
+func (p *plan) whyNothing(fit kvFit) []string {
 	var why []string
 	for _, n := range p.notes {
 		if strings.HasPrefix(n, "Context") {
@@ -171,12 +183,8 @@ func (p *plan) whyNothing(maxLen, kv, kvMax int) []string {
 		}
 	}
 	if len(p.cells) > 0 {
-		limit := kv
-		if limit == 0 {
-			limit = kvMax
-		}
 		why = append(why, fmt.Sprintf("Every cell of %s needs more KV cache than the engine's %s tokens (the smallest: %s).",
-			joinTokens(p.contexts), strconv.Itoa(limit), p.cells[0].Reason))
+			joinTokens(p.contexts), strconv.Itoa(fit.limit()), p.cells[0].Reason))
 	}
 	return why
 }

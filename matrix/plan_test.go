@@ -17,7 +17,7 @@ const k = 1024
 func TestPlanSeed000(t *testing.T) {
 	contexts := []int{0, 16 * k, 32 * k, 64 * k, 128 * k, 248 * k}
 	conc := []int{1, 2, 4, 8, 16, 32, 64, 128}
-	p := makePlan(contexts, conc, nil, []int{8 * k, 16 * k, 32 * k}, 8192, 262144, 81920, 0)
+	p := makePlan(contexts, conc, nil, []int{8 * k, 16 * k, 32 * k}, 8192, 262144, kvFit{Tokens: 81920}, nil) // the seed pages' rule: an engine that reserves
 	want := map[int][]int{
 		0:       {1, 2, 4, 8}, // seed: Valid up to 8, Over capacity from 16
 		16 * k:  {1, 2},
@@ -116,7 +116,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := makePlan(tt.contexts, tt.conc, nil, tt.prefill, tt.maxOut, tt.maxLen, tt.kv, tt.kvMax)
+			p := makePlan(tt.contexts, tt.conc, nil, tt.prefill, tt.maxOut, tt.maxLen, kvFit{Tokens: tt.kv, Max: tt.kvMax}, nil)
 			if !slices.Equal(p.contexts, tt.kept) {
 				t.Errorf("kept %v, want %v", p.contexts, tt.kept)
 			}

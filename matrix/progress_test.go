@@ -15,7 +15,7 @@ import (
 // not only the windows (it said "left ~0:16" for a run that took 0:38),
 // and it follows the prefills measured.
 func TestProgressCountsPrefillAndWarmup(t *testing.T) {
-	p := makePlan([]int{0, 32 * k}, []int{1, 4}, nil, []int{8 * k, 32 * k}, 256, 262144, 0, 0)
+	p := makePlan([]int{0, 32 * k}, []int{1, 4}, nil, []int{8 * k, 32 * k}, 256, 262144, kvFit{}, nil)
 	steps := p.steps(2*time.Second, func(n int) int { return n }, false)
 	kinds := map[int]int{}
 	for _, s := range steps {
@@ -54,7 +54,7 @@ func TestProgressCountsPrefillAndWarmup(t *testing.T) {
 // prefill, steps are named by context and N (not "C="), and the plain
 // display says which step runs.
 func TestProgressMovesDuringSteps(t *testing.T) {
-	plan := makePlan([]int{32 * k}, []int{1}, nil, nil, 256, 262144, 0, 0)
+	plan := makePlan([]int{32 * k}, []int{1}, nil, nil, 256, 262144, kvFit{}, nil)
 	var out bytes.Buffer
 	clock := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	p := &progress{w: &out, now: func() time.Time { return clock }, steps: plan.steps(10*time.Second, func(n int) int { return n }, false), cur: -1,
@@ -118,7 +118,7 @@ func TestLongRun(t *testing.T) {
 // the sweep chose them they name the steps, and rates fewer than the
 // placeholders drop the rest from the cell count.
 func TestSweepSteps(t *testing.T) {
-	p := makePlan([]int{0}, []int{1, 2, 4}, nil, nil, 64, 0, 0, 0)
+	p := makePlan([]int{0}, []int{1, 2, 4}, nil, nil, 64, 0, kvFit{}, nil)
 	steps := p.steps(time.Second, func(n int) int { return n }, true)
 	var closed, rates int
 	for _, st := range steps {
@@ -156,7 +156,7 @@ func TestProgressCountsPrefillRepeats(t *testing.T) {
 		repeats                 int
 		prefill8K, row32K, row0 int
 	}{{0, 1, 1, 1}, {1, 1, 1, 1}, {3, 3, 3, 1}, {5, 5, 5, 1}} {
-		p := makePlan([]int{0, 32 * k}, []int{1}, nil, []int{8 * k, 32 * k}, 256, 262144, 0, 0)
+		p := makePlan([]int{0, 32 * k}, []int{1}, nil, []int{8 * k, 32 * k}, 256, 262144, kvFit{}, nil)
 		p.repeats = tt.repeats
 		got := map[[2]int]int{}
 		var e eta

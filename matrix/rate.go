@@ -90,6 +90,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	}
 	defer cancel()
 	timings0 := r.beyondStart(ctx)
+	pre0, _, preOK, _ := r.info.Preemptions(ctx)
 	smp, scrapeDone := r.sample(wctx)
 	run := replay.Run(ctx, replay.Open{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: r.sc.MaxOutput, Stream: true, Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Requests: r.requests(), StopOnFailure: true, Tokens: r.prog.counter(), Ending: r.ending(c, col)},
 		Bodies: bodies, At: at, Grace: win})
@@ -107,6 +108,9 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: w.End,
 		PromptTokens: shortestPrompt(bodies), Estimated: r.build.Estimate}
 	_ = smp.observe(&o, r.clock) // an open loop's queueing is the waiting gauge's to say; without it, not judged
+	if preOK {
+		o.Preempted, o.Preemptions = r.preempted(ctx, pre0)
+	}
 	judged, notes := judge(o)
 	out := r.res.CellAt(c, col)
 	*out = judged

@@ -199,6 +199,8 @@ type runner struct {
 	rateRefused map[int]float64
 	// ds is a dataset run's sample (workload.go); nil: synthetic prompts.
 	ds *datasetRun
+	// fit is what the plan knew of the KV cache (kvfit.go).
+	fit kvFit
 }
 
 // note adds notes to the run's result: every note of a run, the cells'
@@ -315,7 +317,17 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	if kv == 0 {
 		kvMax = info.KVMax
 	}
-	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Rates, sc.Prefill, sc.MaxOutput, maxLen, kv, kvMax)
+	fit := r.fitKV(kv, kvMax, cfg.KVCapacity == 0 && sc.KVCapacity == 0)
+	kv = fit.Tokens
+	var largestDS []reqLen
+	if cfg.Dataset != nil && fit.room() > 0 {
+		most := slices.Max(append([]int{1}, sc.Concurrency...))
+		if largestDS, err = r.datasetLargest(ctx, cfg.Dataset, most, fit.Alloc.Reserves() || fit.Alloc == engines.AllocSlots); err != nil {
+			return nil, err
+		}
+	}
+	r.plan = makePlan(sc.Contexts, sc.Concurrency, sc.Rates, sc.Prefill, sc.MaxOutput, maxLen, fit, r.loadOf(largestDS))
+	r.fit = fit
 	r.plan.repeats = sc.PrefillRepeatsOrDefault()
 	switch {
 	case kv == 0 && info.KVMin > 0 && info.KVMax > 0:
@@ -327,7 +339,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	}
 	if r.plan.runnableCells() == 0 {
 		return nil, fmt.Errorf("%w: no decode cell of the run fits this engine. %s Give smaller --contexts or --max-output, or an engine with more room",
-			ErrNothingToMeasure, strings.Join(r.plan.whyNothing(maxLen, kv, kvMax), " "))
+			ErrNothingToMeasure, strings.Join(r.plan.whyNothing(fit), " "))
 	}
 	decodeTest := "Fixed duration"
 	switch {
