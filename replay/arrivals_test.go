@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tokentap/tokentap/scenarios"
 )
 
 // TestArrivalTimesGaps is a statistical test with fixed seeds: the gaps of
@@ -224,5 +226,23 @@ func TestArrivalTimesSampleCV(t *testing.T) {
 		n-1, b, got[schedules/20], got[schedules/2], got[schedules*19/20], below(got, 1.3), iid[schedules/20], iid[schedules/2], iid[schedules*19/20], below(iid, 1.3))
 	if crit := 1.95 * math.Sqrt(2.0/schedules); d > crit {
 		t.Errorf("sample CVs of schedules and of independent gammas differ: Kolmogorov–Smirnov distance %.4f, want below %.4f", d, crit)
+	}
+}
+
+// TestArrivalTimesAtTheLeastBurstiness: the smallest shape taken
+// (scenarios.MinBurstiness) still gives a schedule of finite, ordered
+// times inside the window, for many seeds.
+func TestArrivalTimesAtTheLeastBurstiness(t *testing.T) {
+	const w = 6 * time.Second
+	for seed := uint64(0); seed < 200; seed++ {
+		at := ArrivalTimes(4, scenarios.MinBurstiness, w, seed)
+		if len(at) != 24 {
+			t.Fatalf("seed %d: %d times, want 24", seed, len(at))
+		}
+		for i, a := range at {
+			if a < 0 || a > w || (i > 0 && a < at[i-1]) {
+				t.Fatalf("seed %d: time %d is %v (%v before it)", seed, i, a, at[max(i-1, 0)])
+			}
+		}
 	}
 }

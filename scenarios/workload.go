@@ -24,6 +24,12 @@ const SweepSize = 10
 // evenly spaced).
 const MaxBurstiness = 1000
 
+// MinBurstiness is the smallest burstiness taken (gaps' coefficient of
+// variation 10): the gamma draws of a smaller shape underflow to 0 (a
+// draw for shape B < 1 is a draw for B + 1 times U^(1/B)), and with every
+// gap 0 a schedule has no times at all.
+const MinBurstiness = 0.01
+
 // validateWorkload checks the workload settings of s.
 func (s Scenario) validateWorkload() error {
 	if s.Requests < 0 {
@@ -33,8 +39,8 @@ func (s Scenario) validateWorkload() error {
 		return fmt.Errorf("window %v: give a positive duration such as 30s, or a request count (requests)", s.Window)
 	}
 	if s.Burstiness != 0 {
-		if !(s.Burstiness > 0) || s.Burstiness > MaxBurstiness {
-			return fmt.Errorf("burstiness %v: give a gamma shape above 0 and at most %d (1: Poisson arrivals; below 1 burstier)", s.Burstiness, MaxBurstiness)
+		if !(s.Burstiness >= MinBurstiness) || s.Burstiness > MaxBurstiness {
+			return fmt.Errorf("burstiness %v: give a gamma shape from %g to %d (1: Poisson arrivals; below 1 burstier)", s.Burstiness, MinBurstiness, MaxBurstiness)
 		}
 		if len(s.Rates) == 0 && !s.Sweep {
 			return errors.New("burstiness shapes the arrivals of request-rate cells: give rates (--rate) or a sweep as well")

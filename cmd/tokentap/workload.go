@@ -101,8 +101,8 @@ func (f WorkloadFlags) apply(sc *scenarios.Scenario, windowGiven, contextsGiven,
 	}
 	if f.Burstiness != "" {
 		b, err := strconv.ParseFloat(strings.TrimSpace(f.Burstiness), 64)
-		if err != nil || !(b > 0) || b > scenarios.MaxBurstiness {
-			return fmt.Errorf("%s %q: want a gamma shape above 0 and at most %d (1: Poisson; 0.25: bursty)", src("burstiness"), f.Burstiness, scenarios.MaxBurstiness)
+		if err != nil || !(b >= scenarios.MinBurstiness) || b > scenarios.MaxBurstiness {
+			return fmt.Errorf("%s %q: want a gamma shape from %g to %d (1: Poisson; 0.25: bursty)", src("burstiness"), f.Burstiness, scenarios.MinBurstiness, scenarios.MaxBurstiness)
 		}
 		sc.Burstiness = b
 	}

@@ -45,6 +45,10 @@ func TestWorkloadFlags(t *testing.T) {
 		{name: "stdev not a count", f: WorkloadFlags{PromptTokensStdev: "wide"}, err: "--prompt-tokens-stdev: token count \"wide\""},
 		{name: "requests 0", f: WorkloadFlags{Requests: "0"}, err: "--requests \"0\": want a whole number of requests, at least 1"},
 		{name: "burstiness 0", f: WorkloadFlags{Burstiness: "0"}, err: "--burstiness \"0\""},
+		// A shape so small every gamma draw underflows to 0: the schedule
+		// had no times and the cell waited for ever.
+		{name: "burstiness 1e-6", f: WorkloadFlags{Burstiness: "1e-6"}, err: "--burstiness \"1e-6\": want a gamma shape from 0.01 to 1000"},
+		{name: "burstiness at the least", f: WorkloadFlags{Burstiness: "0.01"}, check: func(sc scenarios.Scenario) bool { return sc.Burstiness == 0.01 }},
 		{name: "seed negative", f: WorkloadFlags{Seed: "-1"}, err: "--seed \"-1\""},
 		{name: "dataset with contexts", f: WorkloadFlags{Dataset: "d.jsonl"}, ctxs: true, err: "--dataset and --contexts are both given"},
 	}
