@@ -22,12 +22,49 @@ func (r *runner) beyondStart(ctx context.Context) engines.Timings {
 		// A shard's engine figures would count every shard's requests.
 		return nil
 	}
-	t, err := r.info.Timings(ctx)
+	t, err := r.settledTimings(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("matrix: reading the engine's TTFT figures failed; this cell gets no TTFT split")
 		return nil
 	}
 	return t
+}
+
+// settledTimings reads the engine's TTFT figures once two readings 50 ms
+// apart agree (for at most a second): an engine idle by its gauges may
+// still be observing the requests that just finished (vLLM 0.32 records
+// its histograms from the output processor, after the scheduler's
+// gauges), and a reading taken between would count a warm-up request in
+// the window, or leave one of the window's out (live vllm at load 12: the
+// engine counted 40 requests for tokentap's 39).
+func (r *runner) settledTimings(ctx context.Context) (engines.Timings, error) {
+	t, err := r.info.Timings(ctx)
+	for i := 0; err == nil && i < 20; i++ {
+		select {
+		case <-ctx.Done():
+			return t, nil
+		case <-time.After(50 * time.Millisecond):
+		}
+		again, aerr := r.info.Timings(ctx)
+		if aerr != nil || sameCounts(t, again) {
+			return t, nil
+		}
+		t = again
+	}
+	return t, err
+}
+
+// sameCounts says whether two readings hold the same counts and sums.
+func sameCounts(a, b engines.Timings) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, x := range a {
+		if y, ok := b[name]; !ok || x.Count != y.Count || x.Seconds != y.Seconds {
+			return false
+		}
+	}
+	return true
 }
 
 // splitCell adds a measured cell's TTFT split (cell.Split): the engine's
@@ -39,7 +76,7 @@ func (r *runner) splitCell(ctx context.Context, out *result.Cell, recs []record.
 	var parts []cell.EnginePart
 	if before != nil {
 		r.drain(ctx)
-		if after, err := r.info.Timings(ctx); err == nil {
+		if after, err := r.settledTimings(ctx); err == nil {
 			for name, d := range after.Since(before) {
 				parts = append(parts, cell.EnginePart{Name: name, Total: time.Duration(d.Seconds * float64(time.Second)),
 					Requests: int(d.Count + 0.5), Counter: d.Counter, FinishedOnly: d.FinishedOnly, Source: d.Source})
