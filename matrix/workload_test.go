@@ -289,7 +289,7 @@ func TestSweepRates(t *testing.T) {
 	}{
 		{2, 10, []float64{3, 4, 5, 6, 7, 8, 9, 10}},
 		{6.48, 22.7, []float64{8.5, 10.5, 12.5, 14.5, 16.6, 18.6, 20.6, 22.6}}, // 22.699… rounds down
-		{1, 1.004, []float64{1}}, // 3 figures: one rate
+		{1, 1.004, []float64{1}},                                               // 3 figures: one rate
 		{5, 5, []float64{5}},
 		{6.5, 5.9, nil},
 		{0, 0, nil},
