@@ -31,6 +31,12 @@ const prefillTolerance = 0.05
 // more than the salt line found there), the rows' medians are the fake's
 // prompt tok/s within prefillTolerance, their spread holds the median, and
 // the document holds to the schema.
+//
+// The medians are held to the fake's ledger always (the prompt tokens over
+// each cold repeat's TTFT at the engine's door), and to its model only where
+// the fake kept its schedule: a loaded machine wakes the fake's timers late,
+// and its prefill then takes longer than the model says (seen: 8K at 9,382
+// tok/s, 5.0% under the model's 9,879, at load 15 under -race).
 func TestPrefillRepeatsOnTheFake(t *testing.T) {
 	m := accuracyModel()
 	m.MaxModelLen = 16384
@@ -41,7 +47,15 @@ func TestPrefillRepeatsOnTheFake(t *testing.T) {
 	eng := fixtures.StartTest(t, m)
 	sc := scenarios.Scenario{Name: "repeats", Contexts: []int{0, 4096}, Concurrency: []int{1}, Prefill: []int{4096, 8192},
 		PrefillRepeats: 3, Window: 300 * time.Millisecond, MaxOutput: 16, API: "chat"}
-	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc})
+	var ones []record.Record // the one-token requests: repeats and warm-ups
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
+		OnRecords: func(recs []record.Record) {
+			for _, r := range recs {
+				if r.MaxTokens == 1 {
+					ones = append(ones, r)
+				}
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +83,40 @@ func TestPrefillRepeatsOnTheFake(t *testing.T) {
 		if p.TokPerSec != cell.Median(tps) || p.TokPerSecMin > p.TokPerSec || p.TokPerSecMax < p.TokPerSec {
 			t.Errorf("%s: tok/s %.1f (%.1f–%.1f) is not the median of the repeats %v", name, p.TokPerSec, p.TokPerSecMin, p.TokPerSecMax, tps)
 		}
-		// The fake's TTFT for a prompt none of which is cached.
-		want := float64(p.PromptTokens) / (m.FirstEventDelay + m.PrefillTime(p.PromptTokens)).Seconds()
-		if math.Abs(p.TokPerSec-want)/want > prefillTolerance {
-			t.Errorf("%s: median %.1f tok/s, the fake's %.1f (±%.0f%%); repeats %v", name, p.TokPerSec, want, prefillTolerance*100, tps)
+		// What the fake did: each cold repeat's prompt tokens over its
+		// TTFT at the engine's door (the ledger's first token less the
+		// request's arrival), the median of the row's three.
+		var led []float64
+		for _, r := range ones {
+			le, ok := eng.LedgerEntryByID(r.ResponseID)
+			if !ok || le.FirstToken.IsZero() || le.CachedTokens > prompts.Tolerance(le.PromptTokens) ||
+				le.PromptTokens < p.Context-prompts16 || le.PromptTokens > p.Context+prompts16 {
+				continue // another row's, or a warm-up finding its prompt cached
+			}
+			door := le.Arrived
+			if door.IsZero() {
+				door = le.Received // no kernel stamp
+			}
+			led = append(led, float64(le.PromptTokens)/le.FirstToken.Sub(door).Seconds())
 		}
-		t.Logf("%s: median %.1f tok/s (%.1f–%.1f), fake %.1f", name, p.TokPerSec, p.TokPerSecMin, p.TokPerSecMax, want)
+		if len(led) != 3 {
+			t.Fatalf("%s: %d cold one-token requests in the fake's ledger, want the 3 repeats", name, len(led))
+		}
+		ledger := cell.Median(led)
+		if math.Abs(p.TokPerSec-ledger)/ledger > prefillTolerance {
+			t.Errorf("%s: median %.1f tok/s, the fake's ledger %.1f (±%.0f%%); repeats %v, ledger %v", name, p.TokPerSec, ledger, prefillTolerance*100, tps, led)
+		}
+		// The fake's model: its TTFT for a prompt none of which is cached,
+		// held where the fake kept it (its ledger within 2%).
+		want := float64(p.PromptTokens) / (m.FirstEventDelay + m.PrefillTime(p.PromptTokens)).Seconds()
+		if math.Abs(ledger-want)/want < 0.02 {
+			if math.Abs(p.TokPerSec-want)/want > prefillTolerance {
+				t.Errorf("%s: median %.1f tok/s, the fake's model %.1f (±%.0f%%); repeats %v", name, p.TokPerSec, want, prefillTolerance*100, tps)
+			}
+		} else {
+			t.Logf("%s: the fake fell behind its model on this busy machine (ledger %.1f tok/s, model %.1f): checked against the ledger only", name, ledger, want)
+		}
+		t.Logf("%s: median %.1f tok/s (%.1f–%.1f), ledger %.1f, model %.1f", name, p.TokPerSec, p.TokPerSecMin, p.TokPerSecMax, ledger, want)
 	}
 }
 
