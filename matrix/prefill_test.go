@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,12 +18,11 @@ import (
 )
 
 // prefillTolerance is how far a prefill row's median may read from the
-// same requests' prefill as the fake's ledger timed them at its door (the
-// request's arrival, kernel-stamped, to its first token's write): what
-// lies between is the loopback and the send, well under a millisecond
-// against prefills of 400–800 ms. Not the fake's configured speed: a
-// loaded machine wakes its sleeps late, and the ledger says by how much.
-const prefillTolerance = 0.03
+// fake's prompt tok/s (--prefill-tok-per-sec, with its first-event delay
+// in the TTFT): each repeat's TTFT carries the loopback and the load
+// generator's scheduling, a few milliseconds on a busy machine against
+// prefills of 400–800 ms; the median drops one repeat a stall slowed.
+const prefillTolerance = 0.05
 
 // TestPrefillRepeatsOnTheFake runs prefill rows of 3 repeats against a fake
 // whose prefill speed is set: a cold row of its own (8K) and one measured
@@ -33,6 +31,12 @@ const prefillTolerance = 0.03
 // more than the salt line found there), the rows' medians are the fake's
 // prompt tok/s within prefillTolerance, their spread holds the median, and
 // the document holds to the schema.
+//
+// The medians are held to the fake's ledger always (the prompt tokens over
+// each cold repeat's TTFT at the engine's door), and to its model only where
+// the fake kept its schedule: a loaded machine wakes the fake's timers late,
+// and its prefill then takes longer than the model says (seen: 8K at 9,382
+// tok/s, 5.0% under the model's 9,879, at load 15 under -race).
 func TestPrefillRepeatsOnTheFake(t *testing.T) {
 	m := accuracyModel()
 	m.MaxModelLen = 16384
@@ -43,12 +47,15 @@ func TestPrefillRepeatsOnTheFake(t *testing.T) {
 	eng := fixtures.StartTest(t, m)
 	sc := scenarios.Scenario{Name: "repeats", Contexts: []int{0, 4096}, Concurrency: []int{1}, Prefill: []int{4096, 8192},
 		PrefillRepeats: 3, Window: 300 * time.Millisecond, MaxOutput: 16, API: "chat"}
-	var (
-		mu   sync.Mutex
-		recs []record.Record
-	)
+	var ones []record.Record // the one-token requests: repeats and warm-ups
 	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc,
-		OnRecords: func(r []record.Record) { mu.Lock(); recs = append(recs, r...); mu.Unlock() }})
+		OnRecords: func(recs []record.Record) {
+			for _, r := range recs {
+				if r.MaxTokens == 1 {
+					ones = append(ones, r)
+				}
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,28 +83,40 @@ func TestPrefillRepeatsOnTheFake(t *testing.T) {
 		if p.TokPerSec != cell.Median(tps) || p.TokPerSecMin > p.TokPerSec || p.TokPerSecMax < p.TokPerSec {
 			t.Errorf("%s: tok/s %.1f (%.1f–%.1f) is not the median of the repeats %v", name, p.TokPerSec, p.TokPerSecMin, p.TokPerSecMax, tps)
 		}
-		// The same cold requests as the fake's ledger timed them.
-		var door []float64
-		for _, r := range recs {
+		// What the fake did: each cold repeat's prompt tokens over its
+		// TTFT at the engine's door (the ledger's first token less the
+		// request's arrival), the median of the row's three.
+		var led []float64
+		for _, r := range ones {
 			le, ok := eng.LedgerEntryByID(r.ResponseID)
-			if !ok || le.FirstToken.IsZero() || le.CachedTokens > prompts.Tolerance(le.PromptTokens) || le.PromptTokens != p.PromptTokens {
-				continue
+			if !ok || le.FirstToken.IsZero() || le.CachedTokens > prompts.Tolerance(le.PromptTokens) ||
+				le.PromptTokens < p.Context-prompts16 || le.PromptTokens > p.Context+prompts16 {
+				continue // another row's, or a warm-up finding its prompt cached
 			}
-			from := le.Arrived
-			if from.IsZero() {
-				from = le.Received
+			door := le.Arrived
+			if door.IsZero() {
+				door = le.Received // no kernel stamp
 			}
-			door = append(door, float64(le.PromptTokens)/le.FirstToken.Sub(from).Seconds())
+			led = append(led, float64(le.PromptTokens)/le.FirstToken.Sub(door).Seconds())
 		}
-		if len(door) != 3 {
-			t.Fatalf("%s: the ledger holds %d cold requests of %d tokens, want the 3 repeats", name, len(door), p.PromptTokens)
+		if len(led) != 3 {
+			t.Fatalf("%s: %d cold one-token requests in the fake's ledger, want the 3 repeats", name, len(led))
 		}
-		want := cell.Median(door)
-		if math.Abs(p.TokPerSec-want)/want > prefillTolerance {
-			t.Errorf("%s: median %.1f tok/s, the fake's ledger %.1f (±%.0f%%); repeats %v, ledger %v", name, p.TokPerSec, want, prefillTolerance*100, tps, door)
+		ledger := cell.Median(led)
+		if math.Abs(p.TokPerSec-ledger)/ledger > prefillTolerance {
+			t.Errorf("%s: median %.1f tok/s, the fake's ledger %.1f (±%.0f%%); repeats %v, ledger %v", name, p.TokPerSec, ledger, prefillTolerance*100, tps, led)
 		}
-		t.Logf("%s: median %.1f tok/s (%.1f–%.1f), the fake's ledger %.1f, its setting %.1f", name, p.TokPerSec, p.TokPerSecMin, p.TokPerSecMax, want,
-			float64(p.PromptTokens)/(m.FirstEventDelay+m.PrefillTime(p.PromptTokens)).Seconds())
+		// The fake's model: its TTFT for a prompt none of which is cached,
+		// held where the fake kept it (its ledger within 2%).
+		want := float64(p.PromptTokens) / (m.FirstEventDelay + m.PrefillTime(p.PromptTokens)).Seconds()
+		if math.Abs(ledger-want)/want < 0.02 {
+			if math.Abs(p.TokPerSec-want)/want > prefillTolerance {
+				t.Errorf("%s: median %.1f tok/s, the fake's model %.1f (±%.0f%%); repeats %v", name, p.TokPerSec, want, prefillTolerance*100, tps)
+			}
+		} else {
+			t.Logf("%s: the fake fell behind its model on this busy machine (ledger %.1f tok/s, model %.1f): checked against the ledger only", name, ledger, want)
+		}
+		t.Logf("%s: median %.1f tok/s (%.1f–%.1f), ledger %.1f, model %.1f", name, p.TokPerSec, p.TokPerSecMin, p.TokPerSecMax, ledger, want)
 	}
 }
 

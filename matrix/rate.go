@@ -116,8 +116,8 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	*out = judged
 	r.note(notes...)
 	if run.Unsent > 0 && !run.Failed && ctx.Err() == nil {
-		r.note(fmt.Sprintf("Cell %s: %d of its %d scheduled requests were not sent: the load generator woke more than %s after their times, past the window's end (a stalled machine); its achieved rate counts the %d sent.",
-			label, run.Unsent, len(at), replay.SendLateTolerance(win), len(recs)))
+		r.note(fmt.Sprintf("Cell %s: %d of its %d scheduled requests were not sent: the load generator woke %s after the first one's time, past the window's end and more than the %s allowed (a stalled machine); its achieved rate counts the %d sent.",
+			label, run.Unsent, len(at), run.UnsentLate.Round(time.Millisecond), replay.SendLateTolerance(win), len(recs)))
 	}
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
@@ -134,7 +134,8 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	}
 	r.prog.cellDone(c, col, label, summary)
 	if r.cfg.OnCell != nil {
-		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: out.MaxWaiting})
+		r.cfg.OnCell(CellRun{Cell: *out, Window: w, Clock: r.clock, Records: recs, MaxWaiting: out.MaxWaiting,
+			Scheduled: len(at), Unsent: run.Unsent, UnsentLate: run.UnsentLate})
 	}
 	return r.stillThere(ctx, out.Status, "cell "+label)
 }

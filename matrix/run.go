@@ -160,6 +160,12 @@ type CellRun struct {
 	Clock      record.Clock
 	Records    []record.Record
 	MaxWaiting int // highest waiting gauge in the window, -1: no gauge
+	// Scheduled is an arrival-rate cell's requests due in its window;
+	// Unsent those of them not sent (the loop stopped, or woke past the
+	// window's end later than replay.SendLateTolerance), UnsentLate how
+	// late it then woke (replay.Result).
+	Scheduled, Unsent int
+	UnsentLate        time.Duration
 }
 
 // Run runs the matrix. On an error before load (probe, prompt building) it

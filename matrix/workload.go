@@ -184,6 +184,11 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 	rates := sweepRates(achieved[0], achieved[1], scenarios.SweepSize)
 	r.prog.sweepRates(c, rates, r.sc.Window)
 	r.dropSweepColumns(c, ends)
+	if len(rates) == 0 {
+		r.note(fmt.Sprintf("Sweep of context %s: the %d-stream cell achieved %s requests/s, fewer than the %d-stream cell's %s, so no rate lies between them to sweep and no rate cells were run: the engine gained nothing from more streams, or the machine was busier during that window (run again, or with a longer --window).",
+			TokenLabel(c), ends[len(ends)-1], strconv.FormatFloat(achieved[1], 'f', 2, 64), ends[0], strconv.FormatFloat(achieved[0], 'f', 2, 64)))
+		return nil
+	}
 	for _, rate := range rates {
 		r.res.Decode = append(r.res.Decode, result.Cell{Context: c, Rate: rate, Status: result.NotRun, MaxWaiting: -1})
 	}
@@ -197,8 +202,12 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 // and the throughput hi: size − 2 of them, evenly spaced above lo up to
 // hi (GuideLLM: linspace(lo, hi, size − 1) without its first), rounded
 // down to 3 significant figures so none exceeds hi, and without
-// duplicates.
+// duplicates. None when hi is below lo: no rate lies above the one and up
+// to the other.
 func sweepRates(lo, hi float64, size int) []float64 {
+	if hi < lo {
+		return nil
+	}
 	k := size - 2
 	var out []float64
 	for i := 1; i <= k; i++ {

@@ -66,6 +66,11 @@ type Result struct {
 	// loop stopped (a failure, a cancel) or woke too late after the
 	// window's end. Zero for the other schedules.
 	Unsent int
+	// UnsentLate is, when the loop woke too late after the window's end,
+	// how far behind its time it woke for the first request it did not
+	// send (more than SendLateTolerance: the machine stalled); zero when
+	// nothing went unsent for lateness.
+	UnsentLate time.Duration
 	// Err is set when the loop could not start (a capture it cannot
 	// replay; Records nil) or its context was cancelled (the records so
 	// far are kept).

@@ -136,15 +136,16 @@ func runOpen(parent context.Context, clock record.Clock, jobs []openJob, o openO
 	}
 
 	var (
-		wg       sync.WaitGroup
-		failed   atomic.Bool
-		stopped  atomic.Int64 // the failure's end + 1, once it stopped the loop
-		lates    = make([]time.Duration, 0, len(jobs))
-		sent     = 0
-		stopSend = make(chan struct{})
-		stopOnce sync.Once
-		err      error
-		fl       = newFlights(o.ending)
+		wg         sync.WaitGroup
+		failed     atomic.Bool
+		stopped    atomic.Int64 // the failure's end + 1, once it stopped the loop
+		lates      = make([]time.Duration, 0, len(jobs))
+		unsentLate time.Duration
+		sent       = 0
+		stopSend   = make(chan struct{})
+		stopOnce   sync.Once
+		err        error
+		fl         = newFlights(o.ending)
 	)
 	start := clock.Now()
 	if o.window > 0 && o.grace >= 0 {
@@ -184,6 +185,7 @@ loop:
 			// often) and woken a little after its end is sent: the
 			// window then ends at its send (below), so the cell counts
 			// every request it sent.
+			unsentLate = now - (start + j.at)
 			break loop
 		}
 		lates = append(lates, clock.Now()-(start+j.at))
@@ -268,7 +270,7 @@ loop:
 		slices.Sort(lates)
 		late = Late{Max: lates[len(lates)-1], Median: lates[len(lates)/2]}
 	}
-	return Result{Records: out, Start: start, End: end, Heard: end, Late: late, Failed: failed.Load(), Err: err, Unsent: len(jobs) - sent}
+	return Result{Records: out, Start: start, End: end, Heard: end, Late: late, Failed: failed.Load(), Err: err, Unsent: len(jobs) - sent, UnsentLate: unsentLate}
 }
 
 // SendLateTolerance is how far after its time an open loop may send a

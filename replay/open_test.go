@@ -89,7 +89,9 @@ func TestRunOpen(t *testing.T) {
 // TestRunOpenLastInstant: requests due in the window's last nanosecond
 // (where bursty gaps often put one) are sent, though the timer cannot wake
 // before the window's end, and the window stretches to their sends, so
-// the loop's window holds every record; none is left unsent.
+// the loop's window holds every record; none is left unsent, unless the
+// machine stalled the loop past the window's end by more than
+// SendLateTolerance, which the result then measures (UnsentLate).
 func TestRunOpenLastInstant(t *testing.T) {
 	eng := fixtures.StartTest(t, testModel())
 	tg := Target{BaseURL: eng.URL(), Model: "test"}
@@ -98,8 +100,13 @@ func TestRunOpenLastInstant(t *testing.T) {
 	at := []time.Duration{0, window / 2, window - 1, window - 1, window} // the last is due at the end: never sent
 	run := Run(context.Background(), Open{Options: Options{Target: tg, Clock: record.NewClock(), MaxTokens: 4, Stream: true, Window: window},
 		Bodies: []Body{short, short, short, short, short}, At: at, Grace: time.Second})
-	if len(run.Records) != 4 || run.Unsent != 0 {
-		t.Fatalf("%d records, %d unsent; want the 4 due in the window sent", len(run.Records), run.Unsent)
+	if tol := SendLateTolerance(window); run.Unsent > 0 && run.UnsentLate > tol {
+		t.Logf("%d unsent: the loop woke %v late, more than the %v allowed (a busy machine)", run.Unsent, run.UnsentLate, tol)
+	} else if len(run.Records) != 4 || run.Unsent != 0 || run.UnsentLate != 0 {
+		t.Fatalf("%d records, %d unsent (the loop woke %v late); want the 4 due in the window sent", len(run.Records), run.Unsent, run.UnsentLate)
+	}
+	if len(run.Records)+run.Unsent != 4 {
+		t.Fatalf("%d records and %d unsent of the 4 due in the window", len(run.Records), run.Unsent)
 	}
 	for i, r := range run.Records {
 		if r.Outcome != record.OK || r.Sent < run.Start || r.Sent >= run.End {
