@@ -175,6 +175,10 @@ func fmtPct(v float64) string { return strconv.FormatFloat(v*100, 'f', 1, 64) + 
 // rateCacheNote explains the cache column of an arrival-rate run.
 const rateCacheNote = "Prefix cache hits: the share of the prompt tokens the server served from its cache (near none: the prompts are cold)."
 
+// coldTTFTNote replaces ttftNote under a grid whose cells' prompts were
+// not warmed (a dataset's, sent as given).
+const coldTTFTNote = "These cells' prompts were sent as given, not warmed into the server's prompt cache first, so their TTFT includes prefill, as vllm bench serve's and GuideLLM's do."
+
 // rateTTFTNote replaces ttftNote under an arrival-rate grid: its prompts
 // are cold.
 const rateTTFTNote = "Arrival-rate cells send prompts no request sent before, so their TTFT includes prefill, as vllm bench serve's and GuideLLM's do; Requests queued marks a rate at which the engine made arrivals wait, so their latencies include the wait."

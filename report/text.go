@@ -256,6 +256,9 @@ func writeText(w io.Writer, v *view) error {
 		table(e, "", head, rows, right)
 		legend := "N: requests at once · Per req: per request tok/s · TTFT: cold on Prefill rows, after a warm prefix on Decode rows · TBT: time between tokens · " +
 			"Active: average active requests · Done: requests completed in the window · Output: output tokens · For: measured for"
+		if v.Cold {
+			legend = strings.Replace(legend, "TTFT: cold on Prefill rows, after a warm prefix on Decode rows", "TTFT: cold (prompts sent as given, not warmed)", 1)
+		}
 		if v.Rate {
 			legend = "Rate: requests per second asked for · Per req: per request tok/s · TTFT: cold (prompts never sent before) · TBT: time between tokens · " +
 				"Active: average active requests · Done: requests completed in the window · Output: output tokens · For: measured for · Achieved: requests sent per second · Peak: most requests in flight at once"
@@ -321,7 +324,7 @@ func writeTextPercentiles(e *errWriter, v *view) {
 func writeTextGrid(e *errWriter, v *view) {
 	head0 := "Sustained decode · total tok/s, TTFT after a warm prefix below · rows: context, columns: " + columnsAre(v.Rate, v.Arrivals)
 	ttftRow := "TTFT, warm" // "TTFT, warm prefix", short enough for 8 columns in 100
-	if v.Rate {
+	if v.Rate || v.Cold {
 		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + columnsAre(v.Rate, v.Arrivals)
 		ttftRow = "TTFT, cold"
 	}

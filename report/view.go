@@ -119,6 +119,22 @@ var allColumns = []string{"Phase", "Context", "Requests at once", "Status", "Tot
 // says it was not).
 const allTTFT = "TTFT (decode: warm prefix)"
 
+// allCold says whether every measured decode cell's TTFT is cold, and
+// one is measured.
+func allCold(cells []result.Cell) bool {
+	n := 0
+	for i := range cells {
+		if !cells[i].ShowsFigures() {
+			continue
+		}
+		if cells[i].TTFTOf() != result.TTFTCold {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // rateColumns are the All measurements columns an arrival-rate run adds:
 // the rate reached and the concurrency it made.
 var rateColumns = []string{"Achieved rate", "Peak in flight"}
@@ -148,6 +164,9 @@ type view struct {
 	Repeats   bool
 	Cols      []result.Column
 	Rate      bool   // the columns are request rates
+	// Cold: every measured decode cell's TTFT is cold (a dataset's prompts,
+	// sent as given: nothing warmed them), so no label may say warm.
+	Cold bool
 	Arrivals  string // how rate cells' requests arrived (arrivals)
 	Grid      []gridRow
 	Footnotes []string // for statuses present in the grid and rows
@@ -275,6 +294,9 @@ func newViewWith(r *result.Result, o Options) *view {
 		v.Columns[2], v.Columns[6] = "Request rate", "TTFT"
 		v.Columns = append(v.Columns, rateColumns...)
 		v.TTFTNote = rateTTFTNote
+	} else if v.Cold = allCold(r.Decode); v.Cold {
+		v.Columns[6] = "TTFT (cold)"
+		v.TTFTNote = coldTTFTNote
 	}
 	if hasCache {
 		v.Columns = append(v.Columns, cacheColumn)
