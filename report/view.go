@@ -161,12 +161,12 @@ type view struct {
 	Prefill    []prefillItem
 	// Repeats: a prefill row asked for more than one cold request, so the
 	// Prefill list shows each row's spread and count (METHOD §3).
-	Repeats   bool
-	Cols      []result.Column
-	Rate      bool   // the columns are request rates
+	Repeats bool
+	Cols    []result.Column
+	Rate    bool // the columns are request rates
 	// Cold: every measured decode cell's TTFT is cold (a dataset's prompts,
 	// sent as given: nothing warmed them), so no label may say warm.
-	Cold bool
+	Cold      bool
 	Arrivals  string // how rate cells' requests arrived (arrivals)
 	Grid      []gridRow
 	Footnotes []string // for statuses present in the grid and rows
