@@ -182,6 +182,14 @@ func (r *runner) sweepRow(ctx context.Context, c int) error {
 		achieved = append(achieved, achieved[0])
 	}
 	rates := sweepRates(achieved[0], achieved[1], scenarios.SweepSize)
+	if w := r.sc.Window; w > 0 && len(rates) > 0 && !sweepHears(rates, w) {
+		r.prog.sweepRates(c, nil, w)
+		r.dropSweepColumns(c, ends)
+		r.note(fmt.Sprintf("Sweep of context %s: one request at a time achieved %s requests/s, so its fastest rate cell, %s/s, would send %.1f requests in a %s window: too few to measure, and no rate cells were run. Give outputs that end well inside the window (--max-output, now %d tokens) or a longer --window.",
+			TokenLabel(c), strconv.FormatFloat(achieved[0], 'g', 3, 64), strconv.FormatFloat(rates[len(rates)-1], 'g', 3, 64),
+			rates[len(rates)-1]*w.Seconds(), w, r.sc.MaxOutput))
+		return nil
+	}
 	r.prog.sweepRates(c, rates, r.sc.Window)
 	r.dropSweepColumns(c, ends)
 	if len(rates) == 0 {
@@ -223,6 +231,19 @@ func sweepRates(lo, hi float64, size int) []float64 {
 		}
 	}
 	return out
+}
+
+// minSweepRequests is the fewest requests the fastest rate cell of a
+// sweep must expect in its window for the sweep to run rate cells.
+const minSweepRequests = 2
+
+// sweepHears says whether a sweep's rate cells can measure anything in a
+// window w: its fastest rate expects at least minSweepRequests in it. A
+// new user's sweep with 8,192-token outputs reached 0.017 requests/s one
+// at a time: every rate cell of a 5 s window heard no request, and each
+// read Failed.
+func sweepHears(rates []float64, w time.Duration) bool {
+	return len(rates) > 0 && rates[len(rates)-1]*w.Seconds() >= minSweepRequests
 }
 
 // dropSweepColumns removes context c's concurrency cells a sweep does not

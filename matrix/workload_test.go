@@ -299,3 +299,53 @@ func TestSweepRates(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepHears: a sweep runs rate cells only where its fastest rate
+// expects at least two requests in the window.
+func TestSweepHears(t *testing.T) {
+	for _, tc := range []struct {
+		rates []float64
+		w     time.Duration
+		want  bool
+	}{
+		{[]float64{0.0217, 0.0527}, 5 * time.Second, false}, // the new user's 8,192-token sweep
+		{[]float64{1, 2}, time.Second, true},
+		{[]float64{0.5, 1.9}, time.Second, false},
+		{[]float64{3, 4}, 500 * time.Millisecond, true},
+		{nil, time.Minute, false},
+	} {
+		if got := sweepHears(tc.rates, tc.w); got != tc.want {
+			t.Errorf("sweepHears(%v, %v) = %v, want %v", tc.rates, tc.w, got, tc.want)
+		}
+	}
+}
+
+// TestSweepTooSlowForItsWindow: a sweep whose requests last longer than
+// its window (here 400 tokens at 10 ms a token in 1 s) runs no rate cells,
+// and says why and what to change, instead of rate cells that hear no
+// request and read Failed.
+func TestSweepTooSlowForItsWindow(t *testing.T) {
+	m := quickModel()
+	m.TBTBase = 10 * time.Millisecond
+	eng := fixtures.StartTest(t, m)
+	sc := scenarios.Scenario{Name: "slow sweep", Contexts: []int{0}, Concurrency: []int{1, 2}, Window: time.Second, MaxOutput: 400, API: "chat", Sweep: true}
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Decode {
+		if c.Rate > 0 {
+			t.Errorf("a rate cell was run: %+v", c)
+		}
+		if c.Status == result.Failed {
+			t.Errorf("cell %d × %d failed: %s", c.Context, c.Concurrency, c.Reason)
+		}
+	}
+	found := false
+	for _, n := range res.Notes {
+		found = found || (strings.Contains(n, "too few to measure") && strings.Contains(n, "--max-output, now 400 tokens"))
+	}
+	if !found {
+		t.Errorf("no note says why no rate cells ran: %q", res.Notes)
+	}
+}
