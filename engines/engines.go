@@ -47,6 +47,7 @@ const (
 	FactModel       = "model"
 	FactMaxModelLen = "max_model_len"
 	FactKVCapacity  = "kv_capacity_tokens"
+	FactKVMemory    = "kv_cache_memory_bytes"
 	FactSlots       = "slots"
 	FactTokenize    = "tokenize"
 	FactGauges      = "waiting_running_gauges"
@@ -315,6 +316,9 @@ func Probe(ctx context.Context, t Target) (*Info, error) {
 			in.KVBlocks, in.KVBlockSize = kv.Blocks, kv.BlockSize
 			in.KVFromBlocks = !kv.Labelled
 			in.addInt(FactKVCapacity, kv.Tokens, "GET /metrics vllm:cache_config_info "+kv.Source)
+			if kv.MemoryBytes > 0 {
+				in.add(FactKVMemory, strconv.FormatInt(kv.MemoryBytes, 10), "GET /metrics vllm:cache_config_info label kv_cache_memory_bytes")
+			}
 		}
 		if kv, _ := parseCacheConfig(metric); kv.DType != "" {
 			in.ModelFacts.KVDType, in.ModelFacts.KVDTypeSource = kv.DType, "GET /metrics vllm:cache_config_info label cache_dtype"

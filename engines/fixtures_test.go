@@ -51,6 +51,33 @@ func TestProbeFakeEngine(t *testing.T) {
 	}
 }
 
+// The KV cache's memory is a fact where vLLM says it (its CPU build's
+// VLLM_CPU_KVCACHE_SPACE, or --kv-cache-memory-bytes) and none where the
+// label says None.
+func TestProbeKVMemory(t *testing.T) {
+	for _, mem := range []int64{0, 1 << 30} {
+		m := fixtures.DefaultModel()
+		m.KVCacheMemoryBytes = mem
+		in, err := Probe(context.Background(), Target{BaseURL: fixtures.StartTest(t, m).URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range in.Facts {
+			if f.Name == FactKVMemory {
+				got = append(got, f.Value+" from "+f.Source)
+			}
+		}
+		want := []string{}
+		if mem > 0 {
+			want = []string{"1073741824 from GET /metrics vllm:cache_config_info label kv_cache_memory_bytes"}
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") || in.KVCapacity != m.KVCapacity {
+			t.Errorf("memory %d: facts %q, want %q; capacity %d", mem, got, want, in.KVCapacity)
+		}
+	}
+}
+
 // Load must read the same running/waiting the fake's scheduler holds.
 func TestLoadFakeEngineBusy(t *testing.T) {
 	m := fixtures.DefaultModel()

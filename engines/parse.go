@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -324,6 +325,16 @@ type vllmCache struct {
 	Blocks    int
 	BlockSize int
 	DType     string // cache_dtype: "auto" (the model's dtype), "fp8", …
+	// MemoryBytes is the memory the KV cache was given, where the user
+	// set it (label kv_cache_memory_bytes: --kv-cache-memory-bytes, or
+	// VLLM_CPU_KVCACHE_SPACE GiB on vLLM's CPU build, vllm/platforms/cpu.py
+	// 0.32.0); 0 where the label says None (vLLM then sizes the cache by
+	// gpu_memory_utilization).
+	MemoryBytes int64
+	// Override is num_gpu_blocks_override (--num-gpu-blocks-override):
+	// the blocks the user set, which vLLM uses whatever the memory holds
+	// (may_override_num_blocks, vllm/v1/core/kv_cache_utils.py 0.32.0).
+	Override int
 	// Labelled: Tokens is vLLM's own kv_cache_size_tokens, not blocks ×
 	// block size.
 	Labelled bool
@@ -347,8 +358,21 @@ func parseCacheConfig(m Metrics) (vllmCache, bool) {
 		c.BlockSize, _ = asInt(v)
 	}
 	c.DType, _ = s.Label("cache_dtype")
+	if v, ok := s.Label("kv_cache_memory_bytes"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+			c.MemoryBytes = n
+		}
+	}
+	if v, ok := s.Label("num_gpu_blocks_override"); ok {
+		if n, ok := asInt(v); ok && n > 0 {
+			c.Override = n
+		}
+	}
 	if c.Tokens == 0 && c.Blocks > 0 && c.BlockSize > 0 && c.Blocks <= maxSane/c.BlockSize {
 		c.Tokens, c.Source = c.Blocks*c.BlockSize, "labels num_gpu_blocks × block_size"
+	}
+	if c.Override > 0 && c.Tokens > 0 {
+		c.Source += fmt.Sprintf(" (num_gpu_blocks_override %d: the user's blocks, not what the memory holds)", c.Override)
 	}
 	return c, c.Tokens > 0
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +120,9 @@ func TestVLLM(t *testing.T) {
 			t.Errorf("KV capacity %d tokens (want %d × %d), cache block %d; labels block_size %q num_gpu_blocks %q enable_prefix_caching %q",
 				in.KVCapacity, vllmBlocks, vllmBlock, in.CacheBlock, label("block_size"), label("num_gpu_blocks"), label("enable_prefix_caching"))
 		}
+	})
+	check(t, vllm, "KV memory: VLLM_CPU_KVCACHE_SPACE as vLLM says it, and the blocks it holds by tokentap's bytes per token", func(t *testing.T) {
+		vllmKVMemory(t, s, in)
 	})
 	check(t, vllm, "metric names of vLLM 0.32", func(t *testing.T) { vllmMetricNames(t, s.url) })
 	check(t, vllm, "the fake's metrics and their labels are vLLM 0.32's", func(t *testing.T) { vllmFakeNames(t, s.url) })
@@ -373,6 +377,14 @@ func vllmLimits(t *testing.T, url string) {
 		!bytes.Contains(b, []byte(fmt.Sprintf("your prompt contains at least %d input tokens, which exceeds this limit even without any output tokens", vllmMaxLen+1))) {
 		t.Errorf("prompt of %d tokens: HTTP %d %s", vllmMaxLen+100, st, b)
 	}
+	// A prompt of exactly the limit: no room for the one token every
+	// request generates, 400 without a param
+	// (vllm/v1/engine/input_processor.py, _validate_prompt_len).
+	st, b = post(t, url+"/v1/completions", map[string]any{"model": vllmModel, "prompt": modelCfg.Text(vllmMaxLen, 1), "max_tokens": 1})
+	if st != 400 || !bytes.Contains(b, []byte(fmt.Sprintf("The decoder prompt (length %d) plus the number of requested output tokens (at least 1) is longer than the maximum model length of %d.", vllmMaxLen, vllmMaxLen))) ||
+		!bytes.Contains(b, []byte(`"param":null`)) {
+		t.Errorf("prompt of %d tokens: HTTP %d %s", vllmMaxLen, st, b)
+	}
 	// max_tokens over the limit: 400.
 	st, b = post(t, url+"/v1/completions", map[string]any{"model": vllmModel, "prompt": modelCfg.Text(10, 1), "max_tokens": vllmMaxLen + 1})
 	if st != 400 || !bytes.Contains(b, []byte(fmt.Sprintf("max_tokens=%d cannot be greater than max_model_len=%d", vllmMaxLen+1, vllmMaxLen))) {
@@ -580,4 +592,50 @@ func vllmSplit(t *testing.T, res *result.Result) {
 			t.Errorf("cell %s × %d: split %+v, engine TTFT %+v, prefill %+v, queue %+v", matrix.TokenLabel(c.Context), c.Concurrency, s, s.EngineTTFT, s.Prefill, s.Queue)
 		}
 	}
+}
+
+// vllmKVMemory: VLLM_CPU_KVCACHE_SPACE=1 gives the KV cache 1 GiB, which
+// vLLM 0.32 says in cache_config_info's kv_cache_memory_bytes
+// (vllm/platforms/cpu.py) and tokentap's probe keeps as a fact; the
+// capacity's source names the override that set the blocks instead. vLLM
+// logs the blocks the memory would have held, memory ÷ bytes per block
+// (get_kv_cache_config_from_groups, vllm/v1/core/kv_cache_utils.py): that
+// is tokentap's own KV bytes per token of the model (package bandwidth,
+// from config.json, as the decode limit uses them) × the block size, or
+// tokentap's KV arithmetic is not vLLM's.
+func vllmKVMemory(t *testing.T, s *server, in *engines.Info) {
+	var memory, capSource string
+	for _, f := range in.Facts {
+		switch f.Name {
+		case engines.FactKVMemory:
+			memory = f.Value
+		case engines.FactKVCapacity:
+			capSource = f.Source
+		}
+	}
+	if memory != strconv.Itoa(1<<30) || !strings.Contains(capSource, fmt.Sprintf("num_gpu_blocks_override %d", vllmBlocks)) {
+		t.Errorf("fact %s = %q (want 1 GiB, 1073741824); capacity's source %q (want it to name the override)", engines.FactKVMemory, memory, capSource)
+	}
+	cfgJSON, err := os.ReadFile(filepath.Join(hfDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := bandwidth.FromHFConfig(cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perToken := shape.KVBytesPerToken(2, 2) // bfloat16 keys and values
+	want := (1 << 30) / (vllmBlock * int(perToken))
+	b, err := os.ReadFile(s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("vLLM's log says nothing of the blocks 1 GiB holds (Overriding num_gpu_blocks=…); its end:\n%s", s.tail(20))
+	}
+	if string(m[1]) != strconv.Itoa(want) || string(m[2]) != strconv.Itoa(vllmBlocks) {
+		t.Errorf("vLLM: 1 GiB holds %s blocks (override %s); tokentap: 1 GiB ÷ (%d × %.0f bytes per token) = %d", m[1], m[2], vllmBlock, perToken, want)
+	}
+	t.Logf("1 GiB holds %s blocks of %d by vLLM and by tokentap (%.0f bytes per token)", m[1], vllmBlock, perToken)
 }
