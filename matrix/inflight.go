@@ -31,6 +31,7 @@ func (r *runner) fitKV(kv, kvMax int, engineKV bool) kvFit {
 	if !engineKV || in.Kind != engines.KindVLLM || in.KVBlocks <= 0 || in.KVBlockSize <= 0 {
 		return fit
 	}
+	fit.Block, fit.NullBlock = in.KVBlockSize, true
 	layout, from := r.kvLayout()
 	g := vllmGroups(layout)
 	if g.count() == 0 {

@@ -25,6 +25,11 @@ type kvFit struct {
 	// three known, a request's need is counted in blocks, group by group.
 	Blocks, Block int
 	Groups        kvGroups
+	// NullBlock: one of the blocks is vLLM's null block, which its block
+	// pool keeps back from every request (BlockPool, vllm/v1/core/
+	// block_pool.py 0.32.0), though num_gpu_blocks and
+	// kv_cache_size_tokens count it.
+	NullBlock bool
 }
 
 // reqLen is one request's prompt and max_tokens.
@@ -125,12 +130,31 @@ func (f kvFit) hold(reqs []reqLen, out int) int {
 	return n
 }
 
-// room is what hold is held against: the blocks (layered) or tokens.
+// room is what hold is held against: the blocks (layered) or tokens,
+// vLLM's null block left out.
 func (f kvFit) room() int {
-	if f.layered() {
+	switch {
+	case f.layered() && f.NullBlock:
+		return f.Blocks - 1
+	case f.layered():
 		return f.Blocks
+	case f.NullBlock && f.Tokens > f.Block:
+		return f.limit() - f.Block
 	}
 	return f.limit()
+}
+
+// nullNote says what room leaves out, if anything.
+func (f kvFit) nullNote() string {
+	switch {
+	case !f.NullBlock:
+		return ""
+	case f.layered():
+		return fmt.Sprintf("%d for requests beside vLLM's null block; ", f.Blocks-1)
+	case f.Tokens > f.Block:
+		return fmt.Sprintf(" (%d for requests beside vLLM's null block of %d)", f.Tokens-f.Block, f.Block)
+	}
+	return ""
 }
 
 // unit names hold's unit.
@@ -186,10 +210,10 @@ func (f kvFit) overAs(reqs []reqLen, reserve bool) (over bool, why string) {
 	if !uniform(reqs) {
 		what = fmt.Sprintf("%d requests' prompts + %s", len(reqs), map[bool]string{true: "max_tokens", false: "one token each"}[reserve])
 	}
-	against := fmt.Sprintf("KV cache capacity %d tokens", f.limit())
+	against := fmt.Sprintf("KV cache capacity %d tokens%s", f.limit(), f.nullNote())
 	switch {
 	case f.layered():
-		against = fmt.Sprintf("the KV cache's %d blocks of %d (%s)", f.Blocks, f.Block, f.Groups)
+		against = fmt.Sprintf("the KV cache's %d blocks of %d (%s%s)", f.Blocks, f.Block, f.nullNote(), f.Groups)
 	case f.Tokens == 0:
 		against = fmt.Sprintf("%d tokens, the most KV cache the engine's answers allow", f.Max)
 	}

@@ -95,6 +95,7 @@ func TestKVFitOver(t *testing.T) {
 	gemma := kvFit{Alloc: engines.AllocPerStep, Tokens: 80000, Blocks: 30000, Block: 16, Groups: vllmGroups(gemma3)}
 	ssm := kvFit{Alloc: engines.AllocPerStep, Tokens: 128000, Blocks: 2000, Block: 256, Groups: vllmGroups(hybridSSM)}
 	n := func(k, c, out int) []reqLen { return constLoad(out)(c, k) }
+	withNull := func(f kvFit) kvFit { f.NullBlock = true; return f }
 	tests := []struct {
 		name string
 		fit  kvFit
@@ -113,6 +114,16 @@ func TestKVFitOver(t *testing.T) {
 		// Hybrid SSM, 4K × 100: 100 × (17 + 3) = 2,000 blocks, the pool.
 		{"hybrid SSM 4K × 100 fits exactly", ssm, n(100, 4096, 1024), false, ""},
 		{"hybrid SSM 4K × 101", ssm, n(101, 4096, 1024), true, "101 × (4096 + 1) = 2020 blocks"},
+		// vLLM's null block: the pool of 2,000 holds 1,999 for requests,
+		// so the 100 that fill it exactly cannot run together there.
+		{"hybrid SSM 4K × 100 beside vLLM's null block", withNull(ssm), n(100, 4096, 1024), true,
+			"100 × (4096 + 1) = 2000 blocks > the KV cache's 2000 blocks of 256 (1999 for requests beside vLLM's null block; KV cache groups: 1 full-attention, 3 linear-attention)"},
+		{"hybrid SSM 4K × 99 beside vLLM's null block", withNull(ssm), n(99, 4096, 1024), false, ""},
+		// Without the layout, in tokens: 81,920 less the null block's 16
+		// = 81,904 holds 20 × 4,095 = 81,900, not 20 × 4,097.
+		{"per step in tokens beside vLLM's null block", kvFit{Alloc: engines.AllocPerStep, Tokens: 81920, Block: 16, NullBlock: true}, n(20, 4096, 2048), true,
+			"20 × (4096 + 1) = 81940 tokens > KV cache capacity 81920 tokens (81904 for requests beside vLLM's null block of 16)"},
+		{"20 × (4,094 + 1) fits beside vLLM's null block", kvFit{Alloc: engines.AllocPerStep, Tokens: 81920, Block: 16, NullBlock: true}, n(20, 4094, 2048), false, ""},
 		// TGI reserves: 16 × (4,096 + 2,048) = 98,304 > 81,920 (the
 		// seed pages' rule); vLLM, per step, runs it: 16 × 4,097 fits.
 		{"reserving 4K × 16", kvFit{Alloc: engines.AllocReserve, Tokens: 81920}, n(16, 4096, 2048), true, "16 × (4096 + 2048) = 98304 tokens > KV cache capacity 81920 tokens"},
