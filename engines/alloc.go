@@ -84,5 +84,17 @@ func (in *Info) Preemptions(ctx context.Context) (n int64, name string, ok bool,
 			return int64(v + 0.5), nm, true, nil
 		}
 	}
+	// SGLang's counter is there from its first retraction on (a labelled
+	// counter); its gauge of the last batch's retractions is there from
+	// the start, and with it the counter's absence is 0.
+	if w, ok := preemptionWitness[in.Kind]; ok {
+		if _, found := m.Sum(w); found {
+			return 0, names[0], true, nil
+		}
+	}
 	return 0, "", false, nil
 }
+
+// preemptionWitness is a metric present from an engine's start whose
+// presence makes its preemption counter's absence a 0.
+var preemptionWitness = map[string]string{KindSGLang: "sglang:num_retracted_reqs"}

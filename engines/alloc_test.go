@@ -2,6 +2,7 @@ package engines
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,42 +42,56 @@ func TestCacheConfigBlocks(t *testing.T) {
 }
 
 // TestPreemptionsFakeEngine: the counter the judge reads, over loopback
-// from the fake's vLLM flavour, which preempts as vLLM 0.32 does: two
-// requests of 10 + 300 tokens in a 400-token cache (fixtures'
-// TestAllocation).
+// from the fake's vLLM flavour, which preempts as vLLM 0.32 does (two
+// requests of 10 + 300 tokens in a 400-token cache: fixtures'
+// TestAllocation), and from its SGLang flavour, which retracts (10 + 200,
+// both admitted by the new-token ratio: fixtures' TestSGLangRetraction)
+// and whose counter is absent until its first retraction: 0 then, read by
+// SGLang's gauge of the last retractions.
 func TestPreemptionsFakeEngine(t *testing.T) {
-	m := fixtures.DefaultModel()
-	m.KVCapacity, m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 400, 1e6, 0, 0
-	e := fixtures.StartTest(t, m)
-	ctx := context.Background()
-	in, err := Probe(ctx, Target{BaseURL: e.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in.KVBlocks != 25 || in.KVBlockSize != 16 || in.KVFromBlocks {
-		t.Errorf("blocks %d of %d, from blocks %v; want 25 of 16 and vLLM's own figure", in.KVBlocks, in.KVBlockSize, in.KVFromBlocks)
-	}
-	n0, name, ok, err := in.Preemptions(ctx)
-	if err != nil || !ok || n0 != 0 || name != "vllm:num_preemptions_total" {
-		t.Fatalf("Preemptions = %d %q %v %v", n0, name, ok, err)
-	}
-	body := `{"model":"` + m.Name + `","messages":[{"role":"user","content":"hello there"}],"max_tokens":300}`
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := in.c.hc.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	for _, tt := range []struct {
+		flavor    fixtures.Flavor
+		maxTokens int
+		counter   string
+	}{
+		{fixtures.FlavorVLLM, 300, "vllm:num_preemptions_total"},
+		{fixtures.FlavorSGLang, 200, "sglang:num_retracted_requests_total"},
+	} {
+		t.Run(tt.counter, func(t *testing.T) {
+			m := fixtures.DefaultModel()
+			m.Flavor, m.KVCapacity, m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = tt.flavor, 400, 1e6, 0, 0
+			e := fixtures.StartTest(t, m)
+			ctx := context.Background()
+			in, err := Probe(ctx, Target{BaseURL: e.URL()})
 			if err != nil {
-				t.Error(err)
-				return
+				t.Fatal(err)
 			}
-			resp.Body.Close()
-		}()
-	}
-	wg.Wait()
-	n1, _, ok, err := in.Preemptions(ctx)
-	if err != nil || !ok || n1 < 1 || n1 != e.Preemptions() {
-		t.Errorf("Preemptions after = %d (%v %v), the fake counted %d; want at least one", n1, ok, err, e.Preemptions())
+			if tt.flavor == fixtures.FlavorVLLM && (in.KVBlocks != 25 || in.KVBlockSize != 16 || in.KVFromBlocks) {
+				t.Errorf("blocks %d of %d, from blocks %v; want 25 of 16 and vLLM's own figure", in.KVBlocks, in.KVBlockSize, in.KVFromBlocks)
+			}
+			n0, name, ok, err := in.Preemptions(ctx)
+			if err != nil || !ok || n0 != 0 || name != tt.counter {
+				t.Fatalf("Preemptions = %d %q %v %v; want 0 by %s", n0, name, ok, err, tt.counter)
+			}
+			body := `{"model":"` + m.Name + `","messages":[{"role":"user","content":"hello there"}],"max_tokens":` + strconv.Itoa(tt.maxTokens) + `}`
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := in.c.hc.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+				}()
+			}
+			wg.Wait()
+			n1, name, ok, err := in.Preemptions(ctx)
+			if err != nil || !ok || n1 < 1 || n1 != e.Preemptions() || name != tt.counter {
+				t.Errorf("Preemptions after = %d %q (%v %v), the fake counted %d; want at least one", n1, name, ok, err, e.Preemptions())
+			}
+		})
 	}
 }

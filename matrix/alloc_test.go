@@ -45,6 +45,19 @@ func TestAllocationRules(t *testing.T) {
 			t.Errorf("768 × 4: measured %v, reason %q; want it run and %q", c.Measured, c.Reason, want)
 		}
 	})
+	// SGLang admits against its new-token ratio (fixtures' ratio.go):
+	// 768 × 4's third request waits until the ratio has decayed, then
+	// the four hold more than the cache as they decode and SGLang
+	// retracts, which the cell's evidence shows.
+	t.Run("sglang", func(t *testing.T) {
+		res, _, e := runFakeEngine(t, model(fixtures.FlavorSGLang), sc, Config{FinishRequests: true})
+		checkStatuses(t, res, cellWant{{768, 1}: result.Valid, {768, 2}: result.Valid, {768, 4}: result.OverCapacity})
+		c := res.Cell(768, 4)
+		want := fmt.Sprintf("%d times (sglang:num_retracted_requests_total)", e.Preemptions())
+		if !c.Measured || e.Preemptions() == 0 || !strings.Contains(c.Reason, want) {
+			t.Errorf("768 × 4: measured %v, reason %q; want it run and %q", c.Measured, c.Reason, want)
+		}
+	})
 	t.Run("tgi", func(t *testing.T) {
 		res, _, e := runFakeEngine(t, model(fixtures.FlavorTGI), sc, Config{FinishRequests: true})
 		checkStatuses(t, res, cellWant{{768, 1}: result.Valid, {768, 2}: result.Valid, {768, 4}: result.OverCapacity})
