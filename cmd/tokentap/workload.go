@@ -119,8 +119,10 @@ func (f WorkloadFlags) apply(sc *scenarios.Scenario, windowGiven, contextsGiven,
 	if f.Sweep {
 		sc.Sweep = true
 	}
+	if sc.Sweep && len(sc.Rates) > 0 {
+		return fmt.Errorf("%s and rates (%s) are both given: a sweep picks its own rates (one request at a time, the engine's throughput, then rates between them); drop one", src("sweep"), src("rate"))
+	}
 	if sc.Sweep {
-		sc.Rates = nil
 		if len(sc.Concurrency) == 0 {
 			sc.Concurrency = scenarios.Seed().Concurrency
 		}

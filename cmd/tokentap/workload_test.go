@@ -121,3 +121,14 @@ func TestWorkloadEnv(t *testing.T) {
 		t.Errorf("loaded %+v, want %+v", f.WorkloadFlags, want)
 	}
 }
+
+// TestSweepWithRates: a sweep picks its own rates, so rates given beside
+// it (--rate, or a scenario file's) are refused, not dropped in silence.
+func TestSweepWithRates(t *testing.T) {
+	sc := scenarios.Seed()
+	sc.Concurrency, sc.Rates = nil, []float64{1, 2}
+	err := WorkloadFlags{Sweep: true}.apply(&sc, false, false, false, true, func(s string) string { return "--" + s })
+	if err == nil || !strings.Contains(err.Error(), "--sweep and rates (--rate) are both given: a sweep picks its own rates") {
+		t.Fatalf("error %v", err)
+	}
+}
