@@ -221,6 +221,8 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 // rates", or both.
 func columnsName(a, b *result.Result) string {
 	switch ra, rb := a.RateRun(), b.RateRun(); {
+	case mixedColumns(a) || mixedColumns(b):
+		return "Concurrency levels and request rates"
 	case ra && rb:
 		return "Request rates"
 	case !ra && !rb:
@@ -229,9 +231,27 @@ func columnsName(a, b *result.Result) string {
 	return "Columns (concurrency levels or request rates)"
 }
 
+// mixedColumns reports whether a run's grid has concurrency levels and
+// rates both: a sweep, whose one-at-a-time and throughput cells stand
+// beside its rate cells.
+func mixedColumns(r *result.Result) bool {
+	var n, rate bool
+	for _, c := range r.Decode {
+		if c.Rate > 0 {
+			rate = true
+		} else {
+			n = true
+		}
+	}
+	return n && rate
+}
+
 // columnsAre says what the compared grid's columns are: one run's
 // concurrency levels and the other's rates where they differ.
 func (cmp *comparison) columnsAre() string {
+	if mixedColumns(cmp.A) || mixedColumns(cmp.B) {
+		return "simultaneous requests (N: a sweep's one-at-a-time and throughput cells) and request rates (/s: requests per second, " + arrivals(cmp.A.Settings) + ")"
+	}
 	if ra, rb := cmp.A.RateRun(), cmp.B.RateRun(); ra != rb {
 		return "simultaneous requests (" + cmp.concurrencyRun() + ") or request rates, requests per second"
 	}
@@ -257,6 +277,8 @@ func (cmp *comparison) concurrencyRun() string {
 func detailHead(a, b *result.Result) []string {
 	h := slices.Clone(detailColumns)
 	switch ra, rb := a.RateRun(), b.RateRun(); {
+	case mixedColumns(a) || mixedColumns(b):
+		h[1] = "Requests at once or rate"
 	case ra && rb:
 		h[1] = columnHead(true)
 	case ra != rb:

@@ -126,7 +126,11 @@ func compareText(w io.Writer, cmp *comparison) error {
 				}
 			}
 		}
-		table(e, "", []string{"Ctx", colName(cmp.A.RateRun() && cmp.B.RateRun()), "A", "B", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A", "TBT A", "TBT B", "B/A"},
+		col := colName(cmp.A.RateRun() && cmp.B.RateRun())
+		if mixedColumns(cmp.A) || mixedColumns(cmp.B) {
+			col = "N or rate"
+		}
+		table(e, "", []string{"Ctx", col, "A", "B", "tok/s A", "tok/s B", "B/A", "TTFT A", "TTFT B", "B/A", "TBT A", "TBT B", "B/A"},
 			rows, []bool{false, true, false, false, true, true, true, true, true, true, true, true, true})
 	}
 	e.print("\n")

@@ -158,3 +158,25 @@ func TestSweepReport(t *testing.T) {
 // oneSpaced is s with every run of white space one space (a wrapped line
 // joined).
 func oneSpaced(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// TestCompareSweeps: two sweeps compared name their columns as what they
+// are, concurrency levels (the one-at-a-time and throughput cells) and
+// request rates, not all rates: "1" and "64" under a "Rate" head read as
+// 1 and 64 requests per second.
+func TestCompareSweeps(t *testing.T) {
+	a, b := sweepRun(), sweepRun()
+	b.Decode[0].TotalTokPerSec *= 1.5
+	var buf bytes.Buffer
+	if err := Compare(&buf, a, b, "text"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"N or rate", "2 contexts (0–8K) × 2 concurrency levels (1–64) and 11 request rates (2/s–22.8/s)", "simultaneous requests (N: a sweep's one-at-a-time and throughput cells) and request rates"} {
+		if !strings.Contains(oneSpaced(out), want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, " Rate ") {
+		t.Errorf("a head says Rate over concurrency levels:\n%s", out)
+	}
+}

@@ -692,16 +692,34 @@ func engineLine(r *result.Result) string {
 		if len(contexts) > 1 {
 			cr += "–" + ctxLabel(contexts[len(contexts)-1])
 		}
-		nr := colHead(cols[0])
-		if len(cols) > 1 {
-			nr += "–" + colHead(cols[len(cols)-1])
+		span := func(cs []result.Column) string {
+			nr := colHead(cs[0])
+			if len(cs) > 1 {
+				nr += "–" + colHead(cs[len(cs)-1])
+			}
+			return nr
 		}
-		one, many := "concurrency level", "concurrency levels"
-		if r.RateRun() {
-			one, many = "request rate", "request rates"
+		var ns, rates []result.Column
+		for _, c := range cols {
+			if c.Rate > 0 {
+				rates = append(rates, c)
+			} else {
+				ns = append(ns, c)
+			}
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s)",
-			english.Count(len(contexts), "context", "contexts"), cr, english.Count(len(cols), one, many), nr))
+		switch {
+		case len(ns) > 0 && len(rates) > 0: // a sweep: its one-at-a-time and throughput cells beside its rates
+			parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s) and %s (%s)",
+				english.Count(len(contexts), "context", "contexts"), cr, english.Count(len(ns), "concurrency level", "concurrency levels"), span(ns),
+				english.Count(len(rates), "request rate", "request rates"), span(rates)))
+		default:
+			one, many := "concurrency level", "concurrency levels"
+			if r.RateRun() {
+				one, many = "request rate", "request rates"
+			}
+			parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s)",
+				english.Count(len(contexts), "context", "contexts"), cr, english.Count(len(cols), one, many), span(cols)))
+		}
 	}
 	if len(r.Settings.PrefillAt) > 0 {
 		parts = append(parts, "prefill at "+ctxList(r.Settings.PrefillAt))
