@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -231,6 +232,36 @@ func TestBeyondScreenshot(t *testing.T) {
 		b, _ := os.ReadFile(shot)
 		if err := os.WriteFile(strings.TrimSuffix(keep, ".png")+"-beyond.png", b, 0o644); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestSLOCapacityAllMet: where the most requests at once meeting the SLOs
+// is the highest level measured, the report says the limit is that or
+// higher, not that it is the limit; below it, nothing is added.
+func TestSLOCapacityAllMet(t *testing.T) {
+	for _, top := range []bool{false, true} {
+		r := syntheticBeyond()
+		most := 0
+		for _, c := range r.Decode {
+			if c.Context == 0 && c.Measured && c.Rate == 0 {
+				most = max(most, c.Concurrency)
+			}
+		}
+		if top {
+			r.SLO.Capacity[0].Concurrency = most
+		} else {
+			r.SLO.Capacity[0].Concurrency = most / 2
+		}
+		var buf bytes.Buffer
+		if err := Render(&buf, r, "text"); err != nil {
+			t.Fatal(err)
+		}
+		out := strings.Join(strings.Fields(buf.String()), " ")
+		says := strings.Contains(out, fmt.Sprintf("0: %d (the highest measured)", most)) &&
+			strings.Contains(out, "every level measured met the objectives: the engine's limit is that or higher")
+		if says != top || (!top && strings.Contains(out, "(the highest measured)")) {
+			t.Errorf("capacity at the highest measured %v: the report says so %v", top, says)
 		}
 	}
 }

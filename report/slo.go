@@ -76,6 +76,7 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 	if len(r.SLO.Capacity) > 0 {
 		var parts []string
 		rates := r.RateRun()
+		allMet := false
 		for _, c := range r.SLO.Capacity {
 			n := "none"
 			switch {
@@ -83,6 +84,10 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 				n = result.Column{Rate: c.Rate}.Label()
 			case !rates && c.Concurrency > 0:
 				n = strconv.Itoa(c.Concurrency)
+			}
+			if n != "none" && highestMeasured(r, c.Context, rates, c.Rate, c.Concurrency) {
+				n += " (the highest measured)"
+				allMet = true
 			}
 			parts = append(parts, ctxLabel(c.Context)+": "+n)
 		}
@@ -92,6 +97,9 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 		}
 		b.SLONotes = append(b.SLONotes, fmt.Sprintf("%s such that it and every lower level had at least %s of requests meeting every SLO, by context: %s.",
 			what, fmtShare(r.SLO.Spec.Target), strings.Join(parts, " · ")))
+		if allMet {
+			b.SLONotes = append(b.SLONotes, "Where it is the highest measured, every level measured met the objectives: the engine's limit is that or higher; measure higher levels to find it.")
+		}
 	}
 	for _, c := range contexts {
 		row := textRow{Label: ctxLabel(c)}
@@ -112,6 +120,20 @@ func (b *beyondView) sloSection(r *result.Result, contexts []int, cols []result.
 		}
 		b.SLOGrid = append(b.SLOGrid, row)
 	}
+}
+
+// highestMeasured reports whether no measured cell of the context sits
+// above the given level (a rate in a rate run, else a concurrency).
+func highestMeasured(r *result.Result, ctx int, rates bool, rate float64, n int) bool {
+	for _, c := range r.Decode {
+		if c.Context != ctx || !c.Measured {
+			continue
+		}
+		if (rates && c.Rate > rate) || (!rates && c.Rate == 0 && c.Concurrency > n) {
+			return false
+		}
+	}
+	return true
 }
 
 // sloCell is a cell's SLO figures in the grid: attainment of the judged,
