@@ -162,3 +162,27 @@ func FuzzParse(f *testing.F) {
 		_ = d.SkipSummary()
 	})
 }
+
+// TestReplyTokens: a reply's length, by words where the script spaces
+// them and by characters where it does not (a Chinese reply is one
+// "word" to strings.Fields).
+func TestReplyTokens(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		want int
+	}{
+		{"", 0},
+		{"   ", 0},
+		{"The quick brown fox", 6}, // 4 words × 4/3
+		{"你好世界，今天天气很好", 11},             // 10 Han characters and a full-width comma
+		{"こんにちは", 5},                    // Hiragana
+		{"안녕하세요 세계", 7},                 // Hangul, a space between
+		{"สวัสดีครับ", 10},              // Thai letters and vowel marks (the marks are Thai too)
+		{"GPU 加速 inference", 5},         // 2 words (3) and 2 characters
+		{strings.Repeat("字", 300), 300}, // one "field" of 300 characters
+	} {
+		if got := ReplyTokens(tt.text); got != tt.want {
+			t.Errorf("ReplyTokens(%q) = %d, want %d", tt.text, got, tt.want)
+		}
+	}
+}
