@@ -225,8 +225,8 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	cfg := r.cfg
 	r.sc = cfg.Scenario
 	sc := &r.sc
-	if sc.Window <= 0 {
-		sc.Window = 30 * time.Second
+	if sc.Window <= 0 && sc.Requests == 0 {
+		sc.Window = 30 * time.Second // a request count alone ends a cell
 	}
 	if sc.MaxOutput <= 0 {
 		sc.MaxOutput = 8192

@@ -159,6 +159,10 @@ func TestDatasetCells(t *testing.T) {
 	if res.Settings.Dataset == nil || res.Settings.Dataset.Entries != len(d.Entries) {
 		t.Errorf("dataset settings %+v", res.Settings.Dataset)
 	}
+	// The count alone ends the cell: no 30 s window beside it.
+	if res.Settings.WindowSeconds != 0 || res.Settings.DecodeTest != "10 requests" {
+		t.Errorf("window %v s, decode test %q; want none and \"10 requests\"", res.Settings.WindowSeconds, res.Settings.DecodeTest)
+	}
 	lens := map[int]bool{}
 	for _, e := range served(eng) {
 		lens[e.PromptTokens] = true
