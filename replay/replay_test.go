@@ -474,7 +474,10 @@ func TestRunCapture(t *testing.T) {
 	if len(recs) != 3 {
 		t.Fatalf("%d records", len(recs))
 	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Sent < recs[j].Sent })
+	// In schedule order: by the captured id each carries as its tag, a,
+	// b, c (by Sent, a busy machine that delays one send past the next
+	// one's time swaps them: it failed so under load).
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Tag < recs[j].Tag })
 	wantTokens := []int{3, 4, 5}
 	for i, r := range recs {
 		if r.Outcome != record.OK {
