@@ -374,7 +374,7 @@ func vllmLimits(t *testing.T, url string) {
 	// (vllm/renderers/params.py, _token_len_check).
 	st, b := post(t, url+"/v1/completions", map[string]any{"model": vllmModel, "prompt": modelCfg.Text(vllmMaxLen+100, 1), "max_tokens": 8})
 	if st != 400 || !bytes.Contains(b, []byte(`"param":"input_tokens"`)) ||
-		!bytes.Contains(b, []byte(fmt.Sprintf("your prompt contains at least %d input tokens, which exceeds this limit even without any output tokens", vllmMaxLen+1))) {
+		!bytes.Contains(b, []byte(fmt.Sprintf("your prompt contains at least %d input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=%d)", vllmMaxLen+1, vllmMaxLen+1))) {
 		t.Errorf("prompt of %d tokens: HTTP %d %s", vllmMaxLen+100, st, b)
 	}
 	// A prompt of exactly the limit: max_tokens is cut to the room left,
@@ -389,6 +389,13 @@ func vllmLimits(t *testing.T, url string) {
 	st, b = post(t, url+"/v1/completions", map[string]any{"model": vllmModel, "prompt": modelCfg.Text(10, 1), "max_tokens": vllmMaxLen + 1})
 	if st != 400 || !bytes.Contains(b, []byte(fmt.Sprintf("max_tokens=%d cannot be greater than max_model_len=%d", vllmMaxLen+1, vllmMaxLen))) {
 		t.Errorf("max_tokens %d: HTTP %d %s", vllmMaxLen+1, st, b)
+	}
+	// Both over: the tokenization parameters' check of max_tokens comes
+	// first (vllm/renderers/params.py), and the message ends with its
+	// parameter and value (vllm/exceptions.py).
+	st, b = post(t, url+"/v1/completions", map[string]any{"model": vllmModel, "prompt": modelCfg.Text(vllmMaxLen+100, 1), "max_tokens": vllmMaxLen + 1})
+	if st != 400 || !bytes.Contains(b, []byte(fmt.Sprintf(`cannot be greater than max_model_len=%d. Please request fewer output tokens. (parameter=max_tokens, value=%d)"`, vllmMaxLen, vllmMaxLen+1))) {
+		t.Errorf("prompt and max_tokens both over: HTTP %d %s", st, b)
 	}
 	// Prompt and max_tokens together over the limit: served, cut at it.
 	st, b = post(t, url+"/v1/completions", map[string]any{"model": vllmModel, "prompt": modelCfg.Text(vllmMaxLen-24, 1), "max_tokens": 100})

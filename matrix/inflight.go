@@ -31,13 +31,13 @@ func (r *runner) fitKV(kv, kvMax int, engineKV bool) kvFit {
 	if !engineKV || in.Kind != engines.KindVLLM || in.KVBlocks <= 0 || in.KVBlockSize <= 0 {
 		return fit
 	}
-	fit.Block, fit.NullBlock = in.KVBlockSize, true
+	fit.Blocks, fit.Block, fit.NullBlock = in.KVBlocks, in.KVBlockSize, true // whole blocks of one pool, the null block kept back
 	layout, from := r.kvLayout()
 	g := vllmGroups(layout)
 	if g.count() == 0 {
 		return fit
 	}
-	fit.Blocks, fit.Block, fit.Groups = in.KVBlocks, in.KVBlockSize, g
+	fit.Groups = g
 	if in.KVFromBlocks && g.count() > 1 {
 		fit.Tokens = g.tokensFromBlocks(in.KVBlocks, in.KVBlockSize)
 		r.res.Probes = append(r.res.Probes, result.Fact{Name: engines.FactKVCapacity, Value: fmt.Sprint(fit.Tokens), Source: fmt.Sprintf(

@@ -107,6 +107,10 @@ func (g kvGroups) tokensFromBlocks(blocks, block int) int {
 // layered reports whether needs are counted in blocks by group.
 func (f kvFit) layered() bool { return f.Blocks > 0 && f.Block > 0 && f.Groups.count() > 0 }
 
+// inBlocks reports whether needs are counted in whole blocks of one pool,
+// the model's layout unknown: vLLM's, whose requests take whole blocks.
+func (f kvFit) inBlocks() bool { return !f.layered() && f.NullBlock && f.Blocks > 0 && f.Block > 0 }
+
 // limit is the capacity a cell's need is held against: the engine's, else
 // the most its answers allow.
 func (f kvFit) limit() int { return max(f.Tokens, f.Max) }
@@ -121,9 +125,12 @@ func (f kvFit) hold(reqs []reqLen, out int) int {
 		if out >= 0 {
 			o = min(out, r.output)
 		}
-		if f.layered() {
+		switch {
+		case f.layered():
 			n += f.Groups.blocks(r.prompt+o, f.Block)
-		} else {
+		case f.inBlocks():
+			n += cdiv(r.prompt+o, f.Block)
+		default:
 			n += r.prompt + o
 		}
 	}
@@ -134,12 +141,10 @@ func (f kvFit) hold(reqs []reqLen, out int) int {
 // vLLM's null block left out.
 func (f kvFit) room() int {
 	switch {
-	case f.layered() && f.NullBlock:
+	case (f.layered() || f.inBlocks()) && f.NullBlock:
 		return f.Blocks - 1
 	case f.layered():
 		return f.Blocks
-	case f.NullBlock && f.Tokens > f.Block:
-		return f.limit() - f.Block
 	}
 	return f.limit()
 }
@@ -151,15 +156,15 @@ func (f kvFit) nullNote() string {
 		return ""
 	case f.layered():
 		return fmt.Sprintf("%d for requests beside vLLM's null block; ", f.Blocks-1)
-	case f.Tokens > f.Block:
-		return fmt.Sprintf(" (%d for requests beside vLLM's null block of %d)", f.Tokens-f.Block, f.Block)
+	case f.inBlocks():
+		return fmt.Sprintf("%d for requests beside vLLM's null block", f.Blocks-1)
 	}
 	return ""
 }
 
 // unit names hold's unit.
 func (f kvFit) unit() string {
-	if f.layered() {
+	if f.layered() || f.inBlocks() {
 		return "blocks"
 	}
 	return "tokens"
@@ -210,10 +215,12 @@ func (f kvFit) overAs(reqs []reqLen, reserve bool) (over bool, why string) {
 	if !uniform(reqs) {
 		what = fmt.Sprintf("%d requests' prompts + %s", len(reqs), map[bool]string{true: "max_tokens", false: "one token each"}[reserve])
 	}
-	against := fmt.Sprintf("KV cache capacity %d tokens%s", f.limit(), f.nullNote())
+	against := fmt.Sprintf("KV cache capacity %d tokens", f.limit())
 	switch {
 	case f.layered():
 		against = fmt.Sprintf("the KV cache's %d blocks of %d (%s%s)", f.Blocks, f.Block, f.nullNote(), f.Groups)
+	case f.inBlocks():
+		against = fmt.Sprintf("the KV cache's %d blocks of %d (%s)", f.Blocks, f.Block, f.nullNote())
 	case f.Tokens == 0:
 		against = fmt.Sprintf("%d tokens, the most KV cache the engine's answers allow", f.Max)
 	}

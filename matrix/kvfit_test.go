@@ -119,11 +119,13 @@ func TestKVFitOver(t *testing.T) {
 		{"hybrid SSM 4K × 100 beside vLLM's null block", withNull(ssm), n(100, 4096, 1024), true,
 			"100 × (4096 + 1) = 2000 blocks > the KV cache's 2000 blocks of 256 (1999 for requests beside vLLM's null block; KV cache groups: 1 full-attention, 3 linear-attention)"},
 		{"hybrid SSM 4K × 99 beside vLLM's null block", withNull(ssm), n(99, 4096, 1024), false, ""},
-		// Without the layout, in tokens: 81,920 less the null block's 16
-		// = 81,904 holds 20 × 4,095 = 81,900, not 20 × 4,097.
-		{"per step in tokens beside vLLM's null block", kvFit{Alloc: engines.AllocPerStep, Tokens: 81920, Block: 16, NullBlock: true}, n(20, 4096, 2048), true,
-			"20 × (4096 + 1) = 81940 tokens > KV cache capacity 81920 tokens (81904 for requests beside vLLM's null block of 16)"},
-		{"20 × (4,094 + 1) fits beside vLLM's null block", kvFit{Alloc: engines.AllocPerStep, Tokens: 81920, Block: 16, NullBlock: true}, n(20, 4094, 2048), false, ""},
+		// Without the layout, vLLM's requests in whole blocks of one pool:
+		// 5,120 blocks of 16, 5,119 beside the null block. 20 × (4,094 +
+		// 1) takes 20 × 256 = 5,120 blocks (in tokens, 81,900, it would
+		// have seemed to fit); 19 × (4,096 + 1) takes 19 × 257 = 4,883.
+		{"20 × (4,094 + 1) in vLLM's blocks", kvFit{Alloc: engines.AllocPerStep, Tokens: 81920, Blocks: 5120, Block: 16, NullBlock: true}, n(20, 4094, 2048), true,
+			"20 × (4094 + 1) = 5120 blocks > the KV cache's 5120 blocks of 16 (5119 for requests beside vLLM's null block)"},
+		{"19 × (4,096 + 1) in vLLM's blocks", kvFit{Alloc: engines.AllocPerStep, Tokens: 81920, Blocks: 5120, Block: 16, NullBlock: true}, n(19, 4096, 2048), false, ""},
 		// TGI reserves: 16 × (4,096 + 2,048) = 98,304 > 81,920 (the
 		// seed pages' rule); vLLM, per step, runs it: 16 × 4,097 fits.
 		{"reserving 4K × 16", kvFit{Alloc: engines.AllocReserve, Tokens: 81920}, n(16, 4096, 2048), true, "16 × (4096 + 2048) = 98304 tokens > KV cache capacity 81920 tokens"},

@@ -189,7 +189,7 @@ func parseFakeEngine(args []string, stdout, stderr io.Writer) (setup fakeEngineS
 	fs.DurationVar(&cfg.TBTPerRunning, "tbt-per-running", cfg.TBTPerRunning, "added to the time between tokens per running request [TOKENTAP_FAKE_TBT_PER_RUNNING]")
 	fs.DurationVar(&cfg.TBTPerKTokens, "tbt-per-ktokens", cfg.TBTPerKTokens, "added to the time between tokens per 1,024 context tokens in flight [TOKENTAP_FAKE_TBT_PER_KTOKENS]")
 	fs.IntVar(&cfg.MaxRunning, "max-running", cfg.MaxRunning, "most requests running at once (vLLM --max-num-seqs) [TOKENTAP_FAKE_MAX_RUNNING]")
-	fs.IntVar(&cfg.KVCapacity, "kv-capacity", cfg.KVCapacity, "KV cache size in tokens, a multiple of --block-size; vllm takes blocks per step and preempts when full, tgi and sglang reserve prompt + max_tokens [TOKENTAP_FAKE_KV_CAPACITY]")
+	fs.IntVar(&cfg.KVCapacity, "kv-capacity", cfg.KVCapacity, "KV cache size in tokens, a multiple of --block-size; vllm takes blocks per step and preempts when full, sglang admits against a new-token ratio and retracts when full, tgi reserves prompt + max_tokens [TOKENTAP_FAKE_KV_CAPACITY]")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens; the prefix cache works in whole blocks [TOKENTAP_FAKE_BLOCK_SIZE]")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "most requests waiting; one more gets HTTP 503; 0 is unbounded [TOKENTAP_FAKE_MAX_WAITING]")
 	fs.BoolVar(&cfg.NoEventCounts, "no-event-counts", cfg.NoEventCounts, "ignore stream_options.continuous_usage_stats: no per-event token counts, only the final usage (SGLang before PR #12241) [TOKENTAP_FAKE_NO_EVENT_COUNTS]")
