@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"encoding/csv"
 	"io"
 	"math"
@@ -112,10 +113,11 @@ func csvPercentiles(c *result.Cell, ps []float64) []string {
 func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 	cw := csv.NewWriter(w)
 	extra := csvExtra(r)
-	head := append(append(append(slices.Clone(csvColumns), csvPercentileColumns(ps)...), "reason"), extra.head()...)
+	head := append(append(append(append(slices.Clone(csvColumns), csvPercentileColumns(ps)...), "reason"), extra.head()...), csvRunColumns...)
 	if err := cw.Write(head); err != nil {
 		return err
 	}
+	run := csvRun(r)
 	blanks := func(n int) []string { return make([]string, n) }
 	for _, p := range r.Prefill {
 		row := []string{"prefill", strconv.Itoa(p.Context), "1", string(p.Status), num(p.TokPerSec), "",
@@ -123,7 +125,7 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 			numInt(p.PromptTokens)}
 		row = append(row, blanks(len(csvColumns)-len(row))...)
 		row = append(row, csvPercentiles(nil, ps)...)
-		if err := cw.Write(append(append(row, p.Error), extra.prefill(p)...)); err != nil {
+		if err := cw.Write(append(append(append(row, p.Error), extra.prefill(p)...), run...)); err != nil {
 			return err
 		}
 	}
@@ -156,13 +158,41 @@ func writeCSV(w io.Writer, r *result.Result, ps []float64) error {
 				numInt(cell.PromptTokens), numInt(cell.Sent), numInt(cell.FailedReqs), waiting, cache, f.AvgActiveSource,
 				numInt(f.PeakDecoding), num(cell.Rate), num(f.AchievedRate), numInt(f.PeakInFlight), num(f.AvgInFlight)}
 			row = append(row, csvPercentiles(cell, ps)...)
-			if err := cw.Write(append(append(row, cell.Reason), extra.cell(cell)...)); err != nil {
+			if err := cw.Write(append(append(append(row, cell.Reason), extra.cell(cell)...), run...)); err != nil {
 				return err
 			}
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// csvRunColumns end every row with the run's settings, so rows of many
+// runs' files pasted into one sheet still say which run and how they were
+// measured.
+var csvRunColumns = []string{"run_started", "model", "engine", "engine_version", "api", "window_s", "max_output",
+	"requests", "rate_burstiness", "seed", "dataset", "dataset_sha256"}
+
+// csvRun is csvRunColumns' values for r.
+func csvRun(r *result.Result) []string {
+	s := r.Settings
+	started := ""
+	if !r.Started.IsZero() {
+		started = r.Started.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	name, sum := "", ""
+	if s.Dataset != nil {
+		name, sum = s.Dataset.Name, s.Dataset.SHA256
+	}
+	burst := ""
+	if r.RateRun() {
+		burst = "1" // Poisson
+		if s.Burstiness > 0 {
+			burst = strconv.FormatFloat(s.Burstiness, 'f', -1, 64)
+		}
+	}
+	return []string{started, cmp.Or(r.Model.Served, r.Model.Name), r.Engine.Name, r.Engine.Version, s.API, num(s.WindowSeconds),
+		numInt(s.MaxOutput), numInt(s.Requests), burst, strconv.FormatInt(s.Seed, 10), name, sum}
 }
 
 // csvMore are the column groups a run adds where it has the figures

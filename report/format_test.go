@@ -158,10 +158,15 @@ func TestCSVRows(t *testing.T) {
 	if want := 1 + len(r.Prefill) + len(r.Decode); len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
-	want := len(csvColumns) + len(csvPercentileColumns(result.DefaultPercentiles)) + 1
-	for _, row := range rows {
+	want := len(csvColumns) + len(csvPercentileColumns(result.DefaultPercentiles)) + 1 + len(csvRunColumns)
+	for i, row := range rows {
 		if len(row) != want {
 			t.Fatalf("row %v has %d columns, want %d", row, len(row), want)
+		}
+		// Every row ends with the run's settings, so rows of several
+		// runs in one sheet keep theirs.
+		if run := strings.Join(row[len(row)-len(csvRunColumns):], ","); i > 0 && run != ",bench,vllm,0.32.0,,30,8192,,,0,," {
+			t.Errorf("row %d's run columns %q, want the run's model, engine, window and max output", i, run)
 		}
 		for _, c := range row[1:13] {
 			if strings.Contains(c, ",") || strings.Contains(c, "—") || strings.Contains(c, " ms") {
