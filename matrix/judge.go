@@ -89,6 +89,9 @@ type shardSeen struct {
 func judge(o observations) (out result.Cell, notes []string) {
 	out = o.Planned
 	w := o.Window
+	if w.End > w.Start && w.Start >= 0 {
+		out.WindowFromNS, out.WindowToNS = int64(w.Start), int64(w.End)
+	}
 	open := out.Rate > 0
 	figs := cell.DecodeAll([]cell.Part{{Records: o.Records, Window: w, CacheBlock: o.CacheBlock}})
 	var j cell.Judge

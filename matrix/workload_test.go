@@ -353,3 +353,38 @@ func TestSweepTooSlowForItsWindow(t *testing.T) {
 		t.Errorf("no note says why no rate cells ran: %q", res.Notes)
 	}
 }
+
+// TestCellWindowOnTheRecordsClock: each cell says its window on the run's
+// clock, the clock of its records' Sent, so the cell can be recomputed
+// from the records file: a rate cell's requests sent in its window are
+// its Sent, and no request of a closed cell was sent before its window
+// opened.
+func TestCellWindowOnTheRecordsClock(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	for _, sc := range []scenarios.Scenario{
+		{Name: "rate", Contexts: []int{0}, Rates: []float64{10}, Window: time.Second, MaxOutput: 4, API: "chat"},
+		{Name: "closed", Contexts: []int{0}, Concurrency: []int{2}, Window: time.Second, MaxOutput: 4, API: "chat"},
+	} {
+		res, runs := runWorkloadCells(t, eng, sc, nil)
+		if len(runs) != 1 || len(res.Decode) != 1 {
+			t.Fatalf("%s: %d cells run, %d in the result", sc.Name, len(runs), len(res.Decode))
+		}
+		c := res.Decode[0]
+		from, to := time.Duration(c.WindowFromNS), time.Duration(c.WindowToNS)
+		if from <= 0 || to <= from || to-from < 900*time.Millisecond {
+			t.Fatalf("%s: window %v to %v on the run's clock", sc.Name, from, to)
+		}
+		in, before := 0, 0
+		for _, r := range runs[0].Records {
+			switch {
+			case r.Sent < from:
+				before++
+			case r.Sent < to:
+				in++
+			}
+		}
+		if (sc.Name == "rate" && in != c.Sent) || before > 0 || in == 0 {
+			t.Errorf("%s: of %d records %d sent in the window %v–%v, %d before it; the cell says %d sent", sc.Name, len(runs[0].Records), in, from, to, before, c.Sent)
+		}
+	}
+}

@@ -394,6 +394,12 @@ type Cell struct {
 	Completed          int     `json:"completed"`
 	OutputTokens       int     `json:"output_tokens"`
 	MeasuredForSeconds float64 `json:"measured_for_s,omitempty"`
+	// WindowFromNS and WindowToNS are the cell's window on the run's
+	// clock, the clock of its records' sent_ns (METHOD §5), so a cell can
+	// be recomputed from the records file; absent in a merged cell, whose
+	// shards each had their own clock.
+	WindowFromNS int64 `json:"window_from_ns,omitempty"`
+	WindowToNS   int64 `json:"window_to_ns,omitempty"`
 
 	// PromptTokens is the achieved context as the engine counted it (median
 	// over the cell's requests).
