@@ -293,23 +293,34 @@ func parseShareGPT(data []byte) (*Dataset, error) {
 // Llama 3 and Qwen give them, where counting words would give a whole
 // paragraph one. (vLLM counts it with the model's tokenizer; tokentap
 // sends no text to count for a length the engine will make anyway.)
+//
+// A "word" over 12 characters counts a token for every 3 of them: code,
+// JSON, URLs and long numbers have no spaces (a 200-digit number is one
+// field but some 67 tokens where digits go three a token).
 func ReplyTokens(s string) int {
-	words, chars, in := 0, 0, false
+	var thirds, chars, run int // thirds of a token from words; unspaced characters; the current word's length
+	end := func() {
+		switch {
+		case run > 12:
+			thirds += run // a token per 3 characters
+		case run > 0:
+			thirds += 4 // 4/3 a word
+		}
+		run = 0
+	}
 	for _, r := range s {
 		switch {
 		case unspaced(r):
+			end()
 			chars++
-			in = false
 		case unicode.IsSpace(r):
-			in = false
+			end()
 		default:
-			if !in {
-				words++
-			}
-			in = true
+			run++
 		}
 	}
-	return (4*words+2)/3 + chars
+	end()
+	return (thirds+2)/3 + chars
 }
 
 // unspaced reports whether r is a letter of a script written without

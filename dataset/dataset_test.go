@@ -180,6 +180,9 @@ func TestReplyTokens(t *testing.T) {
 		{"สวัสดีครับ", 10},              // Thai letters and vowel marks (the marks are Thai too)
 		{"GPU 加速 inference", 5},         // 2 words (3) and 2 characters
 		{strings.Repeat("字", 300), 300}, // one "field" of 300 characters
+		{strings.Repeat("9", 200), 67},  // a number: digits go three a token
+		{`{"name":"tokentap","version":"1.2.3","url":"https://example.com/a/b?d=e"}`, 25}, // JSON has no spaces: 73 characters, 3 a token
+		{"internationalization", 7}, // 20 characters`
 	} {
 		if got := ReplyTokens(tt.text); got != tt.want {
 			t.Errorf("ReplyTokens(%q) = %d, want %d", tt.text, got, tt.want)

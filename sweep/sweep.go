@@ -174,7 +174,7 @@ func Knee(metric string, points []result.SweepPoint) result.Knee {
 	idx := Curve(metric, points)
 	k.Points = len(idx)
 	if len(idx) < MinPoints {
-		k.Reason = fmt.Sprintf("%d points with this latency; a knee needs at least %d", len(idx), MinPoints)
+		k.Reason = fmt.Sprintf("%s with this latency; a knee needs at least %d", english.Count(len(idx), "point", "points"), MinPoints)
 		return k
 	}
 	first, last := points[idx[0]], points[idx[len(idx)-1]]

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -125,6 +126,10 @@ func (f WorkloadFlags) apply(sc *scenarios.Scenario, windowGiven, contextsGiven,
 	if sc.Sweep {
 		if len(sc.Concurrency) == 0 {
 			sc.Concurrency = scenarios.Seed().Concurrency
+		}
+		if slices.Max(sc.Concurrency) < 2 {
+			return fmt.Errorf("%s with concurrency %v: a sweep's throughput cell is its most requests at once, and its rates lie between that and one at a time; give a level above 1 (or no --concurrency: the seed's, up to %d)",
+				src("sweep"), sc.Concurrency, slices.Max(scenarios.Seed().Concurrency))
 		}
 	}
 	if f.Dataset != "" {

@@ -132,3 +132,14 @@ func TestSweepWithRates(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestSweepOfOne: a sweep whose most requests at once is 1 has no
+// throughput above its one-at-a-time cell and no rates between: refused.
+func TestSweepOfOne(t *testing.T) {
+	sc := scenarios.Seed()
+	sc.Concurrency = []int{1}
+	err := WorkloadFlags{Sweep: true}.apply(&sc, false, false, false, true, func(s string) string { return "--" + s })
+	if err == nil || !strings.Contains(err.Error(), "--sweep with concurrency [1]: a sweep's throughput cell is its most requests at once") {
+		t.Fatalf("error %v", err)
+	}
+}
