@@ -250,7 +250,7 @@ func mixedColumns(r *result.Result) bool {
 // concurrency levels and the other's rates where they differ.
 func (cmp *comparison) columnsAre() string {
 	if mixedColumns(cmp.A) || mixedColumns(cmp.B) {
-		return "simultaneous requests (N: a sweep's one-at-a-time and throughput cells) and request rates (/s: requests per second, " + arrivals(cmp.A.Settings) + ")"
+		return mixedColumnsAre(arrivals(cmp.A.Settings))
 	}
 	if ra, rb := cmp.A.RateRun(), cmp.B.RateRun(); ra != rb {
 		return "simultaneous requests (" + cmp.concurrencyRun() + ") or request rates, requests per second"

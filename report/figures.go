@@ -63,7 +63,7 @@ func newBeyondView(r *result.Result) *beyondView {
 	// A run's columns are concurrency levels or request rates: the
 	// tables' second column says which.
 	b.LimitHead = slices.Clone(limitHead)
-	b.LimitHead[1] = columnHead(r.RateRun())
+	b.LimitHead[1] = columnHeadOf(r)
 	if r.SLO != nil {
 		b.sloSection(r, contexts, cols)
 	}

@@ -192,6 +192,36 @@ func columnsAre(rate bool, arrivals string) string {
 	return "simultaneous requests"
 }
 
+// mixedColumnsAre is columnsAre for a sweep's grid: concurrency levels
+// and request rates.
+func mixedColumnsAre(arrivals string) string {
+	return "simultaneous requests (N: a sweep's one-at-a-time and throughput cells) and request rates (/s: requests per second, " + arrivals + ")"
+}
+
+// columnsAre says what v's grid's columns are.
+func (v *view) columnsAre() string {
+	if v.Mixed {
+		return mixedColumnsAre(v.Arrivals)
+	}
+	return columnsAre(v.Rate, v.Arrivals)
+}
+
+// colName names v's grid's column in a table head.
+func (v *view) colName() string {
+	if v.Mixed {
+		return "N or rate"
+	}
+	return colName(v.Rate)
+}
+
+// columnHeadOf heads a table's column of r's grid's column values.
+func columnHeadOf(r *result.Result) string {
+	if mixedColumns(r) {
+		return "Requests at once or rate"
+	}
+	return columnHead(r.RateRun())
+}
+
 // arrivals names how a run's rate cells' requests arrived: Poisson, or
 // gamma gaps of its burstiness.
 func arrivals(s result.Settings) string {

@@ -191,7 +191,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 		e.printf("<p class=\"notes\">%s</p>\n", h(prefillNoteOf(v)))
 	}
 	if len(v.Grid) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are " + columnsAre(v.Rate, v.Arrivals) + "</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are " + v.columnsAre() + "</p>\n")
 		e.heatGrid(v)
 		if len(v.Footnotes) > 0 {
 			e.printf("<p class=\"notes\">%s</p>\n", h(strings.Join(v.Footnotes, " ")))

@@ -119,7 +119,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 		e.print("\n" + prefillNoteOf(v) + "\n")
 	}
 	if len(v.Grid) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + columnsAre(v.Rate, v.Arrivals) + "\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + v.columnsAre() + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range v.Cols {
@@ -161,7 +161,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 	}
 	if len(v.PctRows) > 0 {
 		e.printf("\n## Latency percentiles\n\n%s\n\n", pctIntro(v))
-		head := []string{"Context", colName(v.Rate), "Measure", "Samples"}
+		head := []string{"Context", v.colName(), "Measure", "Samples"}
 		right := []bool{false, true, false, true}
 		for _, p := range v.Percentiles {
 			head = append(head, result.Label(p))

@@ -237,7 +237,7 @@ func writeText(w io.Writer, v *view) error {
 		// above: 100 columns hold the cache column, not those too.
 		keep := len(allColumns)
 		if v.Rate {
-			head[2] = "Rate"
+			head[2] = v.colName()
 			head, right = append(head, "Achieved", "Peak"), append(right, true, true)
 			keep += len(rateColumns)
 		}
@@ -262,6 +262,10 @@ func writeText(w io.Writer, v *view) error {
 		if v.Rate {
 			legend = "Rate: requests per second asked for · Per req: per request tok/s · TTFT: cold (prompts never sent before) · TBT: time between tokens · " +
 				"Active: average active requests · Done: requests completed in the window · Output: output tokens · For: measured for · Achieved: requests sent per second · Peak: most requests in flight at once"
+			if v.Mixed {
+				legend = strings.Replace(strings.Replace(legend, "Rate: requests per second asked for", "N or rate: requests at once (a plain number) or per second asked for (/s)", 1),
+					"TTFT: cold (prompts never sent before)", "TTFT: after a warm prefix at N, cold (prompts never sent before) at a rate", 1)
+			}
 		}
 		if cache {
 			legend += " · Cache: prefix cache hits"
@@ -297,7 +301,7 @@ func writeTextPercentiles(e *errWriter, v *view) {
 	for _, l := range wrapWords(pctIntro(v), textWidth, "") {
 		e.print(l + "\n")
 	}
-	head := []string{"Context", colName(v.Rate), "Measure", "n"}
+	head := []string{"Context", v.colName(), "Measure", "n"}
 	right := []bool{false, true, false, true}
 	for _, p := range v.Percentiles {
 		head = append(head, result.Label(p))
@@ -322,10 +326,14 @@ func writeTextPercentiles(e *errWriter, v *view) {
 // the status), a line of TTFT labelled for what it is, and a "queued" line
 // where a cell queued.
 func writeTextGrid(e *errWriter, v *view) {
-	head0 := "Sustained decode · total tok/s, TTFT after a warm prefix below · rows: context, columns: " + columnsAre(v.Rate, v.Arrivals)
+	head0 := "Sustained decode · total tok/s, TTFT after a warm prefix below · rows: context, columns: " + v.columnsAre()
 	ttftRow := "TTFT, warm" // "TTFT, warm prefix", short enough for 8 columns in 100
-	if v.Rate || v.Cold {
-		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + columnsAre(v.Rate, v.Arrivals)
+	switch {
+	case v.Mixed && !v.Cold:
+		head0 = "Sustained decode · total tok/s, TTFT below (after a warm prefix at N, cold at a rate) · rows: context, columns: " + v.columnsAre()
+		ttftRow = "TTFT"
+	case v.Rate || v.Cold:
+		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + v.columnsAre()
 		ttftRow = "TTFT, cold"
 	}
 	e.print("\n")

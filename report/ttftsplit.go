@@ -98,7 +98,7 @@ func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []resul
 		return
 	}
 	head := slices.Clone(splitHead)
-	head[1] = columnHead(r.RateRun())
+	head[1] = columnHeadOf(r)
 	b.SplitHead, b.SplitRows, b.SplitSources, b.SplitValidation = withValidation(head, validation), rows, sources, validation
 	b.SplitNotes = append(b.SplitNotes, "Means over the same requests of each window: TTFT as tokentap measured it; queue, prefill and TTFT as the engine measured them (from its own figures at the window's start and end). "+
 		"The engine's figures and tokentap's always cover the same requests: vLLM keeps queue and prefill times, and TGI queue and validation times, only of requests that finished, so where a window's end cut some they are shown over the finished ones or not at all, as each cell's note says. "+

@@ -163,6 +163,7 @@ type view struct {
 	Repeats bool
 	Cols    []result.Column
 	Rate    bool // the columns are request rates
+	Mixed   bool // a sweep's: concurrency levels (its one-at-a-time and throughput cells) and request rates
 	// Cold: every measured decode cell's TTFT is cold (a dataset's prompts,
 	// sent as given: nothing warmed them), so no label may say warm.
 	Cold      bool
@@ -285,7 +286,7 @@ func newViewWith(r *result.Result, o Options) *view {
 	for _, c := range r.Decode {
 		hasCache = hasCache || c.Cache != nil || c.Status == result.CacheMissed
 	}
-	v.Rate = r.RateRun()
+	v.Rate, v.Mixed = r.RateRun(), mixedColumns(r)
 	v.Arrivals = arrivals(r.Settings)
 	v.Columns = slices.Clone(allColumns)
 	v.TTFTNote = ttftNote
