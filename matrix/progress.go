@@ -42,6 +42,12 @@ type progress struct {
 	cellsAll  int
 	lastPlain time.Time
 	eta       eta
+	// counted are the cells a request count alone ended (no window) so
+	// far: their time in all and how many, the estimate of the rest.
+	counted struct {
+		sum time.Duration
+		n   int
+	}
 
 	tokens atomic.Int64 // tokens arrived in the current step
 	last   struct {
@@ -289,6 +295,16 @@ func (p *progress) find(kind, context int, col result.Column) int {
 	return -1
 }
 
+// countedEnds adds the step running, if a request count alone ends it, to
+// the counted cells' time: it ends now. Called with p.mu held.
+func (p *progress) countedEnds() {
+	if p.cur >= 0 && !p.steps[p.cur].done && p.steps[p.cur].kind == stepWindow && p.steps[p.cur].window == 0 {
+		p.counted.sum += p.now().Sub(p.stepStart)
+		p.counted.n++
+		p.steps[p.cur].done = true
+	}
+}
+
 // begin announces a step (prompts, a prefill, a warm-up, a cell's window).
 // Every planned step before it is over.
 func (p *progress) begin(kind, context int, col result.Column, label string) {
@@ -297,6 +313,7 @@ func (p *progress) begin(kind, context int, col result.Column, label string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.countedEnds()
 	if i := p.find(kind, context, col); i >= 0 {
 		for j := 0; j < i; j++ {
 			p.steps[j].done = true
@@ -362,6 +379,7 @@ func (p *progress) cellDone(context int, col result.Column, label, status string
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.countedEnds()
 	for i := range p.steps {
 		if s := &p.steps[i]; s.context == context && s.col == col && (s.kind == stepWarm || s.kind == stepWindow) {
 			s.done = true
@@ -416,10 +434,19 @@ func (p *progress) clearLine() { fmt.Fprint(p.w, "\r\033[K") }
 // left is the estimated time the run has left at now: every planned step
 // not done, the one running less what it has taken so far (but never less
 // than a tenth of its estimate: a step over its estimate is not done yet).
+// A cell a request count alone ends is estimated at the mean of those
+// done; before the first, unknown: atLeast says left leaves them out.
 // Called with p.mu held.
-func (p *progress) left(now time.Time) (left, total time.Duration) {
+func (p *progress) left(now time.Time) (left, total time.Duration, atLeast bool) {
 	for i, s := range p.steps {
 		e := p.eta.estimate(s)
+		if s.kind == stepWindow && s.window == 0 && !s.done {
+			if p.counted.n > 0 {
+				e += p.counted.sum / time.Duration(p.counted.n)
+			} else {
+				atLeast = true
+			}
+		}
 		total += e
 		switch {
 		case s.done:
@@ -429,7 +456,7 @@ func (p *progress) left(now time.Time) (left, total time.Duration) {
 			left += e
 		}
 	}
-	return left, total
+	return left, total, atLeast
 }
 
 // draw writes the status line; force draws a plain line now even if one was
@@ -442,7 +469,11 @@ func (p *progress) draw(force bool) {
 		p.last.at, p.last.tokens = now, tok
 	}
 	elapsed := now.Sub(p.start)
-	left, total := p.left(now)
+	left, total, atLeast := p.left(now)
+	leftText := "left ~" + fmtDur(left)
+	if atLeast {
+		leftText = "left ≥" + fmtDur(left) + " (cells end by request count)"
+	}
 	inWindow := p.cur >= 0 && p.steps[p.cur].kind == stepWindow
 	rate := ""
 	if p.last.rate > 0 || inWindow {
@@ -457,7 +488,7 @@ func (p *progress) draw(force bool) {
 		filled := int(frac * width)
 		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
 		p.clearLine()
-		fmt.Fprintf(p.w, "%s cell %d/%d  %-36s %s  elapsed %s  left ~%s", bar, p.cellsDone, p.cellsAll, p.curLabel, rate, fmtDur(elapsed), fmtDur(left))
+		fmt.Fprintf(p.w, "%s cell %d/%d  %-36s %s  elapsed %s  %s", bar, p.cellsDone, p.cellsAll, p.curLabel, rate, fmtDur(elapsed), leftText)
 		return
 	}
 	if !force && now.Sub(p.lastPlain) < 5*time.Second {
@@ -471,7 +502,7 @@ func (p *progress) draw(force bool) {
 	if r := strings.TrimSpace(rate); r != "" {
 		line += "  " + r
 	}
-	fmt.Fprintf(p.w, "%s  left ~%s\n", line, fmtDur(left))
+	fmt.Fprintf(p.w, "%s  %s\n", line, leftText)
 }
 
 func fmtDur(d time.Duration) string {

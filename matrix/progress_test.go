@@ -64,9 +64,9 @@ func TestProgressMovesDuringSteps(t *testing.T) {
 	p.eta.add(8*k, time.Second)
 	p.begin(stepRowCold, 32*k, result.Column{}, "cold prefill, context 32K (the row's first warm-up)")
 	p.mu.Lock()
-	left0, _ := p.left(clock)
+	left0, _, _ := p.left(clock)
 	clock = clock.Add(3 * time.Second)
-	left3, _ := p.left(clock)
+	left3, _, _ := p.left(clock)
 	p.mu.Unlock()
 	if left0 < 10*time.Second+5*time.Second || left3 != left0-3*time.Second {
 		t.Errorf("left %v at the prefill's start, %v 3 s into it; want the 32K prefill (~8 s) and the window, counting down", left0, left3)
@@ -74,7 +74,7 @@ func TestProgressMovesDuringSteps(t *testing.T) {
 	p.begin(stepWindow, 32*k, result.Column{N: 1}, cellLabel(32*k, result.Column{N: 1}))
 	p.cellDone(32*k, result.Column{N: 1}, cellLabel(32*k, result.Column{N: 1}), "Valid")
 	p.mu.Lock()
-	left, _ := p.left(clock)
+	left, _, _ := p.left(clock)
 	p.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%v left after the last cell", left)
@@ -175,5 +175,33 @@ func TestProgressCountsPrefillRepeats(t *testing.T) {
 		if min := time.Duration(max(tt.repeats, 1)-1) * 5 * time.Second; total < min+2*time.Second {
 			t.Errorf("repeats %d: estimate %v, want at least %v for the repeats", tt.repeats, total, min+2*time.Second)
 		}
+	}
+}
+
+// TestProgressCountedCells: cells a request count alone ends have no
+// window to estimate by: until one has run the time left is a lower bound
+// and says so; after, each left counts at the mean of those run.
+func TestProgressCountedCells(t *testing.T) {
+	plan := makePlan([]int{0}, []int{1, 2, 4}, nil, nil, 256, 262144, kvFit{}, nil)
+	var out bytes.Buffer
+	clock := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	p := &progress{w: &out, now: func() time.Time { return clock }, steps: plan.steps(0, func(n int) int { return n }, false), cur: -1,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	p.start, p.cellsAll = clock, 3
+	p.begin(stepWindow, 0, result.Column{N: 1}, cellLabel(0, result.Column{N: 1}))
+	p.mu.Lock()
+	_, _, atLeast := p.left(clock)
+	p.mu.Unlock()
+	if !atLeast || !strings.Contains(out.String(), "left ≥") {
+		t.Errorf("before any counted cell ran: at least %v; progress %q", atLeast, out.String())
+	}
+	clock = clock.Add(20 * time.Second)
+	p.cellDone(0, result.Column{N: 1}, cellLabel(0, result.Column{N: 1}), "Valid")
+	p.begin(stepWindow, 0, result.Column{N: 2}, cellLabel(0, result.Column{N: 2}))
+	p.mu.Lock()
+	left, _, atLeast := p.left(clock)
+	p.mu.Unlock()
+	if atLeast || left < 35*time.Second || left > 45*time.Second {
+		t.Errorf("after one 20 s counted cell, two left: %v (at least %v); want about 40 s", left, atLeast)
 	}
 }
