@@ -76,7 +76,11 @@ func newSweepView(r *result.Result, row result.SweepRow) sweepView {
 		if p.TTFTKind != result.TTFTCold {
 			ttft += " (" + strings.TrimPrefix(ttftLabel(p.TTFTKind), "TTFT, ") + ")"
 		}
-		cells := []string{pointName(p), fmtReq(p.AchievedRate), ttft, ttftTail, fmtTBT(p.TBTms), msOrDash(p.TBTTailMs)}
+		tbtTail := dash // TBT to a tenth of a ms, its tail as its median (a whole ms read as below it)
+		if p.TBTTailMs > 0 {
+			tbtTail = fmtTBT(p.TBTTailMs)
+		}
+		cells := []string{pointName(p), fmtReq(p.AchievedRate), ttft, ttftTail, fmtTBT(p.TBTms), tbtTail}
 		if withSLO {
 			a := dash
 			if p.Attainment != nil {
