@@ -169,9 +169,15 @@ func TestMatrixAgainstModel(t *testing.T) {
 			truth.intakeMs < 0.01*nominal.ttftMs &&
 			math.Abs(truth.tokS-nominal.tokS)/nominal.tokS < 0.02
 		if kept {
-			within(name+" total tok/s vs the model", c.TotalTokPerSec, nominal.tokS, 0.03)
-			within(name+" TBT vs the model", c.TBTms, nominal.tbtMs, 0.03)
-			within(name+" TTFT vs the model", c.TTFTms, nominal.ttftMs, 0.03)
+			// ±3% beyond what the fake itself strayed from its model (under
+			// 2%, by kept): tokentap answers for its own error, the ledger
+			// check above, not for the machine's (a 208.9 ms TTFT failed
+			// against 200.1 ± 3% where the fake's own first events were late
+			// by 2%, on a machine with two busy loops).
+			dev := func(ledger, model float64) float64 { return 0.03 + math.Abs(ledger-model)/model }
+			within(name+" total tok/s vs the model", c.TotalTokPerSec, nominal.tokS, dev(truth.tokS, nominal.tokS))
+			within(name+" TBT vs the model", c.TBTms, nominal.tbtMs, dev(truth.tbtMs, nominal.tbtMs))
+			within(name+" TTFT vs the model", c.TTFTms, nominal.ttftMs, dev(truth.ttftMs, nominal.ttftMs))
 		} else {
 			t.Logf("%s: the fake fell behind its model on this busy machine (ledger %.1f tok/s, TBT %.2f ms, TTFT %.1f ms after %.2f ms intake; model %.1f, %.2f, %.1f): checked against the ledger only",
 				name, truth.tokS, truth.tbtMs, truth.ttftMs, truth.intakeMs, nominal.tokS, nominal.tbtMs, nominal.ttftMs)

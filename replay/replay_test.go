@@ -584,18 +584,24 @@ func TestStreamOptions(t *testing.T) {
 // refused again; an OK one keeps its model where the engine lists it (with
 // Ollama's :latest), else takes the fallback.
 func TestRunCaptureFaithful(t *testing.T) {
-	eng := fixtures.StartTest(t, testModel())
+	// The first token comes 300 ms after a request (not testModel's 20): a
+	// request captured as cancelled 5 ms after it was sent must be cancelled
+	// again before its first token, and on a machine with two busy loops
+	// the cancel's timer fired 35 ms late, after a 20 ms first token.
+	m := testModel()
+	m.FirstEventDelay = 300 * time.Millisecond
+	eng := fixtures.StartTest(t, m)
 	arrivals := func(sent time.Duration, n int) []time.Duration {
 		var a []time.Duration
 		for i := range n {
-			a = append(a, sent+20*time.Millisecond+time.Duration(i)*4*time.Millisecond)
+			a = append(a, sent+m.FirstEventDelay+time.Duration(i)*4*time.Millisecond)
 		}
 		return a
 	}
 	caps := []record.Record{
-		{ID: "ok", Model: "test", Sent: 0, End: 100 * time.Millisecond, PromptTokens: 10, MaxTokens: 8, Stream: true, API: record.Chat, Outcome: record.OK},
-		{ID: "cancelled-5", Model: "test", Sent: 10 * time.Millisecond, End: 60 * time.Millisecond, PromptTokens: 10, MaxTokens: 200, Stream: true,
-			API: record.Chat, Outcome: record.Cancelled, Blame: record.BlameClient, Arrivals: arrivals(10*time.Millisecond, 5), First: 30 * time.Millisecond},
+		{ID: "ok", Model: "test", Sent: 0, End: 340 * time.Millisecond, PromptTokens: 10, MaxTokens: 8, Stream: true, API: record.Chat, Outcome: record.OK},
+		{ID: "cancelled-5", Model: "test", Sent: 10 * time.Millisecond, End: 330 * time.Millisecond, PromptTokens: 10, MaxTokens: 200, Stream: true,
+			API: record.Chat, Outcome: record.Cancelled, Blame: record.BlameClient, Arrivals: arrivals(10*time.Millisecond, 5), First: 310 * time.Millisecond},
 		{ID: "cancelled-early", Model: "test", Sent: 20 * time.Millisecond, End: 25 * time.Millisecond, PromptTokens: 10, MaxTokens: 50, Stream: true,
 			API: record.Chat, Outcome: record.Cancelled, Blame: record.BlameClient},
 		{ID: "unknown-model", Model: "no-such-model", Sent: 30 * time.Millisecond, End: 31 * time.Millisecond, PromptTokens: 0, MaxTokens: 8, Stream: true,
