@@ -117,6 +117,13 @@ func statusOf(c *result.Cell) result.Status {
 
 func newComparison(a, b *result.Result, la, lb string) *comparison {
 	cmp := &comparison{LabelA: la, LabelB: lb, A: a, B: b, VA: newView(a), VB: newView(b)}
+	// Two sweeps' rates are measured (6.66/s in one, 6.67/s in the
+	// other): their cells pair by place in each row's sweep, not by rate.
+	paired, ratesA, ratesB := b, "", ""
+	if a.Settings.Sweep && b.Settings.Sweep {
+		paired, ratesA, ratesB = sweepAligned(a, b)
+	}
+	b = paired
 	ca, na := axes(a)
 	cb, nb := axes(b)
 	cmp.Contexts = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(ca), cb...))))
@@ -214,7 +221,53 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 			cmp.Diff = append(cmp.Diff, [3]string{name, orDash(ma[k]), orDash(mb[k])})
 		}
 	}
+	if ratesA != ratesB {
+		cmp.Diff = append(cmp.Diff, [3]string{"Run · Sweep rates (cells paired by place)", ratesA, ratesB})
+	}
 	return cmp
+}
+
+// sweepAligned returns b with each row's rate cells at a's rates, the
+// k-th lowest of b's at the k-th lowest of a's (the rates b has beyond a's
+// keep their own), and each run's rates as text, row by row.
+func sweepAligned(a, b *result.Result) (aligned *result.Result, ratesA, ratesB string) {
+	rates := func(r *result.Result, c int) []float64 {
+		var out []float64
+		for _, cell := range r.Decode {
+			if cell.Context == c && cell.Rate > 0 {
+				out = append(out, cell.Rate)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	text := func(c int, rs []float64) string {
+		var l []string
+		for _, x := range rs {
+			l = append(l, strconv.FormatFloat(x, 'g', 3, 64))
+		}
+		return ctxLabel(c) + ": " + strings.Join(l, ", ")
+	}
+	cp := *b
+	cp.Decode = slices.Clone(b.Decode)
+	var ta, tb []string
+	ctxs, _ := axes(b)
+	for _, c := range ctxs {
+		ra, rb := rates(a, c), rates(b, c)
+		if len(ra) > 0 || len(rb) > 0 {
+			ta, tb = append(ta, text(c, ra)), append(tb, text(c, rb))
+		}
+		for i := range cp.Decode {
+			d := &cp.Decode[i]
+			if d.Context != c || d.Rate <= 0 {
+				continue
+			}
+			if k := slices.Index(rb, d.Rate); k >= 0 && k < len(ra) {
+				d.Rate = ra[k]
+			}
+		}
+	}
+	return &cp, strings.Join(ta, "; "), strings.Join(tb, "; ")
 }
 
 // columnsName names the grids' columns: "Concurrency levels", "Request

@@ -199,6 +199,67 @@ func TestCompareNamesOneRunCells(t *testing.T) {
 	}
 }
 
+// TestCompareSweepRates: two sweeps' rates are measured, so they differ a
+// little (6.66/s against 6.67/s); their rate cells pair by place in each
+// sweep, and the comparison says what it paired.
+func TestCompareSweepRates(t *testing.T) {
+	mk := func(rates ...float64) *result.Result {
+		r := &result.Result{Schema: 1, Model: result.Model{Name: "M"},
+			Settings: result.Settings{Contexts: []int{0}, Concurrency: []int{1, 64}, Sweep: true}}
+		for _, n := range []int{1, 64} {
+			r.Decode = append(r.Decode, result.Cell{Context: 0, Concurrency: n, Status: result.Valid, Measured: true, TotalTokPerSec: 50 * float64(n), TTFTms: 40, TBTms: 10})
+		}
+		for _, rate := range rates {
+			r.Decode = append(r.Decode, result.Cell{Context: 0, Rate: rate, Status: result.Valid, Measured: true, TotalTokPerSec: 100 * rate, TTFTms: 40, TBTms: 10})
+		}
+		return r
+	}
+	a, b := mk(6.66, 13.3, 19.9), mk(6.67, 13.3, 20.1, 26.8)
+	var buf bytes.Buffer
+	if err := Compare(&buf, a, b, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cells []jsonPair `json:"cells"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	only := map[string]int{}
+	for _, c := range doc.Cells {
+		only[c.OnlyIn]++
+	}
+	// 2 concurrency cells and 3 rates in both; B's fourth rate is B's alone.
+	if only[""] != 5 || only["a"] != 0 || only["b"] != 1 {
+		t.Errorf("cells in both, A only, B only: %d, %d, %d; want 5, 0, 1", only[""], only["a"], only["b"])
+	}
+	buf.Reset()
+	if err := Compare(&buf, a, b, "text"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Sweep rates (cells paired by place)", "0: 6.66, 13.3, 19.9", "0: 6.67, 13.3, 20.1, 26.8"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the comparison lacks %q:\n%s", want, buf.String())
+		}
+	}
+	// Not sweeps: rates pair only where equal.
+	a.Settings.Sweep, b.Settings.Sweep = false, false
+	buf.Reset()
+	if err := Compare(&buf, a, b, "json"); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	clear(only)
+	for _, c := range doc.Cells {
+		only[c.OnlyIn]++
+	}
+	if only["a"] != 2 || only["b"] != 3 {
+		t.Errorf("rate runs, not sweeps: A only %d, B only %d; want 2 and 3 (only 13.3 in both)", only["a"], only["b"])
+	}
+}
+
 // TestCompareLegendLetters: the text grid's legend names exactly the
 // status letters its change marks use.
 func TestCompareLegendLetters(t *testing.T) {
