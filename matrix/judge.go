@@ -23,6 +23,10 @@ type observations struct {
 	// the run's clock.
 	Records []record.Record
 	Window  cell.Window
+	// Offered is, for an open loop a request count alone ends, the span
+	// its arrivals were laid over (count ÷ rate): its achieved rate is
+	// over that, not over Window, which runs on to the last request's end.
+	Offered time.Duration
 	// Heard is when the cell stopped listening for the engine's answer
 	// (after the window, for a cell between the KV capacity's bounds; else
 	// the window's end). HearFor is how long it was allowed to: 0 when the
@@ -127,7 +131,11 @@ func judge(o observations) (out result.Cell, notes []string) {
 	}
 	figs.Fill(&out, j) // explains a status other than Valid in Reason
 	if open {
-		if secs := w.Len().Seconds(); secs > 0 {
+		span := w.Len()
+		if o.Offered > 0 {
+			span = o.Offered
+		}
+		if secs := span.Seconds(); secs > 0 {
 			out.AchievedRate = float64(figs.Sent) / secs
 		}
 		out.PeakInFlight, out.AvgInFlight = inFlight(o.Records, w)

@@ -62,12 +62,14 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	col := result.Column{Rate: rate}
 	label := cellLabel(c, col)
 	win := r.sc.Window // 0: a request count alone ends the cell
-	at := r.arrivals(c, rate)
+	at, span := r.arrivals(c, rate)
 	if len(at) == 0 {
 		r.skip(c, col, result.Failed, fmt.Sprintf("%s requests/s over a %s window is no request: raise the rate or the window", strconv.FormatFloat(rate, 'f', -1, 64), win))
 		return nil
 	}
 	if q := r.requests(); q > 0 && len(at) > q {
+		// A shard's share: its first q arrivals, over their part of the span.
+		span = time.Duration(float64(span) * float64(q) / float64(len(at)))
 		at = at[:q]
 	}
 	var bodies []replay.Body
@@ -107,6 +109,9 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	w := cell.Window{Start: run.Start, End: run.End}
 	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: w.End,
 		PromptTokens: shortestPrompt(bodies), Estimated: r.build.Estimate}
+	if win <= 0 {
+		o.Offered = span
+	}
 	_ = smp.observe(&o, r.clock) // an open loop's queueing is the waiting gauge's to say; without it, not judged
 	if preOK {
 		o.Preempted, o.Preemptions = r.preempted(ctx, pre0)

@@ -136,16 +136,16 @@ func datasetSettings(d *dataset.Dataset) *result.Dataset {
 
 // arrivals is rate cell (c, rate)'s schedule: ArrivalTimes with the run's
 // burstiness over the window, or, with a request count and no window,
-// over the time the count takes at the rate. The seed is the run's
+// over the time the count takes at the rate; span is that time. The seed is the run's
 // (--seed) and the cell's, so a rerun sends on the same schedule.
-func (r *runner) arrivals(c int, rate float64) []time.Duration {
+func (r *runner) arrivals(c int, rate float64) (at []time.Duration, span time.Duration) {
 	w := r.sc.Window
 	if w <= 0 {
 		w = time.Duration(float64(r.sc.Requests) / rate * float64(time.Second))
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d|%d|%g", r.sc.Seed, c, rate)
-	return replay.ArrivalTimes(rate, r.sc.Burstiness, w, h.Sum64())
+	return replay.ArrivalTimes(rate, r.sc.Burstiness, w, h.Sum64()), w
 }
 
 // sweepRow runs context c as a sweep (GuideLLM's sweep profile,
@@ -395,4 +395,19 @@ func lengthSettings(l scenarios.Lengths) *result.Lengths {
 		return nil
 	}
 	return &result.Lengths{Stdev: l.Stdev, Min: l.Min, Max: l.Max, RangeRatio: l.RangeRatio, Summary: l.String()}
+}
+
+// fewerRequests names the closed-loop columns a request count cannot fill
+// (--requests 3 with N=4 runs 3 streams), as "N=4" labels.
+func fewerRequests(sc scenarios.Scenario) []string {
+	if sc.Requests <= 0 || len(sc.Rates) > 0 {
+		return nil
+	}
+	var out []string
+	for _, n := range sc.Concurrency {
+		if n > sc.Requests {
+			out = append(out, "N="+strconv.Itoa(n))
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -169,6 +170,62 @@ func TestDatasetCells(t *testing.T) {
 	}
 	if n := len(served(eng)); n != 10 || len(lens) < 5 {
 		t.Errorf("the engine served %d requests of %d distinct prompt lengths; want 10 of at least 5", n, len(lens))
+	}
+}
+
+// TestFewerRequestsThanStreams: a request count below a column's N runs
+// that many streams, and the result says so (it ran N=4 with 3 requests
+// in flight and no word).
+func TestFewerRequestsThanStreams(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	sc := scenarios.Scenario{Name: "few", Contexts: []int{0}, Concurrency: []int{2, 4}, MaxOutput: 4, API: "chat", Requests: 3}
+	res, cells := runWorkload(t, eng, sc, nil)
+	if len(cells) != 2 || len(cells[0]) != 3 || len(cells[1]) != 3 {
+		t.Fatalf("%d cells; want 2 of 3 requests each", len(cells))
+	}
+	want := "A request count of 3 per cell is fewer than the streams of N=4: those cells never had more than 3 requests in flight"
+	n := 0
+	for _, note := range res.Notes {
+		if strings.Contains(note, "request count of") {
+			n++
+			if !strings.HasPrefix(note, want) {
+				t.Errorf("note %q; want it to start %q", note, want)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d notes of the request count, want 1: %q", n, res.Notes)
+	}
+	for _, tt := range []struct {
+		sc   scenarios.Scenario
+		want []string
+	}{
+		{scenarios.Scenario{Requests: 3, Concurrency: []int{1, 4, 8}}, []string{"N=4", "N=8"}},
+		{scenarios.Scenario{Requests: 8, Concurrency: []int{1, 4, 8}}, nil},
+		{scenarios.Scenario{Requests: 0, Concurrency: []int{4}}, nil},
+		{scenarios.Scenario{Requests: 2, Rates: []float64{4}, Concurrency: []int{4}}, nil}, // an open loop has no streams to fill
+	} {
+		if got := fewerRequests(tt.sc); !slices.Equal(got, tt.want) {
+			t.Errorf("fewerRequests(%d requests, N %v, rates %v) = %q, want %q", tt.sc.Requests, tt.sc.Concurrency, tt.sc.Rates, got, tt.want)
+		}
+	}
+}
+
+// TestRateCellByCount: an open loop a request count alone ends lays its
+// arrivals over count ÷ rate, and its achieved rate is over that span: it
+// was over the span to the last request's end, which with few requests is
+// mostly the tail (10 requests at 20/s read as about 5/s), and put a
+// sweep's points out of their order.
+func TestRateCellByCount(t *testing.T) {
+	eng := fixtures.StartTest(t, quickModel())
+	sc := scenarios.Scenario{Name: "count", Contexts: []int{0}, Rates: []float64{20}, MaxOutput: 32, API: "chat", Requests: 10}
+	res, cells := runWorkload(t, eng, sc, nil)
+	if len(cells) != 1 || len(cells[0]) != 10 {
+		t.Fatalf("%d cells; want 1 of 10 requests", len(cells))
+	}
+	c := res.Decode[0]
+	if math.Abs(c.AchievedRate-20) > 1e-6 {
+		t.Errorf("achieved rate %v, want 20 (10 requests over the 0.5 s they were laid over)", c.AchievedRate)
 	}
 }
 
