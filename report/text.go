@@ -336,6 +336,9 @@ func writeTextGrid(e *errWriter, v *view) {
 		head0 = "Sustained decode · total tok/s, cold TTFT below · rows: context, columns: " + v.columnsAre()
 		ttftRow = "TTFT, cold"
 	}
+	if v.Dataset {
+		head0 = strings.Replace(head0, "rows: context", "row: the dataset's prompts", 1)
+	}
 	e.print("\n")
 	for _, l := range wrapWords(head0, textWidth, "  ") {
 		e.print(l + "\n")

@@ -167,6 +167,7 @@ type view struct {
 	// Cold: every measured decode cell's TTFT is cold (a dataset's prompts,
 	// sent as given: nothing warmed them), so no label may say warm.
 	Cold      bool
+	Dataset   bool   // the prompts are a dataset's (--dataset): one row, no context of tokentap's
 	Arrivals  string // how rate cells' requests arrived (arrivals)
 	Grid      []gridRow
 	Footnotes []string // for statuses present in the grid and rows
@@ -224,7 +225,12 @@ func newViewWith(r *result.Result, o Options) *view {
 		run = append(run, kv{"Time per measurement", fmtWindow(s.WindowSeconds)})
 	}
 	if s.MaxOutput > 0 {
-		run = append(run, kv{"Max output", fmtInt(s.MaxOutput) + " tokens"})
+		if s.Dataset != nil {
+			// A line's own max_tokens (or output_tokens) is sent as given.
+			run = append(run, kv{"Max output", fmtInt(s.MaxOutput) + " tokens, for lines without their own max_tokens"})
+		} else {
+			run = append(run, kv{"Max output", fmtInt(s.MaxOutput) + " tokens"})
+		}
 	}
 	run = append(run, kv{"API", s.API}, kv{"Scenario", s.Scenario})
 	if s.KVCapacity > 0 {
@@ -357,8 +363,14 @@ func newViewWith(r *result.Result, o Options) *view {
 
 	contexts, cols := axes(r)
 	v.Cols = cols
+	v.Dataset = r.Settings.Dataset != nil
 	for _, c := range contexts {
 		row := gridRow{Context: c, Label: ctxLabel(c)}
+		if v.Dataset {
+			// A dataset's prompts are its own lengths: its one row has no
+			// context of tokentap's.
+			row.Label = "dataset"
+		}
 		for _, col := range cols {
 			g := gridCell{Context: c, Col: col, Status: result.NotRun}
 			if cell := r.CellAt(c, col); cell != nil {

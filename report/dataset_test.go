@@ -1,0 +1,40 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tokentap/tokentap/result"
+)
+
+// TestDatasetRunLabels: a dataset's run has one row of the file's own
+// prompts, not "context 0", and its max output applies only to the lines
+// without their own max_tokens.
+func TestDatasetRunLabels(t *testing.T) {
+	r := &result.Result{Schema: result.SchemaVersion, Model: result.Model{Served: "m"},
+		Settings: result.Settings{DecodeTest: "6 requests", MaxOutput: 512, Contexts: []int{0}, Concurrency: []int{2}, API: "chat", Requests: 6,
+			Dataset: &result.Dataset{Name: "chat.jsonl", Size: 100, SHA256: strings.Repeat("a", 64), Format: "chat", Entries: 40}}}
+	r.Decode = []result.Cell{{Context: 0, Concurrency: 2, Status: result.Valid, Measured: true, TotalTokPerSec: 197.1, TTFTms: 33, TBTms: 10, TTFTKind: result.TTFTCold}}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, "text"); err != nil {
+		t.Fatal(err)
+	}
+	out := oneSpaced(buf.String())
+	for _, want := range []string{"Max output 512 tokens, for lines without their own max_tokens", "row: the dataset's prompts", "dataset 197.1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, buf.String())
+		}
+	}
+	if strings.Contains(out, "rows: context") {
+		t.Errorf("a dataset's grid says its rows are contexts:\n%s", buf.String())
+	}
+	r.Settings.Dataset = nil
+	buf.Reset()
+	if err := Render(&buf, r, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if out := oneSpaced(buf.String()); !strings.Contains(out, "Max output 512 tokens Scenario") && !strings.Contains(out, "Max output 512 tokens API") || strings.Contains(out, "dataset 197.1") {
+		t.Errorf("a synthetic run's labels changed:\n%s", buf.String())
+	}
+}
