@@ -241,10 +241,12 @@ func lineMaxTokens(m map[string]any) (int, error) {
 }
 
 // parseShareGPT reads a ShareGPT-style array: the first turn (from a human)
-// is the prompt, sent as one user message; the second (the reply) gives the
-// output length, estimated from its words (its tokens are the engine's to
-// count; METHOD says the estimate). As vLLM, entries with fewer than two
-// turns are skipped; so are those whose first turn is not a human's.
+// is the prompt, sent as one user message, after the system turns that open
+// the conversation, if any, as a system message; the turn after it (the
+// reply) gives the output length, estimated from its words (its tokens are
+// the engine's to count; METHOD says the estimate). As vLLM, entries with
+// fewer than two turns (besides the system's) are skipped; so are those
+// whose first turn after the system's is not a human's.
 func parseShareGPT(data []byte) (*Dataset, error) {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -264,6 +266,13 @@ func parseShareGPT(data []byte) (*Dataset, error) {
 			continue
 		}
 		c := e.Conversations
+		var system []string // the system turns before the first human's
+		for len(c) > 0 && c[0].From == "system" {
+			if v := strings.TrimSpace(c[0].Value); v != "" {
+				system = append(system, c[0].Value)
+			}
+			c = c[1:]
+		}
 		switch {
 		case len(c) < 2:
 			d.Skipped = append(d.Skipped, Skip{line, "fewer than two turns (no reply)"})
@@ -280,8 +289,14 @@ func parseShareGPT(data []byte) (*Dataset, error) {
 			d.Skipped = append(d.Skipped, Skip{line, "the reply is empty"})
 			continue
 		}
-		d.Entries = append(d.Entries, Entry{Line: line, MaxTokens: out, Text: c[0].Value,
-			Fields: map[string]any{"messages": []any{map[string]any{"role": "user", "content": c[0].Value}}}})
+		msgs := []any{map[string]any{"role": "user", "content": c[0].Value}}
+		text := c[0].Value
+		if len(system) > 0 {
+			sys := strings.Join(system, "\n\n")
+			msgs = append([]any{map[string]any{"role": "system", "content": sys}}, msgs...)
+			text = sys + "\n\n" + text
+		}
+		d.Entries = append(d.Entries, Entry{Line: line, MaxTokens: out, Text: text, Fields: map[string]any{"messages": msgs}})
 	}
 	return d, nil
 }

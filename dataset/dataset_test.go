@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,6 +35,12 @@ func TestParse(t *testing.T) {
 		{name: "nothing usable", in: `{"foo":1}`, err: "no usable request: 1 line skipped: 1 neither messages nor prompt (line 1)"},
 		{name: "sharegpt", in: `[{"conversations":[{"from":"human","value":"what is up"},{"from":"gpt","value":"not much at all here"}]},` +
 			`{"conversations":[{"from":"human","value":"alone"}]},{"conversations":[{"from":"gpt","value":"x"},{"from":"human","value":"y"}]}]`,
+			format: ShareGPT, entries: 1, maxes: []int{7},
+			skipped: []string{"fewer than two turns (no reply)", `the first turn is from "gpt", not a human`}},
+		// A system turn opens many ShareGPT conversations: it is sent as the
+		// system message before the first human turn (it was skipped).
+		{name: "sharegpt with system turns", in: `[{"conversations":[{"from":"system","value":"be brief"},{"from":"human","value":"what is up"},{"from":"gpt","value":"not much at all here"}]},` +
+			`{"conversations":[{"from":"system","value":"be brief"},{"from":"human","value":"alone"}]},{"conversations":[{"from":"system","value":"s"},{"from":"gpt","value":"x"},{"from":"human","value":"y"}]}]`,
 			format: ShareGPT, entries: 1, maxes: []int{7},
 			skipped: []string{"fewer than two turns (no reply)", `the first turn is from "gpt", not a human`}},
 		{name: "sharegpt not an array of objects", in: `[1, 2`, err: "not a ShareGPT JSON array"},
@@ -187,5 +194,26 @@ func TestReplyTokens(t *testing.T) {
 		if got := ReplyTokens(tt.text); got != tt.want {
 			t.Errorf("ReplyTokens(%q) = %d, want %d", tt.text, got, tt.want)
 		}
+	}
+}
+
+// TestShareGPTSystemTurn: the system turns that open a conversation go
+// before its first human turn as one system message, and count in the
+// prompt's text (its length is checked against the engine's).
+func TestShareGPTSystemTurn(t *testing.T) {
+	d, err := Parse([]byte(`[{"conversations":[{"from":"system","value":"be brief"},{"from":"system","value":"be kind"},{"from":"human","value":"hi"},{"from":"gpt","value":"hello there"}]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Entries) != 1 {
+		t.Fatalf("%d entries, want 1", len(d.Entries))
+	}
+	e := d.Entries[0]
+	got, _ := json.Marshal(e.Fields["messages"])
+	if want := `[{"content":"be brief\n\nbe kind","role":"system"},{"content":"hi","role":"user"}]`; string(got) != want {
+		t.Errorf("messages %s, want %s", got, want)
+	}
+	if e.Text != "be brief\n\nbe kind\n\nhi" || e.MaxTokens != ReplyTokens("hello there") {
+		t.Errorf("text %q, max tokens %d", e.Text, e.MaxTokens)
 	}
 }
