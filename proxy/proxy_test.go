@@ -492,6 +492,9 @@ func TestClientLeaves(t *testing.T) {
 		{"streaming, during prefill", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10,"stream":true}`, m.Name, long), 300 * time.Millisecond, false},
 		{"not streaming, during prefill", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10}`, m.Name, long+" again"), 300 * time.Millisecond, false},
 		{"mid-stream", chatBody(m.Name, 6000, true, ""), 300 * time.Millisecond, true}, // 6,000 tokens about 6 ms apart
+		// Gone before the watch starts (watchAfter): the watch finds the
+		// FIN waiting when it does.
+		{"not streaming, gone at once", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10}`, m.Name, long+" once more"), 0, false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
