@@ -191,14 +191,7 @@ func TestVLLM(t *testing.T) {
 // end (FinishRequests), so it does however slow the machine. 1560 × 4
 // cannot hold its prompts (4 × ⌈1,561 ÷ 128⌉ = 52 blocks > 40): not run.
 func vllmPerStep(t *testing.T, url string, in *engines.Info) {
-	cfgJSON, err := os.ReadFile(filepath.Join(hfDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shape, err := bandwidth.FromHFConfig(cfgJSON)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shape := modelShape(t, hfDir)
 	check(t, vllm, "KV capacity: vLLM's group-aware figure is tokentap's from its blocks and the model's layers", func(t *testing.T) {
 		cc, _ := scrape(t, url).First("vllm:cache_config_info")
 		label := func(k string) string { v, _ := cc.Label(k); return v }
@@ -623,14 +616,7 @@ func vllmKVMemory(t *testing.T, s *server, in *engines.Info) {
 	if memory != strconv.Itoa(1<<30) || !strings.Contains(capSource, fmt.Sprintf("num_gpu_blocks_override %d", vllmBlocks)) {
 		t.Errorf("fact %s = %q (want 1 GiB, 1073741824); capacity's source %q (want it to name the override)", engines.FactKVMemory, memory, capSource)
 	}
-	cfgJSON, err := os.ReadFile(filepath.Join(hfDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shape, err := bandwidth.FromHFConfig(cfgJSON)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shape := modelShape(t, hfDir)
 	perToken := shape.KVBytesPerToken(2, 2) // bfloat16 keys and values
 	want := (1 << 30) / (vllmBlock * int(perToken))
 	b, err := os.ReadFile(s.log)
@@ -645,4 +631,19 @@ func vllmKVMemory(t *testing.T, s *server, in *engines.Info) {
 		t.Errorf("vLLM: 1 GiB holds %s blocks (override %s); tokentap: 1 GiB ÷ (%d × %.0f bytes per token) = %d", m[1], m[2], vllmBlock, perToken, want)
 	}
 	t.Logf("1 GiB holds %s blocks of %d by vLLM and by tokentap (%.0f bytes per token)", m[1], vllmBlock, perToken)
+}
+
+// modelShape is the layer layout the config.json in dir gives, as the
+// decode limit and the KV capacity read it.
+func modelShape(t *testing.T, dir string) bandwidth.Shape {
+	t.Helper()
+	cfgJSON, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := bandwidth.FromHFConfig(cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shape
 }

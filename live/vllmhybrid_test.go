@@ -98,14 +98,7 @@ func TestVLLMHybrid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgJSON, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shape, err := bandwidth.FromHFConfig(cfgJSON)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shape := modelShape(t, dir)
 	check(t, vllm, "hybrid layers: vLLM's KV capacity is group-aware, and tokentap's probe is vLLM's", func(t *testing.T) {
 		cc, _ := scrape(t, s.url).First("vllm:cache_config_info")
 		t.Logf("%s", cc)
