@@ -40,7 +40,8 @@ import (
 // CPU per event is the proxy process's CPU time (its CPU clock, read with
 // clock_gettime on the child's process CPU clock: nanosecond resolution,
 // nothing of the fake or the client in it) over the measured run divided by
-// the token events that went through. Resident memory per open stream is
+// the token events that went through; CPU per request the same over
+// streams of one token (requests/streams=64). Resident memory per open stream is
 // the growth of the proxy's VmRSS from idle to 1,024 open streams, divided
 // by 1,024.
 //
@@ -97,6 +98,40 @@ func BenchmarkPassThrough(b *testing.B) {
 					b.ReportMetric(float64(r.cpu.Nanoseconds())/1e3/float64(r.events), p.name+"_cpu_us/event")
 				}
 			}
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	// The request path: streams of one token, 64 at a time, so what a
+	// request costs (its head and body read, the engine's connection, the
+	// response head, the record) outweighs its one event. On a core the
+	// load generator shares, a burst of new requests waits for this, one
+	// after another: the TTFT a hop adds (make bench-wire) grows with it.
+	b.Run("requests/streams=64", func(b *testing.B) {
+		env.engine.SetModel(benchModel(0))
+		for _, p := range paths[1:] {
+			env.run(b, p.url, 64, 1, nil) // warm up connections
+		}
+		cpu := map[string]time.Duration{}
+		reqs := map[string]int{}
+		for i := 0; i < b.N; i++ {
+			for r := 0; r < 40; r++ {
+				for _, p := range paths[1:] {
+					res := env.run(b, p.url, 64, 1, p.pids)
+					if res.failures > 0 {
+						b.Fatalf("%s: %d of 64 one-token streams failed", p.name, res.failures)
+					}
+					cpu[p.name] += res.cpu
+					reqs[p.name] += res.streams
+				}
+			}
+		}
+		for _, p := range paths[1:] {
+			if reqs[p.name] > 0 && cpu[p.name] > 0 {
+				b.ReportMetric(float64(cpu[p.name].Nanoseconds())/1e3/float64(reqs[p.name]), p.name+"_cpu_us/request")
+			}
+		}
+		if cpu["nginx"] > 0 {
+			b.ReportMetric(float64(cpu["tokentap"])/float64(cpu["nginx"])*float64(reqs["nginx"])/float64(reqs["tokentap"]), "tokentap/nginx_cpu_request")
 		}
 		b.ReportMetric(0, "ns/op")
 	})
