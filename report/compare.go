@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,9 @@ type pairCell struct {
 	Col     result.Column
 	A, B    *result.Cell // nil when that run has no such cell
 	SA, SB  result.Status
+	// RateB is B's own rate where B's cell was paired with A's at a rate
+	// measured a little apart (two sweeps'); 0 where the rates are one.
+	RateB float64
 	// Noise is whether each figure's change is within the cells' own
 	// noise (package change, METHOD §9), worked out once.
 	Noise change.Cell
@@ -118,14 +122,16 @@ func statusOf(c *result.Cell) result.Status {
 func newComparison(a, b *result.Result, la, lb string) *comparison {
 	cmp := &comparison{LabelA: la, LabelB: lb, A: a, B: b, VA: newView(a), VB: newView(b)}
 	// Two sweeps' rates are measured (6.66/s in one, 6.67/s in the
-	// other): their cells pair by place in each row's sweep, not by rate.
-	paired, ratesA, ratesB := b, "", ""
+	// other): their cells pair by the nearest rate within
+	// sweepPairTolerance, not by rate alone. b keeps the document as it
+	// is (the metadata compared); paired is b with its paired cells at A's
+	// rates, for the grid.
+	paired, rateB, ratesA, ratesB := b, map[*result.Cell]float64(nil), "", ""
 	if a.Settings.Sweep && b.Settings.Sweep {
-		paired, ratesA, ratesB = sweepAligned(a, b)
+		paired, rateB, ratesA, ratesB = sweepAligned(a, b)
 	}
-	b = paired
 	ca, na := axes(a)
-	cb, nb := axes(b)
+	cb, nb := axes(paired)
 	cmp.Contexts = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(ca), cb...))))
 	cols := append(slices.Clone(na), nb...)
 	slices.SortFunc(cols, func(x, y result.Column) int {
@@ -141,7 +147,8 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 	for _, c := range cmp.Contexts {
 		var row []pairCell
 		for _, col := range cmp.Cols {
-			p := pairCell{Context: c, Col: col, A: a.CellAt(c, col), B: b.CellAt(c, col)}
+			p := pairCell{Context: c, Col: col, A: a.CellAt(c, col), B: paired.CellAt(c, col)}
+			p.RateB = rateB[p.B]
 			p.SA, p.SB = statusOf(p.A), statusOf(p.B)
 			p.Noise = change.Of(p.A, p.B)
 			row = append(row, p)
@@ -222,15 +229,21 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 		}
 	}
 	if ratesA != ratesB {
-		cmp.Diff = append(cmp.Diff, [3]string{"Run · Sweep rates (cells paired by place)", ratesA, ratesB})
+		cmp.Diff = append(cmp.Diff, [3]string{"Run · Sweep rates (cells paired at rates within 5%)", ratesA, ratesB})
 	}
 	return cmp
 }
 
-// sweepAligned returns b with each row's rate cells at a's rates, the
-// k-th lowest of b's at the k-th lowest of a's (the rates b has beyond a's
-// keep their own), and each run's rates as text, row by row.
-func sweepAligned(a, b *result.Result) (aligned *result.Result, ratesA, ratesB string) {
+// sweepPairTolerance is how far apart two sweeps' rates may be and pair:
+// the rates a sweep runs are spread over the throughput it measured, which
+// reruns of one engine and settings give within a percent or two.
+const sweepPairTolerance = 0.05
+
+// sweepAligned returns b with each rate cell that pairs with one of a's
+// (same context, rates within sweepPairTolerance of each other, nearest
+// first, each cell once; an equal rate always pairs) at a's rate, B's own
+// rates of those by cell, and each run's rates as text, context by context.
+func sweepAligned(a, b *result.Result) (aligned *result.Result, rateB map[*result.Cell]float64, ratesA, ratesB string) {
 	rates := func(r *result.Result, c int) []float64 {
 		var out []float64
 		for _, cell := range r.Decode {
@@ -239,9 +252,12 @@ func sweepAligned(a, b *result.Result) (aligned *result.Result, ratesA, ratesB s
 			}
 		}
 		slices.Sort(out)
-		return out
+		return slices.Compact(out)
 	}
 	text := func(c int, rs []float64) string {
+		if len(rs) == 0 {
+			return ctxLabel(c) + ": none"
+		}
 		var l []string
 		for _, x := range rs {
 			l = append(l, strconv.FormatFloat(x, 'g', 3, 64))
@@ -250,24 +266,47 @@ func sweepAligned(a, b *result.Result) (aligned *result.Result, ratesA, ratesB s
 	}
 	cp := *b
 	cp.Decode = slices.Clone(b.Decode)
+	rateB = map[*result.Cell]float64{}
+	ctxA, _ := axes(a)
+	ctxB, _ := axes(b)
+	ctxs := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(ctxA), ctxB...))))
 	var ta, tb []string
-	ctxs, _ := axes(b)
 	for _, c := range ctxs {
 		ra, rb := rates(a, c), rates(b, c)
-		if len(ra) > 0 || len(rb) > 0 {
-			ta, tb = append(ta, text(c, ra)), append(tb, text(c, rb))
+		if len(ra) == 0 && len(rb) == 0 {
+			continue
+		}
+		ta, tb = append(ta, text(c, ra)), append(tb, text(c, rb))
+		type cand struct {
+			i, j int
+			d    float64
+		}
+		var cs []cand
+		for i, x := range ra {
+			for j, y := range rb {
+				if d := math.Abs(x - y); d <= sweepPairTolerance*max(x, y) {
+					cs = append(cs, cand{i, j, d})
+				}
+			}
+		}
+		slices.SortStableFunc(cs, func(p, q cand) int { return cmp.Compare(p.d, q.d) })
+		to := map[float64]float64{} // B's rate → A's
+		usedA, usedB := map[int]bool{}, map[int]bool{}
+		for _, k := range cs {
+			if !usedA[k.i] && !usedB[k.j] {
+				usedA[k.i], usedB[k.j] = true, true
+				to[rb[k.j]] = ra[k.i]
+			}
 		}
 		for i := range cp.Decode {
 			d := &cp.Decode[i]
-			if d.Context != c || d.Rate <= 0 {
-				continue
-			}
-			if k := slices.Index(rb, d.Rate); k >= 0 && k < len(ra) {
-				d.Rate = ra[k]
+			if x, ok := to[d.Rate]; ok && d.Context == c && d.Rate > 0 && x != d.Rate {
+				rateB[d] = d.Rate
+				d.Rate = x
 			}
 		}
 	}
-	return &cp, strings.Join(ta, "; "), strings.Join(tb, "; ")
+	return &cp, rateB, strings.Join(ta, "; "), strings.Join(tb, "; ")
 }
 
 // columnsName names the grids' columns: "Concurrency levels", "Request

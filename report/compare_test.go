@@ -200,8 +200,9 @@ func TestCompareNamesOneRunCells(t *testing.T) {
 }
 
 // TestCompareSweepRates: two sweeps' rates are measured, so they differ a
-// little (6.66/s against 6.67/s); their rate cells pair by place in each
-// sweep, and the comparison says what it paired.
+// little (6.66/s against 6.67/s); their rate cells pair at the nearest
+// rate within 5%, never one far off, and the comparison says what it
+// paired.
 func TestCompareSweepRates(t *testing.T) {
 	mk := func(rates ...float64) *result.Result {
 		r := &result.Result{Schema: 1, Model: result.Model{Name: "M"},
@@ -237,9 +238,58 @@ func TestCompareSweepRates(t *testing.T) {
 	if err := Compare(&buf, a, b, "text"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Sweep rates (cells paired by place)", "0: 6.66, 13.3, 19.9", "0: 6.67, 13.3, 20.1, 26.8"} {
+	for _, want := range []string{"Sweep rates (cells paired at rates within 5%)", "0: 6.66, 13.3, 19.9", "0: 6.67, 13.3, 20.1, 26.8"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("the comparison lacks %q:\n%s", want, buf.String())
+		}
+	}
+	// B's own rate is kept where it paired with A's a little apart.
+	buf.Reset()
+	if err := Compare(&buf, a, b, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var rated struct {
+		Cells []struct {
+			Rate  float64 `json:"rate"`
+			RateB float64 `json:"rate_b"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rated); err != nil {
+		t.Fatal(err)
+	}
+	pairs := map[float64]float64{}
+	for _, c := range rated.Cells {
+		pairs[c.Rate] = c.RateB
+	}
+	if pairs[6.66] != 6.67 || pairs[13.3] != 0 || pairs[19.9] != 20.1 || pairs[26.8] != 0 {
+		t.Errorf("rates and B's own rates %v; want 6.66 with 6.67, 19.9 with 20.1, the rest B's own", pairs)
+	}
+	// Sweeps of different lengths: the equal rate pairs, and no cell is
+	// paired at a rate far from its own (a 16-stream sweep's one rate,
+	// 18.7/s, had been divided by the 6.25/s cell of a longer one, and
+	// the longer one's own 18.7/s cell dropped).
+	for _, tt := range []struct {
+		a, b      []float64
+		both, onB int
+	}{
+		{[]float64{18.7}, []float64{6.25, 8.03, 16.9, 18.7}, 3, 3},
+		{[]float64{6.25, 8.03, 16.9, 18.7}, []float64{18.7}, 3, 0},
+		{[]float64{1, 2, 4, 8}, []float64{10, 20, 40, 80}, 2, 4},
+	} {
+		buf.Reset()
+		if err := Compare(&buf, mk(tt.a...), mk(tt.b...), "json"); err != nil {
+			t.Fatal(err)
+		}
+		doc.Cells = nil // json reuses a slice's elements, keeping fields the new array lacks
+		if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		clear(only)
+		for _, c := range doc.Cells {
+			only[c.OnlyIn]++
+		}
+		if only[""] != tt.both || only["b"] != tt.onB {
+			t.Errorf("sweeps at %v and %v: %d cells in both, %d B only; want %d and %d", tt.a, tt.b, only[""], only["b"], tt.both, tt.onB)
 		}
 	}
 	// Not sweeps: rates pair only where equal.
@@ -248,6 +298,7 @@ func TestCompareSweepRates(t *testing.T) {
 	if err := Compare(&buf, a, b, "json"); err != nil {
 		t.Fatal(err)
 	}
+	doc.Cells = nil
 	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}

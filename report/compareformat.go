@@ -278,7 +278,7 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 	cw := csv.NewWriter(w)
 	cols := []string{"phase", "context_tokens", "concurrency", "status_a", "status_b", "status_changed",
 		"tok_s_a", "tok_s_b", "tok_s_ratio", "ttft_ms_a", "ttft_ms_b", "ttft_ratio", "tbt_ms_a", "tbt_ms_b", "tbt_ratio",
-		"request_rate", "only_in", "tok_s_noise", "ttft_noise", "tbt_noise"}
+		"request_rate", "only_in", "tok_s_noise", "ttft_noise", "tbt_noise", "request_rate_b"}
 	if err := cw.Write(cols); err != nil {
 		return err
 	}
@@ -307,7 +307,7 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 		}
 		n := cmp.PrefillNoise[c]
 		if err := cw.Write([]string{"prefill", strconv.Itoa(c), "1", string(sa), string(sb), strconv.FormatBool(pa != nil && pb != nil && sa != sb),
-			num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)), "", "", "", "", only, csvNoise(n.TokS), csvNoise(n.TTFT), ""}); err != nil {
+			num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)), "", "", "", "", only, csvNoise(n.TokS), csvNoise(n.TTFT), "", ""}); err != nil {
 			return err
 		}
 	}
@@ -334,7 +334,7 @@ func compareCSV(w io.Writer, cmp *comparison) error {
 			}
 			if err := cw.Write([]string{"decode", strconv.Itoa(p.Context), numInt(p.Col.N), string(p.SA), string(p.SB),
 				strconv.FormatBool(p.changed()), num(ta), num(tb), rat(ratio(ta, tb)), num(la), num(lb), rat(ratio(la, lb)),
-				num(ga), num(gb), rat(ratio(ga, gb)), num(p.Col.Rate), only, verdict(nTok), verdict(nTTFT), verdict(nTBT)}); err != nil {
+				num(ga), num(gb), rat(ratio(ga, gb)), num(p.Col.Rate), only, verdict(nTok), verdict(nTTFT), verdict(nTBT), num(p.RateB)}); err != nil {
 				return err
 			}
 		}
@@ -350,6 +350,7 @@ type jsonPair struct {
 	Context       int           `json:"context"`
 	Concurrency   int           `json:"concurrency"`
 	Rate          float64       `json:"rate,omitempty"`
+	RateB         float64       `json:"rate_b,omitempty"` // B's own rate, where two sweeps' cells paired at rates a little apart
 	StatusA       result.Status `json:"status_a"`
 	StatusB       result.Status `json:"status_b"`
 	StatusChanged bool          `json:"status_changed"`
@@ -381,7 +382,7 @@ func compareJSON(w io.Writer, cmp *comparison) error {
 			if p.neither() {
 				continue
 			}
-			jp := jsonPair{Context: p.Context, Concurrency: p.Col.N, Rate: p.Col.Rate, StatusA: p.SA, StatusB: p.SB, StatusChanged: p.changed()}
+			jp := jsonPair{Context: p.Context, Concurrency: p.Col.N, Rate: p.Col.Rate, RateB: p.RateB, StatusA: p.SA, StatusB: p.SB, StatusChanged: p.changed()}
 			switch p.onlyIn() {
 			case "A only":
 				jp.OnlyIn = "a"
