@@ -110,7 +110,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: w.End,
 		PromptTokens: shortestPrompt(bodies), Estimated: r.build.Estimate}
 	if win <= 0 {
-		o.Offered = span
+		o.Offered = offeredSpan(span, at, recs, run.Start)
 	}
 	_ = smp.observe(&o, r.clock) // an open loop's queueing is the waiting gauge's to say; without it, not judged
 	if preOK {
@@ -126,6 +126,13 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	}
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
+	if o.Offered > 0 && out.SLO != nil && out.SLO.Good > 0 {
+		// Goodput on the achieved rate's footing (METHOD §6): over the
+		// span the requests were sent over, as that rate is.
+		secs := o.Offered.Seconds()
+		out.SLO.GoodputReqPerSec = float64(out.SLO.Good) / secs
+		out.SLO.GoodputTokPerSec = out.SLO.GoodputTokPerSec * w.Len().Seconds() / secs
+	}
 	if out.Status == result.OverCapacity {
 		if cur, ok := r.rateRefused[c]; !ok || rate < cur {
 			r.rateRefused[c] = rate
@@ -227,4 +234,24 @@ func (r *runner) rateBodies(ctx context.Context, c int, col result.Column, k int
 		ps[i].Text = ""
 	}
 	return bodies, false, nil
+}
+
+// offeredSpan is the span an open loop a request count alone ends sent its
+// requests over: the span its arrivals were laid over (count ÷ rate),
+// stretched by how late its last request went out against its time (a
+// stalled load generator sends the rest late, and sent fewer a second).
+// Sends go in schedule order, so the latest send is of the k-th arrival,
+// k the requests sent.
+func offeredSpan(span time.Duration, at []time.Duration, recs []record.Record, start time.Duration) time.Duration {
+	if len(recs) == 0 || len(recs) > len(at) {
+		return span
+	}
+	var last time.Duration
+	for i := range recs {
+		last = max(last, recs[i].Sent)
+	}
+	if late := last - start - at[len(recs)-1]; late > 0 {
+		span += late
+	}
+	return span
 }

@@ -403,8 +403,12 @@ func fewerRequests(sc scenarios.Scenario) []string {
 	if sc.Requests <= 0 || len(sc.Rates) > 0 {
 		return nil
 	}
+	cols := sc.Concurrency
+	if sc.Sweep && len(cols) > 0 {
+		cols = []int{slices.Max(cols)} // a sweep's closed cells: one at a time, and the throughput's
+	}
 	var out []string
-	for _, n := range sc.Concurrency {
+	for _, n := range cols {
 		if n > sc.Requests {
 			out = append(out, "N="+strconv.Itoa(n))
 		}

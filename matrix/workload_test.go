@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"fmt"
+	"github.com/tokentap/tokentap/slo"
 	"hash/fnv"
 	"math"
 	"slices"
@@ -202,6 +203,7 @@ func TestFewerRequestsThanStreams(t *testing.T) {
 	}{
 		{scenarios.Scenario{Requests: 3, Concurrency: []int{1, 4, 8}}, []string{"N=4", "N=8"}},
 		{scenarios.Scenario{Requests: 8, Concurrency: []int{1, 4, 8}}, nil},
+		{scenarios.Scenario{Requests: 3, Concurrency: []int{1, 4, 16}, Sweep: true}, []string{"N=16"}}, // a sweep runs 1 and the largest only
 		{scenarios.Scenario{Requests: 0, Concurrency: []int{4}}, nil},
 		{scenarios.Scenario{Requests: 2, Rates: []float64{4}, Concurrency: []int{4}}, nil}, // an open loop has no streams to fill
 	} {
@@ -212,20 +214,77 @@ func TestFewerRequestsThanStreams(t *testing.T) {
 }
 
 // TestRateCellByCount: an open loop a request count alone ends lays its
-// arrivals over count ÷ rate, and its achieved rate is over that span: it
-// was over the span to the last request's end, which with few requests is
-// mostly the tail (10 requests at 20/s read as about 5/s), and put a
-// sweep's points out of their order.
+// arrivals over count ÷ rate, and its achieved rate and goodput are over
+// the span it sent them over (that span, stretched by how late its last
+// request went out): over the span to the last request's end, which with
+// few requests is mostly the tail, 10 requests at 20/s read 5.3/s, and a
+// sweep's points fell out of their order.
 func TestRateCellByCount(t *testing.T) {
 	eng := fixtures.StartTest(t, quickModel())
+	spec, err := slo.Parse("ttft=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
 	sc := scenarios.Scenario{Name: "count", Contexts: []int{0}, Rates: []float64{20}, MaxOutput: 32, API: "chat", Requests: 10}
-	res, cells := runWorkload(t, eng, sc, nil)
-	if len(cells) != 1 || len(cells[0]) != 10 {
-		t.Fatalf("%d cells; want 1 of 10 requests", len(cells))
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var run CellRun
+	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, SLO: spec,
+		OnCell: func(c CellRun) { run = c }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Records) != 10 {
+		t.Fatalf("%d requests; want 10", len(run.Records))
 	}
 	c := res.Decode[0]
-	if math.Abs(c.AchievedRate-20) > 1e-6 {
-		t.Errorf("achieved rate %v, want 20 (10 requests over the 0.5 s they were laid over)", c.AchievedRate)
+	var first, last time.Duration = run.Records[0].Sent, 0
+	for _, r := range run.Records {
+		first, last = min(first, r.Sent), max(last, r.Sent)
+	}
+	// 10 arrivals over 0.5 s; a machine that sent the last one late by as
+	// much as 0.5 s still reads 10/s, where the span to the last end read 5.3.
+	if c.AchievedRate > 20+1e-9 || c.AchievedRate < 10 {
+		t.Errorf("achieved rate %v, want 20 or a little below (10 requests over the 0.5 s they were laid over, sent from %v to %v)", c.AchievedRate, first, last)
+	}
+	if c.SLO == nil || c.SLO.Good != 10 || math.Abs(c.SLO.GoodputReqPerSec-c.AchievedRate) > 1e-9 {
+		t.Errorf("SLO %+v; want 10 good and goodput %v, the achieved rate (every request good)", c.SLO, c.AchievedRate)
+	}
+}
+
+// TestOfferedSpan: the span a count-ended open loop sent over is its
+// schedule's, stretched by the lateness of its last send (a load generator
+// stalled 1.5 s sends the rest late: 40 requests at 20/s over 3.5 s).
+func TestOfferedSpan(t *testing.T) {
+	at := make([]time.Duration, 40)
+	for i := range at {
+		at[i] = time.Duration(i) * 50 * time.Millisecond
+	}
+	sent := func(late time.Duration, n int) []record.Record {
+		recs := make([]record.Record, n)
+		for i := range recs {
+			recs[i].Sent = time.Second + at[i] + time.Millisecond
+			if i >= 20 {
+				recs[i].Sent += late
+			}
+		}
+		return recs
+	}
+	const span = 2 * time.Second
+	for _, tt := range []struct {
+		name string
+		recs []record.Record
+		want time.Duration
+	}{
+		{"on time, a millisecond late", sent(0, 40), span + time.Millisecond},
+		{"stalled 1.5 s half way", sent(1500*time.Millisecond, 40), span + 1501*time.Millisecond},
+		{"half sent, then cut: the 20th's lateness", sent(0, 20), span + time.Millisecond},
+		{"nothing sent", nil, span},
+	} {
+		if got := offeredSpan(span, at, tt.recs, time.Second); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
 
