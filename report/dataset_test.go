@@ -29,6 +29,24 @@ func TestDatasetRunLabels(t *testing.T) {
 	if strings.Contains(out, "rows: context") {
 		t.Errorf("a dataset's grid says its rows are contexts:\n%s", buf.String())
 	}
+	for format, want := range map[Format]string{"md": "the row is the dataset's prompts", "html": "the dataset, "} {
+		buf.Reset()
+		if err := Render(&buf, r, format); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), want) || strings.Contains(buf.String(), "rows are context length") {
+			t.Errorf("%s: no %q, or rows said to be contexts:\n%s", format, want, buf.String())
+		}
+	}
+	// A ShareGPT entry's output length is its reply's: no max output applies.
+	r.Settings.Dataset.Format = "sharegpt"
+	buf.Reset()
+	if err := Render(&buf, r, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "Max output") {
+		t.Errorf("a ShareGPT run names a max output no entry used:\n%s", buf.String())
+	}
 	r.Settings.Dataset = nil
 	buf.Reset()
 	if err := Render(&buf, r, "text"); err != nil {

@@ -191,7 +191,7 @@ func writeHTML(w io.Writer, r *result.Result, v *view) error {
 		e.printf("<p class=\"notes\">%s</p>\n", h(prefillNoteOf(v)))
 	}
 	if len(v.Grid) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · rows are context length, columns are " + v.columnsAre() + "</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s · " + v.rowsAre() + ", columns are " + v.columnsAre() + "</p>\n")
 		e.heatGrid(v)
 		if len(v.Footnotes) > 0 {
 			e.printf("<p class=\"notes\">%s</p>\n", h(strings.Join(v.Footnotes, " ")))
@@ -293,7 +293,11 @@ func (e *htmlWriter) heatGrid(v *view) {
 }
 
 func heatCell(g gridCell, top float64) string {
-	title := fmt.Sprintf("%s context, %s: %s", ctxLabel(g.Context), atOnce(g.Col), g.Status.Label())
+	row := g.Row
+	if row == "" {
+		row = ctxLabel(g.Context) + " context"
+	}
+	title := fmt.Sprintf("%s, %s: %s", row, atOnce(g.Col), g.Status.Label())
 	if g.Cell != nil && g.Cell.Reason != "" {
 		title += " — " + g.Cell.Reason
 	}

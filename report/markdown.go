@@ -119,7 +119,7 @@ func writeMarkdown(w io.Writer, v *view) error {
 		e.print("\n" + prefillNoteOf(v) + "\n")
 	}
 	if len(v.Grid) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are " + v.columnsAre() + "\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s · " + v.rowsAre() + ", columns are " + v.columnsAre() + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range v.Cols {

@@ -36,6 +36,7 @@ type prefillItem struct {
 // gridCell is one cell of the decode grid.
 type gridCell struct {
 	Context int
+	Row     string // the row in a sentence: "16K context", "the dataset"
 	Col     result.Column
 	Status  result.Status
 	TokS    string  // headline tok/s, empty when the status hides figures
@@ -226,8 +227,11 @@ func newViewWith(r *result.Result, o Options) *view {
 	}
 	if s.MaxOutput > 0 {
 		if s.Dataset != nil {
-			// A line's own max_tokens (or output_tokens) is sent as given.
-			run = append(run, kv{"Max output", fmtInt(s.MaxOutput) + " tokens, for lines without their own max_tokens"})
+			// A line's own max_tokens (or output_tokens) is sent as given; a
+			// ShareGPT entry's is its reply's length, so none is left.
+			if s.Dataset.Format != "sharegpt" {
+				run = append(run, kv{"Max output", fmtInt(s.MaxOutput) + " tokens, for lines without their own max_tokens"})
+			}
 		} else {
 			run = append(run, kv{"Max output", fmtInt(s.MaxOutput) + " tokens"})
 		}
@@ -372,7 +376,10 @@ func newViewWith(r *result.Result, o Options) *view {
 			row.Label = "dataset"
 		}
 		for _, col := range cols {
-			g := gridCell{Context: c, Col: col, Status: result.NotRun}
+			g := gridCell{Context: c, Row: ctxLabel(c) + " context", Col: col, Status: result.NotRun}
+			if v.Dataset {
+				g.Row = "the dataset"
+			}
 			if cell := r.CellAt(c, col); cell != nil {
 				g.Cell, g.Status = cell, cell.Status
 				if g.shows() {
@@ -760,4 +767,13 @@ func prefillMax(p result.Prefill) float64 {
 		return p.TokPerSecMax
 	}
 	return p.TokPerSec
+}
+
+// rowsAre says what the decode grid's rows are: context lengths, or a
+// dataset's prompts (one row, of the file's own lengths).
+func (v *view) rowsAre() string {
+	if v.Dataset {
+		return "the row is the dataset's prompts"
+	}
+	return "rows are context length"
 }
