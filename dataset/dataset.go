@@ -267,7 +267,7 @@ func parseShareGPT(data []byte) (*Dataset, error) {
 		}
 		c := e.Conversations
 		var system []string // the system turns before the first human's
-		for len(c) > 0 && c[0].From == "system" {
+		for len(c) > 0 && strings.EqualFold(c[0].From, "system") {
 			if v := strings.TrimSpace(c[0].Value); v != "" {
 				system = append(system, c[0].Value)
 			}

@@ -201,7 +201,7 @@ func TestReplyTokens(t *testing.T) {
 // before its first human turn as one system message, and count in the
 // prompt's text (its length is checked against the engine's).
 func TestShareGPTSystemTurn(t *testing.T) {
-	d, err := Parse([]byte(`[{"conversations":[{"from":"system","value":"be brief"},{"from":"system","value":"be kind"},{"from":"human","value":"hi"},{"from":"gpt","value":"hello there"}]}]`))
+	d, err := Parse([]byte(`[{"conversations":[{"from":"system","value":"be brief"},{"from":"System","value":"be kind"},{"from":"human","value":"hi"},{"from":"gpt","value":"hello there"}]}]`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,3 +119,21 @@ func TestLoadLengths(t *testing.T) {
 		t.Error("a list as a deviation was taken")
 	}
 }
+
+// TestRequestsKey: a scenario's request count is a whole number; "1k" is
+// told to be written in full, as --requests is.
+func TestRequestsKey(t *testing.T) {
+	sc, err := Parse([]byte("requests: 20\n"), "s.yaml")
+	if err != nil || sc.Requests != 20 || sc.Window != 0 {
+		t.Fatalf("requests 20: %+v, %v (want 20 and no window)", sc.Requests, err)
+	}
+	for in, want := range map[string]string{
+		"requests: 1k\n":  `"1k": write the count in full (such as 1000)`,
+		"requests: -1\n":  `"-1": give a whole number, 0 or more`,
+		"requests: 2.5\n": `"2.5": give a whole number, 0 or more`,
+	} {
+		if _, err := Parse([]byte(in), "s.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one saying %s", in, err, want)
+		}
+	}
+}

@@ -81,6 +81,9 @@ func workloadKey(sc *Scenario, key string, v *yaml.Node) error {
 	case "dataset":
 		sc.Dataset, err = str(v)
 	case "requests":
+		if t, serr := scalar(v); serr == nil && KShorthand(t) {
+			return fmt.Errorf("%q: %s", t, RequestsInFull)
+		}
 		sc.Requests, err = count()
 	case "burstiness":
 		sc.Burstiness, err = num()
@@ -101,4 +104,20 @@ func workloadKey(sc *Scenario, key string, v *yaml.Node) error {
 		err = fmt.Errorf("unknown setting %q", key)
 	}
 	return err
+}
+
+// RequestsInFull is what a request count written as "1k" is told: a k is
+// 1,024 in token counts (--contexts 16k) and 1,000 to most people counting
+// requests, so it is no guess either way.
+const RequestsInFull = "write the count in full (such as 1000): a k means 1,024 in token counts and would be a guess for requests"
+
+// KShorthand reports whether s is a whole number of at least 1 with a k
+// after it ("1k", "16K"): a token count's shorthand.
+func KShorthand(s string) bool {
+	t := strings.TrimSpace(s)
+	if len(t) < 2 || (t[len(t)-1] != 'k' && t[len(t)-1] != 'K') {
+		return false
+	}
+	n, err := strconv.Atoi(t[:len(t)-1])
+	return err == nil && n >= 1
 }

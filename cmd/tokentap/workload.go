@@ -93,12 +93,8 @@ func (f WorkloadFlags) apply(sc *scenarios.Scenario, windowGiven, contextsGiven,
 	if f.Requests != "" {
 		v := strings.TrimSpace(f.Requests)
 		n, err := strconv.Atoi(v)
-		if err != nil && len(v) > 1 && strings.ContainsAny(v[len(v)-1:], "kK") {
-			if _, kerr := strconv.Atoi(v[:len(v)-1]); kerr == nil {
-				// k is 1,024 in token counts (--contexts 16k) and 1,000 to
-				// most people counting requests: no guess either way.
-				return fmt.Errorf("%s %q: write the count in full (such as 1000): a k means 1,024 in token counts and would be a guess for requests", src("requests"), f.Requests)
-			}
+		if err != nil && scenarios.KShorthand(v) {
+			return fmt.Errorf("%s %q: %s", src("requests"), f.Requests, scenarios.RequestsInFull)
 		}
 		if err != nil || n < 1 {
 			return fmt.Errorf("%s %q: want a whole number of requests, at least 1", src("requests"), f.Requests)

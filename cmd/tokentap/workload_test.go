@@ -47,6 +47,8 @@ func TestWorkloadFlags(t *testing.T) {
 		// Token counts take a k (1,024); a request count does not guess.
 		{name: "requests 1k", f: WorkloadFlags{Requests: "1k"}, err: "--requests \"1k\": write the count in full (such as 1000)"},
 		{name: "requests 2.5", f: WorkloadFlags{Requests: "2.5"}, err: "--requests \"2.5\": want a whole number of requests, at least 1"},
+		{name: "requests 0k", f: WorkloadFlags{Requests: "0k"}, err: "--requests \"0k\": want a whole number of requests, at least 1"},
+		{name: "requests -1k", f: WorkloadFlags{Requests: "-1k"}, err: "--requests \"-1k\": want a whole number of requests, at least 1"},
 		{name: "burstiness 0", f: WorkloadFlags{Burstiness: "0"}, err: "--burstiness \"0\""},
 		// A shape so small every gamma draw underflows to 0: the schedule
 		// had no times and the cell waited for ever.
