@@ -63,14 +63,18 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	label := cellLabel(c, col)
 	win := r.sc.Window // 0: a request count alone ends the cell
 	at, span := r.arrivals(c, rate)
+	schedule := at // the window's: a count that cuts it short ends the loop once its requests have
 	if len(at) == 0 {
 		r.skip(c, col, result.Failed, fmt.Sprintf("%s requests/s over a %s window is no request: raise the rate or the window", strconv.FormatFloat(rate, 'f', -1, 64), win))
 		return nil
 	}
+	countEnds := false
 	if q := r.requests(); q > 0 && len(at) > q {
-		// A shard's share: its first q arrivals, over their part of the span.
+		// The count's first q arrivals (a window's schedule cut short, or
+		// a shard's share), over their part of the span.
 		span = time.Duration(float64(span) * float64(q) / float64(len(at)))
 		at = at[:q]
+		countEnds = true
 	}
 	var bodies []replay.Body
 	if r.ds != nil {
@@ -95,7 +99,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	pre0, _, preOK, _ := r.info.Preemptions(ctx)
 	smp, scrapeDone := r.sample(wctx)
 	run := replay.Run(ctx, replay.Open{Options: replay.Options{Target: r.tgt, Clock: r.clock, MaxTokens: r.sc.MaxOutput, Stream: true, Tag: fmt.Sprintf("C=%d rate=%g", c, rate), IDs: &r.ids, Window: win, Requests: r.requests(), StopOnFailure: true, Tokens: r.prog.counter(), Ending: r.ending(c, col)},
-		Bodies: bodies, At: at, Grace: win})
+		Bodies: bodies, At: schedule, Grace: win})
 	cancel()
 	<-scrapeDone
 	recs := run.Records
@@ -109,7 +113,7 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	w := cell.Window{Start: run.Start, End: run.End}
 	o := observations{Planned: *r.res.CellAt(c, col), Records: recs, Window: w, CacheBlock: r.info.CacheBlock, Heard: w.End,
 		PromptTokens: shortestPrompt(bodies), Estimated: r.build.Estimate}
-	if win <= 0 {
+	if win <= 0 || countEnds {
 		o.Offered = offeredSpan(span, at, recs, run.Start)
 	}
 	_ = smp.observe(&o, r.clock) // an open loop's queueing is the waiting gauge's to say; without it, not judged

@@ -225,31 +225,39 @@ func TestRateCellByCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scenarios.Scenario{Name: "count", Contexts: []int{0}, Rates: []float64{20}, MaxOutput: 32, API: "chat", Requests: 10}
-	if err := sc.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	var run CellRun
-	res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, SLO: spec,
-		OnCell: func(c CellRun) { run = c }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(run.Records) != 10 {
-		t.Fatalf("%d requests; want 10", len(run.Records))
-	}
-	c := res.Decode[0]
-	var first, last time.Duration = run.Records[0].Sent, 0
-	for _, r := range run.Records {
-		first, last = min(first, r.Sent), max(last, r.Sent)
-	}
-	// 10 arrivals over 0.5 s; a machine that sent the last one late by as
-	// much as 0.5 s still reads 10/s, where the span to the last end read 5.3.
-	if c.AchievedRate > 20+1e-9 || c.AchievedRate < 10 {
-		t.Errorf("achieved rate %v, want 20 or a little below (10 requests over the 0.5 s they were laid over, sent from %v to %v)", c.AchievedRate, first, last)
-	}
-	if c.SLO == nil || c.SLO.Good != 10 || math.Abs(c.SLO.GoodputReqPerSec-c.AchievedRate) > 1e-9 {
-		t.Errorf("SLO %+v; want 10 good and goodput %v, the achieved rate (every request good)", c.SLO, c.AchievedRate)
+	// With a window too, the count comes first: the cell ends when its 10
+	// requests have (it waited out the 5 s window, and read 2 req/s).
+	for _, win := range []time.Duration{0, 5 * time.Second} {
+		sc := scenarios.Scenario{Name: "count", Contexts: []int{0}, Rates: []float64{20}, Window: win, MaxOutput: 32, API: "chat", Requests: 10}
+		if err := sc.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		var run CellRun
+		res, err := Run(context.Background(), Config{Target: replay.Target{BaseURL: eng.URL()}, Scenario: sc, SLO: spec,
+			OnCell: func(c CellRun) { run = c }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(run.Records) != 10 {
+			t.Fatalf("window %v: %d requests; want 10", win, len(run.Records))
+		}
+		c := res.Decode[0]
+		var first, last time.Duration = run.Records[0].Sent, 0
+		for _, r := range run.Records {
+			first, last = min(first, r.Sent), max(last, r.Sent)
+		}
+		// 10 arrivals over 0.5 s; a machine that sent the last one late by
+		// as much as 0.5 s still reads 10/s, where the span to the last end
+		// read 5.3.
+		if c.AchievedRate > 20+1e-9 || c.AchievedRate < 10 {
+			t.Errorf("window %v: achieved rate %v, want 20 or a little below (10 requests over the 0.5 s they were laid over, sent from %v to %v)", win, c.AchievedRate, first, last)
+		}
+		if c.SLO == nil || c.SLO.Good != 10 || math.Abs(c.SLO.GoodputReqPerSec-c.AchievedRate) > 1e-9 {
+			t.Errorf("window %v: SLO %+v; want 10 good and goodput %v, the achieved rate (every request good)", win, c.SLO, c.AchievedRate)
+		}
+		if w := run.Window.End - run.Window.Start; win > 0 && w >= win {
+			t.Errorf("window %v: the cell ran %v, its window; want it ended with its 10 requests", win, w)
+		}
 	}
 }
 

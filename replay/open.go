@@ -17,7 +17,9 @@ import (
 // the loop's start, whatever is still running (arrivals do not wait for
 // answers, as in vllm bench serve --request-rate), each on a connection of
 // its own while it runs. Options.Window ends the sending: no request is
-// sent at or after it; Requests limits how many are sent.
+// sent at or after it; Requests limits how many are sent, and where it
+// cuts the window's schedule short the loop ends once they have, before
+// the window's end (whichever comes first).
 type Open struct {
 	Options
 	// Bodies[i] is sent at At[i] (ascending offsets).
@@ -55,15 +57,23 @@ func PoissonArrivals(rate float64, w time.Duration, seed uint64) []time.Duration
 func (cfg Open) run(ctx context.Context) Result {
 	ids := cfg.ids()
 	jobs := make([]openJob, 0, len(cfg.At))
+	countEnds := false // the count, not the window, ends the schedule
 	for i, at := range cfg.At {
-		if i >= len(cfg.Bodies) || (cfg.Window > 0 && at >= cfg.Window) || (cfg.Requests > 0 && i >= cfg.Requests) {
+		if cfg.Window > 0 && at >= cfg.Window {
+			break
+		}
+		if cfg.Requests > 0 && i >= cfg.Requests {
+			countEnds = true
+			break
+		}
+		if i >= len(cfg.Bodies) {
 			break
 		}
 		jobs = append(jobs, openJob{at: at, target: cfg.Target, body: cfg.Bodies[i],
 			rec: record.Record{ID: cfg.Tag + "#" + strconv.FormatInt(ids.Add(1), 10), Tag: cfg.Tag, MaxTokens: bodyMax(cfg.Bodies[i], cfg.MaxTokens), Stream: cfg.Stream}})
 	}
 	return runOpen(ctx, cfg.Clock, jobs, openOpts{window: cfg.Window, grace: cfg.Grace, stopOnFailure: cfg.StopOnFailure, ending: cfg.Ending,
-		tokens: cfg.Tokens, dial: min(len(jobs), 16)})
+		tokens: cfg.Tokens, dial: min(len(jobs), 16), countEnds: countEnds && cfg.Window > 0})
 }
 
 // openJob is one request of an open loop.
@@ -84,6 +94,10 @@ type openOpts struct {
 	ending        Ending
 	tokens        *atomic.Int64
 	dial          int // connections to dial before the start
+	// countEnds: a request count cut the window's schedule short, so the
+	// loop ends when those requests have, if before the window's end
+	// (whichever comes first).
+	countEnds bool
 }
 
 // runOpen sends each job at its offset from the start on a connection of
@@ -234,12 +248,18 @@ loop:
 	// The window is a fixed duration: its figures are per window second
 	// even when every request ended before it closed.
 	if o.window > 0 {
+		var done chan struct{} // nil, never ready, unless the count ends the loop
+		if o.countEnds {
+			done = make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+		}
 		if wait := start + o.window - clock.Now(); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
 			case <-stopSend:
 			case <-timer.C:
+			case <-done:
 			}
 			timer.Stop()
 		}
