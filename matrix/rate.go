@@ -124,6 +124,9 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	out := r.res.CellAt(c, col)
 	*out = judged
 	r.note(notes...)
+	if n := lateNote(label, run.Late, replay.SendLateTolerance(max(win, span))); n != "" && ctx.Err() == nil {
+		r.note(n)
+	}
 	if run.Unsent > 0 && !run.Failed && ctx.Err() == nil {
 		r.note(fmt.Sprintf("Cell %s: %d of its %d scheduled requests were not sent: the load generator woke %s after the first one's time, past the window's end and more than the %s allowed (a stalled machine); its achieved rate counts the %d sent.",
 			label, run.Unsent, len(at), run.UnsentLate.Round(time.Millisecond), replay.SendLateTolerance(win), len(recs)))
@@ -131,11 +134,10 @@ func (r *runner) rateCell(ctx context.Context, rw *rowRun, k int, rate float64) 
 	// Judged: the window's requests that ended by the grace's end (METHOD §6).
 	r.beyondCell(ctx, out, recs, w, w.End+win, timings0)
 	if o.Offered > 0 && out.SLO != nil && out.SLO.Good > 0 {
-		// Goodput on the achieved rate's footing (METHOD §6): over the
-		// span the requests were sent over, as that rate is.
-		secs := o.Offered.Seconds()
-		out.SLO.GoodputReqPerSec = float64(out.SLO.Good) / secs
-		out.SLO.GoodputTokPerSec = out.SLO.GoodputTokPerSec * w.Len().Seconds() / secs
+		// Good requests a second on the achieved rate's footing (METHOD
+		// §6): over the span the requests were sent over, as that rate is.
+		// Their tokens a second stay on total tok/s's: over the window.
+		out.SLO.GoodputReqPerSec = float64(out.SLO.Good) / o.Offered.Seconds()
 	}
 	if out.Status == result.OverCapacity {
 		if cur, ok := r.rateRefused[c]; !ok || rate < cur {
@@ -245,10 +247,15 @@ func (r *runner) rateBodies(ctx context.Context, c int, col result.Column, k int
 // stretched by how late its last request went out against its time (a
 // stalled load generator sends the rest late, and sent fewer a second).
 // Sends go in schedule order, so the latest send is of the k-th arrival,
-// k the requests sent.
+// k the requests sent; a loop a failure stopped after k sent over k's
+// share of the span.
 func offeredSpan(span time.Duration, at []time.Duration, recs []record.Record, start time.Duration) time.Duration {
 	if len(recs) == 0 || len(recs) > len(at) {
 		return span
+	}
+	if k := len(recs); k < len(at) {
+		// A failure stopped the loop after k: their share of the span.
+		span = time.Duration(float64(span) * float64(k) / float64(len(at)))
 	}
 	var last time.Duration
 	for i := range recs {
@@ -258,4 +265,16 @@ func offeredSpan(span time.Duration, at []time.Duration, recs []record.Record, s
 		span += late
 	}
 	return span
+}
+
+// lateNote says when an open loop sent requests later after their times
+// than a timer oversleeps (tol): a stalled load generator sends what fell
+// due meanwhile at once, burstier than the schedule, whatever its achieved
+// rate over the whole cell says. Empty when none was that late.
+func lateNote(label string, late replay.Late, tol time.Duration) string {
+	if late.Max <= tol {
+		return ""
+	}
+	return fmt.Sprintf("Cell %s: the load generator sent requests up to %s after their times (median %s; more than the %s a timer may oversleep: a stalled machine), so they came burstier than the arrivals asked for.",
+		label, late.Max.Round(time.Millisecond), late.Median.Round(time.Millisecond), tol)
 }

@@ -414,7 +414,7 @@ func (r *runner) run(ctx context.Context) (*result.Result, error) {
 	if kv == 0 {
 		res.Settings.KVCapacityMin, res.Settings.KVCapacityMax = info.KVMin, info.KVMax
 	}
-	if over := fewerRequests(*sc); len(over) > 0 {
+	if over := fewerRequests(sc.Requests, r.plan.cells, sc.Sweep); len(over) > 0 {
 		r.plan.notes = append(r.plan.notes, fmt.Sprintf("A request count of %d per cell is fewer than the streams of %s: those cells never had more than %d requests in flight, and their figures are those of %d streams.",
 			sc.Requests, english.List(over), sc.Requests, sc.Requests))
 	}

@@ -397,21 +397,27 @@ func lengthSettings(l scenarios.Lengths) *result.Lengths {
 	return &result.Lengths{Stdev: l.Stdev, Min: l.Min, Max: l.Max, RangeRatio: l.RangeRatio, Summary: l.String()}
 }
 
-// fewerRequests names the closed-loop columns a request count cannot fill
-// (--requests 3 with N=4 runs 3 streams), as "N=4" labels.
-func fewerRequests(sc scenarios.Scenario) []string {
-	if sc.Requests <= 0 || len(sc.Rates) > 0 {
+// fewerRequests names the closed-loop columns of the cells planned to run
+// (not judged over capacity before any load) that a request count cannot
+// fill (--requests 3 with N=4 runs 3 streams), as "N=4" labels; of a
+// sweep's, only the throughput's.
+func fewerRequests(requests int, cells []result.Cell, sweep bool) []string {
+	if requests <= 0 {
 		return nil
 	}
-	cols := sc.Concurrency
-	if sc.Sweep && len(cols) > 0 {
-		cols = []int{slices.Max(cols)} // a sweep's closed cells: one at a time, and the throughput's
+	var ns []int
+	for _, c := range cells {
+		if c.Rate == 0 && c.Concurrency > requests && c.Status != result.OverCapacity && !slices.Contains(ns, c.Concurrency) {
+			ns = append(ns, c.Concurrency)
+		}
+	}
+	slices.Sort(ns)
+	if sweep && len(ns) > 0 {
+		ns = ns[len(ns)-1:] // a sweep runs one at a time and its throughput's level, the largest
 	}
 	var out []string
-	for _, n := range cols {
-		if n > sc.Requests {
-			out = append(out, "N="+strconv.Itoa(n))
-		}
+	for _, n := range ns {
+		out = append(out, "N="+strconv.Itoa(n))
 	}
 	return out
 }

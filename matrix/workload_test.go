@@ -197,18 +197,31 @@ func TestFewerRequestsThanStreams(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d notes of the request count, want 1: %q", n, res.Notes)
 	}
+	mk := func(ns ...int) []result.Cell {
+		var out []result.Cell
+		for _, n := range ns {
+			out = append(out, result.Cell{Concurrency: n})
+		}
+		return out
+	}
+	over := mk(1, 2, 64)
+	over[2].Status = result.OverCapacity // a sweep's throughput level the KV cache cannot hold: not run
 	for _, tt := range []struct {
-		sc   scenarios.Scenario
-		want []string
+		name     string
+		requests int
+		cells    []result.Cell
+		sweep    bool
+		want     []string
 	}{
-		{scenarios.Scenario{Requests: 3, Concurrency: []int{1, 4, 8}}, []string{"N=4", "N=8"}},
-		{scenarios.Scenario{Requests: 8, Concurrency: []int{1, 4, 8}}, nil},
-		{scenarios.Scenario{Requests: 3, Concurrency: []int{1, 4, 16}, Sweep: true}, []string{"N=16"}}, // a sweep runs 1 and the largest only
-		{scenarios.Scenario{Requests: 0, Concurrency: []int{4}}, nil},
-		{scenarios.Scenario{Requests: 2, Rates: []float64{4}, Concurrency: []int{4}}, nil}, // an open loop has no streams to fill
+		{"3 requests, N 1, 4, 8", 3, mk(1, 4, 8, 4), false, []string{"N=4", "N=8"}},
+		{"a sweep runs 1 and its largest", 3, mk(1, 4, 8, 16), true, []string{"N=16"}},
+		{"8 requests", 8, mk(1, 4, 8), false, nil},
+		{"no count", 0, mk(4), false, nil},
+		{"an open loop has no streams to fill", 2, []result.Cell{{Rate: 4}}, false, nil},
+		{"a sweep's level judged over capacity is not run", 1, over, true, []string{"N=2"}},
 	} {
-		if got := fewerRequests(tt.sc); !slices.Equal(got, tt.want) {
-			t.Errorf("fewerRequests(%d requests, N %v, rates %v) = %q, want %q", tt.sc.Requests, tt.sc.Concurrency, tt.sc.Rates, got, tt.want)
+		if got := fewerRequests(tt.requests, tt.cells, tt.sweep); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
@@ -254,6 +267,8 @@ func TestRateCellByCount(t *testing.T) {
 		}
 		if c.SLO == nil || c.SLO.Good != 10 || math.Abs(c.SLO.GoodputReqPerSec-c.AchievedRate) > 1e-9 {
 			t.Errorf("window %v: SLO %+v; want 10 good and goodput %v, the achieved rate (every request good)", win, c.SLO, c.AchievedRate)
+		} else if c.SLO.GoodputTokPerSec > c.TotalTokPerSec+1e-9 {
+			t.Errorf("window %v: goodput %v tok/s above the total %v tok/s", win, c.SLO.GoodputTokPerSec, c.TotalTokPerSec)
 		}
 		if w := run.Window.End - run.Window.Start; win > 0 && w >= win {
 			t.Errorf("window %v: the cell ran %v, its window; want it ended with its 10 requests", win, w)
@@ -287,7 +302,7 @@ func TestOfferedSpan(t *testing.T) {
 	}{
 		{"on time, a millisecond late", sent(0, 40), span + time.Millisecond},
 		{"stalled 1.5 s half way", sent(1500*time.Millisecond, 40), span + 1501*time.Millisecond},
-		{"half sent, then cut: the 20th's lateness", sent(0, 20), span + time.Millisecond},
+		{"half sent, then stopped by a failure: half the span", sent(0, 20), span/2 + time.Millisecond},
 		{"nothing sent", nil, span},
 	} {
 		if got := offeredSpan(span, at, tt.recs, time.Second); got != tt.want {
@@ -510,5 +525,18 @@ func TestCellWindowOnTheRecordsClock(t *testing.T) {
 		if (sc.Name == "rate" && in != c.Sent) || before > 0 || in == 0 {
 			t.Errorf("%s: of %d records %d sent in the window %v–%v, %d before it; the cell says %d sent", sc.Name, len(runs[0].Records), in, from, to, before, c.Sent)
 		}
+	}
+}
+
+// TestLateNote: a stall mid-cell, caught up by sending what fell due at
+// once, leaves the achieved rate as asked; the lateness of the sends says
+// it (18 requests went out in one instant after a 1.5 s stop, unnoted).
+func TestLateNote(t *testing.T) {
+	tol := replay.SendLateTolerance(4 * time.Second)
+	if n := lateNote("0 × 10/s", replay.Late{Max: 1500 * time.Millisecond, Median: 2 * time.Millisecond}, tol); !strings.Contains(n, "up to 1.5s after their times (median 2ms") {
+		t.Errorf("a 1.5 s stall: note %q", n)
+	}
+	if n := lateNote("0 × 10/s", replay.Late{Max: 3 * time.Millisecond}, tol); n != "" {
+		t.Errorf("a timer's oversleep noted: %q", n)
 	}
 }

@@ -601,7 +601,8 @@ func Capacity(res *result.Result, target float64) []result.SLOCapacity {
 
 // Totals sets the run's SLO totals from its cells (METHOD.md §6): Overall
 // sums the cells that show figures, goodput over their windows together
-// (each cell's goodput × its measured seconds); the cells that failed are
+// (each cell's good requests, and its goodput tok/s × its measured
+// seconds, over their seconds); the cells that failed are
 // summed apart in FailedCells, never mixed in; and the serving capacity.
 func Totals(r *result.Result) {
 	if r.SLO == nil {
@@ -615,7 +616,7 @@ func Totals(r *result.Result) {
 	add := func(s *sum, c *result.Cell) {
 		s.t.Merge(FromFigures(c.SLO))
 		s.secs += c.MeasuredForSeconds
-		s.g += c.SLO.GoodputReqPerSec * c.MeasuredForSeconds
+		s.g += float64(c.SLO.Good) // not goodput × seconds: a count-ended rate cell's goodput is over its send span
 		s.tok += c.SLO.GoodputTokPerSec * c.MeasuredForSeconds
 		s.cells++
 	}

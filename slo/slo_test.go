@@ -351,6 +351,14 @@ func TestTotals(t *testing.T) {
 	if c := r.SLO.Capacity; len(c) != 1 || c[0].Concurrency != 1 {
 		t.Errorf("capacity %+v", c)
 	}
+	// A count-ended rate cell's goodput is over its send span (0.5 s),
+	// not its measured one (0.73 s): the totals count its good requests.
+	r = &result.Result{SLO: &result.SLORun{Spec: result.SLOSpec{Target: 0.9}}, Settings: result.Settings{Contexts: []int{0}, Rates: []float64{20}},
+		Decode: []result.Cell{{Context: 0, Rate: 20, Status: result.Valid, MeasuredForSeconds: 0.73, SLO: fig(10, 10, 0, 0.5)}}}
+	Totals(r)
+	if o := r.SLO.Overall; math.Abs(o.GoodputReqPerSec-10/0.73) > 1e-9 {
+		t.Errorf("a count-ended cell's overall goodput %v req/s, want 10 good over 0.73 s", o.GoodputReqPerSec)
+	}
 }
 
 // TestCutRequestsUnbiased (METHOD §6): requests cut at a window's close
