@@ -1,7 +1,6 @@
 package report
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -240,8 +239,8 @@ func newComparison(a, b *result.Result, la, lb string) *comparison {
 const sweepPairTolerance = 0.05
 
 // sweepAligned returns b with each rate cell that pairs with one of a's
-// (same context, rates within sweepPairTolerance of each other, nearest
-// first, each cell once; an equal rate always pairs) at a's rate, B's own
+// (same context, rates within sweepPairTolerance of each other, in both
+// runs' order: pairRates) at a's rate, B's own
 // rates of those by cell, and each run's rates as text, context by context.
 func sweepAligned(a, b *result.Result) (aligned *result.Result, rateB map[*result.Cell]float64, ratesA, ratesB string) {
 	rates := func(r *result.Result, c int) []float64 {
@@ -277,26 +276,9 @@ func sweepAligned(a, b *result.Result) (aligned *result.Result, rateB map[*resul
 			continue
 		}
 		ta, tb = append(ta, text(c, ra)), append(tb, text(c, rb))
-		type cand struct {
-			i, j int
-			d    float64
-		}
-		var cs []cand
-		for i, x := range ra {
-			for j, y := range rb {
-				if d := math.Abs(x - y); d <= sweepPairTolerance*max(x, y) {
-					cs = append(cs, cand{i, j, d})
-				}
-			}
-		}
-		slices.SortStableFunc(cs, func(p, q cand) int { return cmp.Compare(p.d, q.d) })
 		to := map[float64]float64{} // B's rate → A's
-		usedA, usedB := map[int]bool{}, map[int]bool{}
-		for _, k := range cs {
-			if !usedA[k.i] && !usedB[k.j] {
-				usedA[k.i], usedB[k.j] = true, true
-				to[rb[k.j]] = ra[k.i]
-			}
+		for j, i := range pairRates(ra, rb) {
+			to[rb[j]] = ra[i]
 		}
 		for i := range cp.Decode {
 			d := &cp.Decode[i]
@@ -307,6 +289,80 @@ func sweepAligned(a, b *result.Result) (aligned *result.Result, rateB map[*resul
 		}
 	}
 	return &cp, rateB, strings.Join(ta, "; "), strings.Join(tb, "; ")
+}
+
+// pairRates pairs two sweeps' sorted rates (b's index → a's): equal rates
+// first, then, between them, the most pairs within sweepPairTolerance
+// that keep both runs' order (the k-th lowest with the k-th lowest, never
+// crossed), the closest where there is a choice.
+func pairRates(ra, rb []float64) map[int]int {
+	out := map[int]int{}
+	// Equal rates anchor the pairing; the stretches between are matched
+	// apart, so no pair crosses an anchor.
+	type anchor struct{ i, j int }
+	anchors := []anchor{{-1, -1}}
+	for i, j := 0, 0; i < len(ra) && j < len(rb); {
+		switch {
+		case ra[i] == rb[j]:
+			anchors = append(anchors, anchor{i, j})
+			out[j] = i
+			i++
+			j++
+		case ra[i] < rb[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	anchors = append(anchors, anchor{len(ra), len(rb)})
+	for k := 1; k < len(anchors); k++ {
+		lo, hi := anchors[k-1], anchors[k]
+		matchOrdered(ra[lo.i+1:hi.i], rb[lo.j+1:hi.j], lo.i+1, lo.j+1, out)
+	}
+	return out
+}
+
+// matchOrdered pairs a and b (a's indices from ai, b's from bj) without
+// crossing: the most pairs within sweepPairTolerance, then the least total
+// distance (a longest-common-subsequence table).
+func matchOrdered(a, b []float64, ai, bj int, out map[int]int) {
+	type best struct {
+		n int
+		d float64
+	}
+	better := func(x, y best) bool { return x.n > y.n || (x.n == y.n && x.d < y.d) }
+	near := func(x, y float64) bool { return math.Abs(x-y) <= sweepPairTolerance*max(x, y) }
+	t := make([][]best, len(a)+1)
+	for i := range t {
+		t[i] = make([]best, len(b)+1)
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			v := t[i-1][j]
+			if better(t[i][j-1], v) {
+				v = t[i][j-1]
+			}
+			if near(a[i-1], b[j-1]) {
+				if w := (best{t[i-1][j-1].n + 1, t[i-1][j-1].d + math.Abs(a[i-1]-b[j-1])}); better(w, v) {
+					v = w
+				}
+			}
+			t[i][j] = v
+		}
+	}
+	for i, j := len(a), len(b); i > 0 && j > 0; {
+		p := t[i-1][j-1]
+		switch {
+		case near(a[i-1], b[j-1]) && t[i][j] == (best{p.n + 1, p.d + math.Abs(a[i-1]-b[j-1])}):
+			out[bj+j-1] = ai + i - 1
+			i--
+			j--
+		case t[i][j] == t[i-1][j]:
+			i--
+		default:
+			j--
+		}
+	}
 }
 
 // columnsName names the grids' columns: "Concurrency levels", "Request

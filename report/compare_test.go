@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -308,6 +309,36 @@ func TestCompareSweepRates(t *testing.T) {
 	}
 	if only["a"] != 2 || only["b"] != 3 {
 		t.Errorf("rate runs, not sweeps: A only %d, B only %d; want 2 and 3 (only 13.3 in both)", only["a"], only["b"])
+	}
+}
+
+// TestPairRates: sweeps' rates pair in both runs' order, equal rates
+// first; nearest-first had crossed 11.7↔12.1 and 12.0↔11.9 (one
+// comparison in eight of sweeps 2% apart, by the outside review).
+func TestPairRates(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		ra, rb []float64
+		want   map[int]int // b's index → a's
+	}{
+		{"close, in order", []float64{10.2, 10.5, 10.7, 11, 11.2, 11.5, 11.7, 12}, []float64{10.2, 10.5, 10.8, 11, 11.3, 11.6, 11.9, 12.1},
+			map[int]int{0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7}},
+		{"an equal rate anchors", []float64{18.7}, []float64{6.25, 8.03, 16.9, 18.7}, map[int]int{3: 0}},
+		{"too far apart", []float64{1, 2, 4, 8}, []float64{10, 20, 40, 80}, map[int]int{}},
+		{"one extra in B", []float64{6.66, 13.3, 19.9}, []float64{6.67, 13.3, 20.1, 26.8}, map[int]int{0: 0, 1: 1, 2: 2}},
+		{"a shift keeps order", []float64{10, 10.3}, []float64{10.3, 10.6}, map[int]int{0: 1}},
+	} {
+		got := pairRates(tt.ra, tt.rb)
+		if !maps.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+		for j1, i1 := range got {
+			for j2, i2 := range got {
+				if (j1 < j2) != (i1 < i2) && j1 != j2 {
+					t.Errorf("%s: pairs %d↔%d and %d↔%d cross", tt.name, i1, j1, i2, j2)
+				}
+			}
+		}
 	}
 }
 

@@ -418,8 +418,8 @@ func (e *htmlWriter) percentileCards(v *view) {
 			if m, _ := mark(g.Status); m != "" {
 				st = " <span class=\"st\">" + m + "</span>"
 			}
-			cards = append(cards, fmt.Sprintf("<figure class=\"card\" style=\"margin:0\"><h3>%s context · %s · %s tok/s%s</h3>%s%s%s</figure>",
-				h(row.Label), h(atOnce(g.Col)), h(g.TokS), st, ttft, tbt, e2e))
+			cards = append(cards, fmt.Sprintf("<figure class=\"card\" style=\"margin:0\"><h3>%s · %s · %s tok/s%s</h3>%s%s%s</figure>",
+				h(g.Row), h(atOnce(g.Col)), h(g.TokS), st, ttft, tbt, e2e))
 		}
 	}
 	if len(cards) == 0 {
