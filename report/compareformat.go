@@ -91,7 +91,7 @@ func compareText(w io.Writer, cmp *comparison) error {
 		}
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\nSustained decode · total tok/s B/A · rows: context, columns: " + cmp.columnsAre() + "\n")
+		e.print("\nSustained decode · total tok/s B/A · " + cmp.rowsAre("rows: context") + ", columns: " + cmp.columnsAre() + "\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range cmp.Cols {
@@ -100,7 +100,7 @@ func compareText(w io.Writer, cmp *comparison) error {
 		}
 		var rows [][]string
 		for i, row := range cmp.Cells {
-			r := []string{ctxLabel(cmp.Contexts[i])}
+			r := []string{cmp.rowLabel(cmp.Contexts[i])}
 			for _, p := range row {
 				r = append(r, gridText(p))
 			}
@@ -203,7 +203,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		}
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · rows are context length, columns are " + cmp.columnsAre() + "\n\n")
+		e.print("\n## Sustained decode\n\ntotal tok/s A → B and B/A · " + cmp.rowsAre("rows are context length") + ", columns are " + cmp.columnsAre() + "\n\n")
 		head := []string{"Context"}
 		right := []bool{false}
 		for _, c := range cmp.Cols {
@@ -213,7 +213,7 @@ func compareMarkdown(w io.Writer, cmp *comparison) error {
 		mdRow(e, head)
 		mdAlign(e, right)
 		for i, row := range cmp.Cells {
-			cells := []string{ctxLabel(cmp.Contexts[i])}
+			cells := []string{cmp.rowLabel(cmp.Contexts[i])}
 			for _, p := range row {
 				cells = append(cells, pairCellMD(p))
 			}
@@ -540,14 +540,14 @@ func compareHTML(w io.Writer, cmp *comparison) error {
 		}
 	}
 	if len(cmp.Cells) > 0 {
-		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · rows are context length, columns are " + cmp.columnsAre() + "</p>\n")
+		e.print("<h2>Sustained decode</h2>\n<p class=\"sub\">total tok/s A → B and B/A · green: B faster, red: B slower · " + cmp.rowsAre("rows are context length") + ", columns are " + cmp.columnsAre() + "</p>\n")
 		e.print("<div class=\"wide\"><table class=\"heat cmp\">\n<tr><th>Context</th>")
 		for _, c := range cmp.Cols {
 			e.printf("<th>%s</th>", h(colHead(c)))
 		}
 		e.print("</tr>\n")
 		for i, row := range cmp.Cells {
-			e.printf("<tr><td class=\"ctx\">%s</td>", h(ctxLabel(cmp.Contexts[i])))
+			e.printf("<tr><td class=\"ctx\">%s</td>", h(cmp.rowLabel(cmp.Contexts[i])))
 			for _, p := range row {
 				e.print(pairCellHTML(p))
 			}
@@ -618,4 +618,22 @@ func pairCellHTML(p pairCell) string {
 	}
 	return fmt.Sprintf("<td style=\"background:%s\" title=\"%s\"><span class=\"v\">%s</span><span class=\"r\">%s → %s tok/s</span></td>",
 		colour, h(title), h(fmtRatioNoise(r, tok)), h(cellTok(p.A)), h(cellTok(p.B)))
+}
+
+// rowsAre says what the compared grid's rows are: contexts (as given), or
+// both runs' datasets' prompts.
+func (cmp *comparison) rowsAre(contexts string) string {
+	if cmp.A.Settings.Dataset != nil && cmp.B.Settings.Dataset != nil {
+		return "the row is the datasets' prompts"
+	}
+	return contexts
+}
+
+// rowLabel names the compared grid's row of context c: "dataset" where
+// both runs' prompts are a dataset's.
+func (cmp *comparison) rowLabel(c int) string {
+	if cmp.A.Settings.Dataset != nil && cmp.B.Settings.Dataset != nil {
+		return "dataset"
+	}
+	return ctxLabel(c)
 }

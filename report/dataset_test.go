@@ -21,7 +21,8 @@ func TestDatasetRunLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := oneSpaced(buf.String())
-	for _, want := range []string{"Max output 512 tokens, for lines without their own max_tokens", "row: the dataset's prompts", "dataset 197.1"} {
+	for _, want := range []string{"Max output 512 tokens, for lines without their own max_tokens", "row: the dataset's prompts", "dataset 197.1",
+		"a dataset's prompts (chat.jsonl) × 1 concurrency level (2)", "Decode dataset 2 Valid"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, buf.String())
 		}
@@ -37,6 +38,14 @@ func TestDatasetRunLabels(t *testing.T) {
 		if !strings.Contains(buf.String(), want) || strings.Contains(buf.String(), "rows are context length") {
 			t.Errorf("%s: no %q, or rows said to be contexts:\n%s", format, want, buf.String())
 		}
+	}
+	// Two dataset runs compared: the row is the datasets' prompts.
+	buf.Reset()
+	if err := Compare(&buf, r, r, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if out := oneSpaced(buf.String()); !strings.Contains(out, "the row is the datasets' prompts") || !strings.Contains(out, "dataset ×1.00") {
+		t.Errorf("two dataset runs compared:\n%s", buf.String())
 	}
 	// A ShareGPT entry's output length is its reply's: no max output applies.
 	r.Settings.Dataset.Format = "sharegpt"

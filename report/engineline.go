@@ -23,6 +23,10 @@ func engineLine(r *result.Result) string {
 		if len(contexts) > 1 {
 			cr += "–" + ctxLabel(contexts[len(contexts)-1])
 		}
+		rows := english.Count(len(contexts), "context", "contexts") + " (" + cr + ")"
+		if r.Settings.Dataset != nil {
+			rows = "a dataset's prompts (" + r.Settings.Dataset.Name + ")" // their own lengths: no context of tokentap's
+		}
 		span := func(cs []result.Column) string {
 			nr := colHead(cs[0])
 			if len(cs) > 1 {
@@ -40,16 +44,16 @@ func engineLine(r *result.Result) string {
 		}
 		switch {
 		case len(ns) > 0 && len(rates) > 0: // a sweep: its one-at-a-time and throughput cells beside its rates
-			parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s) and %s (%s)",
-				english.Count(len(contexts), "context", "contexts"), cr, english.Count(len(ns), "concurrency level", "concurrency levels"), span(ns),
+			parts = append(parts, fmt.Sprintf("%s × %s (%s) and %s (%s)",
+				rows, english.Count(len(ns), "concurrency level", "concurrency levels"), span(ns),
 				english.Count(len(rates), "request rate", "request rates"), span(rates)))
 		default:
 			one, many := "concurrency level", "concurrency levels"
 			if r.RateRun() {
 				one, many = "request rate", "request rates"
 			}
-			parts = append(parts, fmt.Sprintf("%s (%s) × %s (%s)",
-				english.Count(len(contexts), "context", "contexts"), cr, english.Count(len(cols), one, many), span(cols)))
+			parts = append(parts, fmt.Sprintf("%s × %s (%s)",
+				rows, english.Count(len(cols), one, many), span(cols)))
 		}
 	}
 	if len(r.Settings.PrefillAt) > 0 {

@@ -73,6 +73,9 @@ func (b *beyondView) splitSection(r *result.Result, contexts []int, cols []resul
 				continue
 			}
 			row := []string{ctxLabel(c), col.Label()}
+			if r.Settings.Dataset != nil {
+				row[0] = "dataset" // a dataset's prompts have their own lengths
+			}
 			s := cl.TTFTSplit
 			if s == nil {
 				row = append(row, fmtMeanMs(meanTTFT(cl)), dash, dash, dash, dash)

@@ -386,6 +386,9 @@ func newViewWith(r *result.Result, o Options) *view {
 					g.TokS, g.TTFT, g.Value = fmtHeadline(cell.TotalTokPerSec), fmtTTFT(cell.TTFTms, cell.TTFTAtLeast), cell.TotalTokPerSec
 				}
 				row := append(cellColumns(cell, v.Rate, hasCache), beyondColumns(cell, withSLO, withLimit)...)
+				if v.Dataset {
+					row[1] = "dataset" // the Context column: a dataset's prompts have their own lengths
+				}
 				if withDefs {
 					row = append(row, tbtDefsColumns(cell)...)
 				}
