@@ -179,6 +179,14 @@ func TestCompareNamesOneRunCells(t *testing.T) {
 			}
 		}
 	}
+	if only := onlyIn(comparedCells(t, a, b))["b"]; only != 2 {
+		t.Errorf("JSON: %d cells only in B, want 2", only)
+	}
+}
+
+// comparedCells is the JSON comparison of a and b, cell by cell.
+func comparedCells(t *testing.T, a, b *result.Result) []jsonPair {
+	t.Helper()
 	var buf bytes.Buffer
 	if err := Compare(&buf, a, b, "json"); err != nil {
 		t.Fatal(err)
@@ -189,15 +197,16 @@ func TestCompareNamesOneRunCells(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	only := 0
-	for _, c := range doc.Cells {
-		if c.OnlyIn == "b" {
-			only++
-		}
+	return doc.Cells
+}
+
+// onlyIn counts compared cells by where they are: "" both, "a", "b".
+func onlyIn(cells []jsonPair) map[string]int {
+	n := map[string]int{}
+	for _, c := range cells {
+		n[c.OnlyIn]++
 	}
-	if only != 2 {
-		t.Errorf("JSON: %d cells only in B, want 2", only)
-	}
+	return n
 }
 
 // TestCompareSweepRates: two sweeps' rates are measured, so they differ a
@@ -217,25 +226,20 @@ func TestCompareSweepRates(t *testing.T) {
 		return r
 	}
 	a, b := mk(6.66, 13.3, 19.9), mk(6.67, 13.3, 20.1, 26.8)
-	var buf bytes.Buffer
-	if err := Compare(&buf, a, b, "json"); err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Cells []jsonPair `json:"cells"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
-	only := map[string]int{}
-	for _, c := range doc.Cells {
-		only[c.OnlyIn]++
-	}
+	cells := comparedCells(t, a, b)
 	// 2 concurrency cells and 3 rates in both; B's fourth rate is B's alone.
-	if only[""] != 5 || only["a"] != 0 || only["b"] != 1 {
+	if only := onlyIn(cells); only[""] != 5 || only["a"] != 0 || only["b"] != 1 {
 		t.Errorf("cells in both, A only, B only: %d, %d, %d; want 5, 0, 1", only[""], only["a"], only["b"])
 	}
-	buf.Reset()
+	// B's own rate is kept where it paired with A's a little apart.
+	pairs := map[float64]float64{}
+	for _, c := range cells {
+		pairs[c.Rate] = c.RateB
+	}
+	if pairs[6.66] != 6.67 || pairs[13.3] != 0 || pairs[19.9] != 20.1 || pairs[26.8] != 0 {
+		t.Errorf("rates and B's own rates %v; want 6.66 with 6.67, 19.9 with 20.1, the rest B's own", pairs)
+	}
+	var buf bytes.Buffer
 	if err := Compare(&buf, a, b, "text"); err != nil {
 		t.Fatal(err)
 	}
@@ -243,27 +247,6 @@ func TestCompareSweepRates(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("the comparison lacks %q:\n%s", want, buf.String())
 		}
-	}
-	// B's own rate is kept where it paired with A's a little apart.
-	buf.Reset()
-	if err := Compare(&buf, a, b, "json"); err != nil {
-		t.Fatal(err)
-	}
-	var rated struct {
-		Cells []struct {
-			Rate  float64 `json:"rate"`
-			RateB float64 `json:"rate_b"`
-		} `json:"cells"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &rated); err != nil {
-		t.Fatal(err)
-	}
-	pairs := map[float64]float64{}
-	for _, c := range rated.Cells {
-		pairs[c.Rate] = c.RateB
-	}
-	if pairs[6.66] != 6.67 || pairs[13.3] != 0 || pairs[19.9] != 20.1 || pairs[26.8] != 0 {
-		t.Errorf("rates and B's own rates %v; want 6.66 with 6.67, 19.9 with 20.1, the rest B's own", pairs)
 	}
 	// Sweeps of different lengths: the equal rate pairs, and no cell is
 	// paired at a rate far from its own (a 16-stream sweep's one rate,
@@ -277,37 +260,13 @@ func TestCompareSweepRates(t *testing.T) {
 		{[]float64{6.25, 8.03, 16.9, 18.7}, []float64{18.7}, 3, 0},
 		{[]float64{1, 2, 4, 8}, []float64{10, 20, 40, 80}, 2, 4},
 	} {
-		buf.Reset()
-		if err := Compare(&buf, mk(tt.a...), mk(tt.b...), "json"); err != nil {
-			t.Fatal(err)
-		}
-		doc.Cells = nil // json reuses a slice's elements, keeping fields the new array lacks
-		if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-			t.Fatal(err)
-		}
-		clear(only)
-		for _, c := range doc.Cells {
-			only[c.OnlyIn]++
-		}
-		if only[""] != tt.both || only["b"] != tt.onB {
+		if only := onlyIn(comparedCells(t, mk(tt.a...), mk(tt.b...))); only[""] != tt.both || only["b"] != tt.onB {
 			t.Errorf("sweeps at %v and %v: %d cells in both, %d B only; want %d and %d", tt.a, tt.b, only[""], only["b"], tt.both, tt.onB)
 		}
 	}
 	// Not sweeps: rates pair only where equal.
 	a.Settings.Sweep, b.Settings.Sweep = false, false
-	buf.Reset()
-	if err := Compare(&buf, a, b, "json"); err != nil {
-		t.Fatal(err)
-	}
-	doc.Cells = nil
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
-	clear(only)
-	for _, c := range doc.Cells {
-		only[c.OnlyIn]++
-	}
-	if only["a"] != 2 || only["b"] != 3 {
+	if only := onlyIn(comparedCells(t, a, b)); only["a"] != 2 || only["b"] != 3 {
 		t.Errorf("rate runs, not sweeps: A only %d, B only %d; want 2 and 3 (only 13.3 in both)", only["a"], only["b"])
 	}
 }
