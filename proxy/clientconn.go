@@ -334,6 +334,11 @@ type clientConn struct {
 	// set by a shutdown that ends the wait.
 	body bool
 	cut  atomic.Bool
+
+	// A request the client pipelined, read back from fasthttp's reader
+	// when a stream handed the connection back (loopresp.go): the next
+	// reads give it first.
+	pre []byte
 }
 
 // Read reads as the *net.TCPConn would, by recvmsg, and notes when the
@@ -349,6 +354,16 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	}
 	if c.cut.Load() {
 		return 0, c.opErr("read", os.ErrDeadlineExceeded) // the shutdown's cut
+	}
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		if c.pre = c.pre[n:]; len(c.pre) == 0 {
+			c.pre = nil
+		}
+		if c.inHead && c.bareLF(p[:n]) {
+			return 0, errBareLF
+		}
+		return n, nil
 	}
 	if c.body {
 		if t := c.l.bodyTimeout(); t > 0 {

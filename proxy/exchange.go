@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -52,6 +53,13 @@ type exchange struct {
 
 	out  []byte
 	held []byte // piece: what the tap held back before the current piece
+
+	// A stream passed on from the loop (loopresp.go): its head, its chunk
+	// framing, the functions fasthttp and the loop call.
+	lhead     []byte
+	chunks    chunkWriter
+	drainedFn func(error)
+	hijackFn  func(net.Conn)
 }
 
 // xstate is what one request sets in its exchange. put resets it by
@@ -81,12 +89,22 @@ type xstate struct {
 	endErr   error
 	endBlame record.Blame
 
-	readDL   time.Time
-	writeDL  time.Time
-	at       time.Duration // in feed mode, when the bytes being passed on arrived
-	endLater bool          // the body ended with a backlog to write: writeToLoop ends the record
-	overrun  bool          // bytes came after the response's end: the connection is out of step
-	pending  []byte        // Read: what it has still to give the client (fasthttp's fallback; the server takes WriteTo)
+	readDL  time.Time
+	writeDL time.Time
+	// A stream passed on from the loop (loopresp.go): the engine's
+	// connection, fasthttp's hijacked one and its server, and whether the
+	// client's connection closes after it.
+	ec         *evloop.Conn
+	hj         net.Conn
+	srv        *fasthttp.Server
+	closeAfter bool
+
+	resumed  time.Time       // the loop's drains: when reading resumed (time spent on a slow client is not the engine's)
+	peer     syscall.RawConn // the loop's drains: the client's socket they watch, or nil
+	at       time.Duration   // in feed mode, when the bytes being passed on arrived
+	endLater bool            // the body ended with a backlog to write: writeToLoop ends the record
+	overrun  bool            // bytes came after the response's end: the connection is out of step
+	pending  []byte          // Read: what it has still to give the client (fasthttp's fallback; the server takes WriteTo)
 }
 
 func (p *Proxy) getExchange() *exchange {
@@ -97,6 +115,8 @@ func (p *Proxy) getExchange() *exchange {
 	x.goneFn = x.clientGone
 	x.pieceFn = x.piece
 	x.scrubFn = func(s string) string { return scrubSecrets(s, &x.req.Header) }
+	x.drainedFn = x.drained
+	x.hijackFn = x.onLoop
 	return x
 }
 
@@ -104,6 +124,7 @@ func (x *exchange) put() {
 	x.req.Reset()
 	x.hdr.Reset()
 	x.xstate = xstate{} // every field a request set, by construction
+	x.chunks = chunkWriter{}
 	// What is kept: buffers, unless a large request grew them.
 	if x.br != nil && x.br.Size() > upstreamBufferSize {
 		x.br = nil // a long response head's buffer
@@ -287,7 +308,7 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 		// even nginx's 499, which is not an HTTP status; the connection
 		// is closed.
 		ctx.HijackSetNoResponse(true)
-		ctx.Hijack(func(net.Conn) {})
+		ctx.Hijack(func(c net.Conn) { _ = c.Close() }) // the server keeps hijacked connections open
 		return
 	}
 	if x.cut.Load() || errors.Is(err, errShutdown) {

@@ -176,8 +176,15 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx, watching bool) {
 				_, err = x.WriteTo(c)
 			}
 			_ = x.CloseWithError(err)
+			_ = c.Close() // the server keeps hijacked connections open
 		})
 		return
+	}
+	if size < 0 {
+		if srv := x.loopServer(resp); srv != nil {
+			x.respondOnLoop(ctx, srv)
+			return
+		}
 	}
 	resp.SetBodyStream(x, size)
 }

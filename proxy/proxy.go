@@ -332,7 +332,10 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		// per new connection at most.
 		MaxIdleWorkerDuration: time.Second,
 		CloseOnShutdown:       true,
-		ConnState:             p.bodies.connState,
+		// A stream the event loop passes on leaves fasthttp after its
+		// head and comes back for its next request (loopresp.go).
+		KeepHijackedConns: true,
+		ConnState:         p.bodies.connState,
 		// A body announced over the limit is refused before the client
 		// is told to send it: no "100 Continue" before the 413.
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {

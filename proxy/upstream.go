@@ -232,85 +232,115 @@ func (s *loopSink) run() bool {
 // the loop's goroutine reads each event and passes it on (loopSink) while
 // this goroutine waits in Drain. It steps in only when the client lags
 // (errBacklog: it writes the rest itself) and for the idle timeout, kept
-// as the drain's read deadline from the last byte.
+// as the drain's read deadline from the last byte. (A stream the proxy
+// took from fasthttp, respondOnLoop, drains without the wait.)
 func (x *exchange) writeToLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) (int64, error) {
-	idle := x.p.cfg.IdleTimeout
-	s := &x.sink
-	*s = loopSink{x: x, w: w, cc: cc, lastByte: time.Now()}
-	x.src.feeding = true
-	defer func() {
-		x.src.feeding, x.src.feed, x.src.eof = false, nil, false
-		*s = loopSink{}
-	}()
-	// What came with the response head is in br already: passed on from
-	// here, with writes that wait (under the idle timeout).
-	x.at = x.p.clock.At(ec.Arrived())
-	x.armWrite()
+	s := x.startLoop(w, ec, cc)
+	defer x.stopLoop()
 	if s.run() {
 		return s.total, s.res
 	}
-	resumed := time.Now() // when reading resumed: time spent on a slow client is not the engine's
+	x.resumed = time.Now()
 	// The loop watches the client from here, in the wait that reads the
 	// engine: an open stream holds no goroutine parked on its client.
-	peer := x.watch.handOver()
+	x.peer = x.watch.handOver()
 	for {
-		_ = ec.SetReadDeadline(later(s.lastByte, resumed).Add(idle))
-		// The loop's writes never wait, so no deadline applies to them.
-		x.disarmWrite()
-		cc.nonblock = true
+		x.beforeDrain(ec, cc)
 		var err error
-		if peer != nil {
-			err = ec.DrainWatching(s, peer)
+		if x.peer != nil {
+			err = ec.DrainWatching(s, x.peer)
 		} else {
 			err = ec.Drain(s)
 		}
-		s.borrow() // what follows, and the exchange's end, read the buffer
-		cc.nonblock = false
-		switch {
-		case errors.Is(err, evloop.ErrNotWatched):
-			// Nothing was read (no descriptor for the watch, say): the
-			// goroutine watches again, and the drain goes on without.
-			x.p.log.Debug().Err(err).Msg("the event loop cannot watch the client; a goroutine does")
-			peer = nil
-			x.watch.start(x.client, x.goneFn)
-			continue
-		case errors.Is(err, evloop.ErrPeerGone):
-			x.gone.Store(true) // as the watcher's clientGone: readFailed blames the client
+		if done, res := x.afterDrain(err, cc); done {
+			return s.total, res
 		}
-		if len(cc.backlog) > 0 {
-			x.armWrite() // the writes that wait for the client
-			ferr := cc.flushBacklog()
-			resumed = time.Now()
-			if ferr != nil {
-				x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)
-				return s.total, ferr
-			}
-		}
-		switch {
-		case s.finished:
-			if x.endLater {
-				x.end(nil, record.BlameNone) // the client has it all now
-			}
-			return s.total, s.res
-		case err == errBacklog:
-			continue
-		case isTimeout(err) && !x.gone.Load() && !x.cut.Load() && time.Since(later(s.lastByte, resumed)) < idle:
-			continue // the deadline was set before the last byte came
-		}
-		// The engine's side failed: the client gets the tail of a partial
-		// event the tap was holding back, as pass gives it at a body's end.
-		if x.strip && x.measure && !x.gone.Load() {
-			x.out = x.out[:0]
-			x.flushHeld()
-			if len(x.out) > 0 {
-				x.armWrite()
-				n, _ := w.Write(x.out)
-				s.total += int64(n)
-			}
-			x.shrinkOut()
-		}
-		return s.total, x.readFailed(err)
 	}
+}
+
+// startLoop readies the exchange for the loop to pass its body on to w:
+// what came with the response head is in br already, passed on from the
+// goroutine first (s.run), with writes that wait under the idle timeout.
+func (x *exchange) startLoop(w io.Writer, ec *evloop.Conn, cc *clientConn) *loopSink {
+	s := &x.sink
+	*s = loopSink{x: x, w: w, cc: cc, lastByte: time.Now()}
+	x.src.feeding = true
+	x.at = x.p.clock.At(ec.Arrived())
+	x.armWrite()
+	return s
+}
+
+// stopLoop ends what startLoop began.
+func (x *exchange) stopLoop() {
+	x.src.feeding, x.src.feed, x.src.eof = false, nil, false
+	x.sink = loopSink{}
+	x.peer = nil
+}
+
+// beforeDrain readies a drain: its read deadline an idle timeout after the
+// last byte (or after the client took the last backlog), and client writes
+// that never wait.
+func (x *exchange) beforeDrain(ec *evloop.Conn, cc *clientConn) {
+	_ = ec.SetReadDeadline(later(x.sink.lastByte, x.resumed).Add(x.p.cfg.IdleTimeout))
+	// The loop's writes never wait, so no deadline applies to them.
+	x.disarmWrite()
+	cc.nonblock = true
+}
+
+// afterDrain takes over from a drain that ended with err, on a goroutine
+// of the proxy's: the backlog a slow client left is written, waiting for
+// it; a drain the client's backlog or a deadline set before the last byte
+// ended goes on (done false); else the body is over, or failed, and res
+// is WriteTo's result.
+func (x *exchange) afterDrain(err error, cc *clientConn) (done bool, res error) {
+	s := &x.sink
+	idle := x.p.cfg.IdleTimeout
+	s.borrow() // what follows, and the exchange's end, read the buffer
+	cc.nonblock = false
+	switch {
+	case errors.Is(err, evloop.ErrNotWatched):
+		// Nothing was read (no descriptor for the watch, say): the
+		// goroutine watches again, and the drain goes on without.
+		x.p.log.Debug().Err(err).Msg("the event loop cannot watch the client; a goroutine does")
+		x.peer = nil
+		x.watch.start(x.client, x.goneFn)
+		return false, nil
+	case errors.Is(err, evloop.ErrPeerGone):
+		x.gone.Store(true) // as the watcher's clientGone: readFailed blames the client
+	}
+	if len(cc.backlog) > 0 {
+		x.armWrite() // the writes that wait for the client
+		ferr := cc.flushBacklog()
+		x.resumed = time.Now()
+		if ferr != nil {
+			x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)
+			return true, ferr
+		}
+	}
+	switch {
+	case s.finished:
+		if x.endLater {
+			x.end(nil, record.BlameNone) // the client has it all now
+		}
+		return true, s.res
+	case err == errBacklog:
+		return false, nil
+	case isTimeout(err) && !x.gone.Load() && !x.cut.Load() && time.Since(later(s.lastByte, x.resumed)) < idle:
+		return false, nil // the deadline was set before the last byte came
+	}
+	// The engine's side failed: the client gets the tail of a partial
+	// event the tap was holding back, as pass gives it at a body's end.
+	if x.strip && x.measure && !x.gone.Load() {
+		x.out = x.out[:0]
+		x.flushHeld()
+		if len(x.out) > 0 {
+			x.armWrite()
+			n, _ := s.w.Write(x.out)
+			s.total += int64(n)
+		}
+		x.shrinkOut()
+	}
+	return true, x.readFailed(err)
 }
 
 func later(a, b time.Time) time.Time {

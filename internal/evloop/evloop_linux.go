@@ -514,7 +514,16 @@ type Conn struct {
 	watch    atomic.Uint32 // the number of the peer watch of the drain running (see watchPeer)
 	sink     Sink          // the drain's, used by whoever owns the reads
 	done     chan error    // a drain's result, sent by the loop
-	arrived  time.Time     // of the last Read's bytes
+	// An asynchronous drain's (DrainAsync): async says one runs, then
+	// what ends it: onDone, called by the loop, the peer's watch, stopped
+	// by the loop, and the timer of the read deadline, which nobody waits
+	// out (tmu guards timer against SetReadDeadline's re-arming).
+	async   atomic.Bool
+	onDone  func(error)
+	pw      *peerWatch
+	tmu     sync.Mutex
+	timer   *time.Timer
+	arrived time.Time // of the last Read's bytes
 
 	rd, wr side
 }
@@ -685,9 +694,27 @@ func (c *Conn) event(gen int32, ev uint32, buf []byte) (read, woke bool) {
 	return false, woke
 }
 
-// finish ends the drain the loop owns, handing the reads back.
+// finish ends the drain the loop owns, handing the reads back: to the
+// goroutine waiting in Drain, or, for DrainAsync's, to whatever its done
+// starts (done is called last, on the loop's goroutine).
 func (c *Conn) finish(err error) {
 	c.sink = nil
+	if c.async.Load() {
+		done, w := c.onDone, c.pw
+		c.onDone, c.pw = nil, nil
+		c.tmu.Lock()
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.tmu.Unlock()
+		if w != nil {
+			w.stop()
+		}
+		c.async.Store(false)
+		c.draining.Store(false)
+		done(err)
+		return
+	}
 	c.draining.Store(false)
 	c.done <- err
 }
@@ -791,6 +818,94 @@ func (c *Conn) drain(s Sink, peer syscall.RawConn) error {
 		case <-tc:
 		}
 	}
+}
+
+// DrainAsync is Drain without the wait: no goroutine is parked while the
+// loop reads. It reads what is there at once, on the caller's goroutine,
+// and reports ended, with the drain's error, when that ended the stream
+// (done is not called then). Otherwise the loop owns the reads, and calls
+// done once, on its goroutine, when the stream ends, a read fails, the
+// read deadline passes, peer's other end leaves (ErrPeerGone, as
+// DrainWatching; peer may be nil) or c is closed; done must not block (it
+// hands on to another goroutine), and the reads are the caller's again
+// when it is called. A watch that cannot be set up ends the drain at
+// once with an error wrapping ErrNotWatched, having read nothing.
+func (c *Conn) DrainAsync(s Sink, peer syscall.RawConn, done func(error)) (ended bool, err error) {
+	if c.rd.expired() {
+		return true, c.opErr("read", os.ErrDeadlineExceeded)
+	}
+	if !c.enter() {
+		return true, c.opErr("read", net.ErrClosed)
+	}
+	var w *peerWatch
+	if peer != nil {
+		if w, err = c.watchPeer(peer); err != nil {
+			c.exit()
+			return true, err
+		}
+	}
+	c.sink = s
+	bp := drainBufs.Get().(*[]byte)
+	end, err := c.readAll(*bp, true)
+	drainBufs.Put(bp)
+	if end {
+		c.sink = nil
+		if w != nil {
+			w.stop()
+		}
+		c.exit()
+		return true, err
+	}
+	gen := c.drainGen.Add(1)
+	c.onDone, c.pw = done, w
+	c.async.Store(true)
+	c.armDeadline()
+	c.draining.Store(true)
+	if w != nil {
+		w.rearm() // as in drain: an end that came before now is reported again
+	}
+	c.exit()
+	c.l.post(request{c: c, kind: reqTake, drain: gen})
+	return false, nil
+}
+
+// armDeadline sets the timer of an asynchronous drain to its read
+// deadline (none: stopped).
+func (c *Conn) armDeadline() {
+	d := c.rd.get()
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	switch {
+	case d.IsZero():
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+	case c.timer == nil:
+		c.timer = time.AfterFunc(time.Until(d), c.expire)
+	default:
+		c.timer.Reset(time.Until(d))
+	}
+}
+
+// expire ends the asynchronous drain running, if its read deadline has
+// passed (a timer of an earlier drain that fires late ends nothing).
+func (c *Conn) expire() {
+	if !c.async.Load() || !c.draining.Load() {
+		return
+	}
+	gen := c.drainGen.Load()
+	d := c.rd.get()
+	if left := time.Until(d); d.IsZero() || left > 0 {
+		if !d.IsZero() {
+			c.tmu.Lock()
+			if c.timer != nil {
+				c.timer.Reset(left)
+			}
+			c.tmu.Unlock()
+		}
+		return
+	}
+	c.l.post(request{c: c, kind: reqEnd, drain: gen, err: c.opErr("read", os.ErrDeadlineExceeded)})
 }
 
 // Alive says whether an idle connection is still open: nothing, not even a
@@ -926,13 +1041,18 @@ func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 // SetDeadline sets both directions' deadlines; a time in the past wakes a
 // blocked Read, Write or Drain at once.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.rd.set(t)
 	c.wr.set(t)
-	return nil
+	return c.SetReadDeadline(t)
 }
 
 // SetReadDeadline sets the deadline of Read and Drain.
-func (c *Conn) SetReadDeadline(t time.Time) error { c.rd.set(t); return nil }
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.rd.set(t)
+	if c.async.Load() {
+		c.armDeadline()
+	}
+	return nil
+}
 
 // SetWriteDeadline sets the deadline of Write.
 func (c *Conn) SetWriteDeadline(t time.Time) error { c.wr.set(t); return nil }

@@ -34,3 +34,7 @@ func (*Conn) SetWriteDeadline(time.Time) error { return ErrUnsupported }
 func (*Conn) Sent() (time.Time, bool)          { return time.Time{}, false }
 
 func (*Conn) DrainWatching(Sink, syscall.RawConn) error { return ErrUnsupported }
+
+func (*Conn) DrainAsync(Sink, syscall.RawConn, func(error)) (bool, error) {
+	return true, ErrUnsupported
+}

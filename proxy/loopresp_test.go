@@ -1,0 +1,239 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokentap/tokentap/fixtures"
+	"github.com/tokentap/tokentap/internal/evloop"
+	"github.com/tokentap/tokentap/record"
+)
+
+// requestText is one HTTP/1.1 request's text for a raw connection.
+func requestText(addr, body string, hdr ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", addr, len(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", hdr[i], hdr[i+1])
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	return b.String()
+}
+
+// readAnswer reads one response off br and checks it is a whole answer:
+// a stream's tokens events and its [DONE], or a JSON completion.
+func readAnswer(t *testing.T, br *bufio.Reader, stream bool, tokens int) *http.Response {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading a response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading a response's body: %v (%d bytes)", err, len(body))
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if stream {
+		if n := strings.Count(string(body), `{"content":"`); n != tokens || !strings.Contains(string(body), "data: [DONE]") {
+			t.Fatalf("a stream of %d content events (want %d) and [DONE] %v:\n%s", n, tokens, strings.Contains(string(body), "[DONE]"), body)
+		}
+		if te := resp.TransferEncoding; len(te) != 1 || te[0] != "chunked" {
+			t.Fatalf("a stream's framing %v, want chunked", te)
+		}
+	} else if !strings.Contains(string(body), `"choices"`) {
+		t.Fatalf("not a completion: %s", body)
+	}
+	return resp
+}
+
+// TestOpenStreamsHoldNoGoroutine: a stream the event loop passes on holds
+// no goroutine (nor fasthttp's RequestCtx and writer, which live with the
+// goroutine serving the connection) while it waits for the engine's next
+// event; the connection goes back to the server at the stream's end and
+// serves the client's next request. Passing streams on from fasthttp's
+// goroutine, each open stream held one: 64 over the count before.
+func TestOpenStreamsHoldNoGoroutine(t *testing.T) {
+	if !evloop.Supported {
+		t.Skip("no event loop on this platform: streams are passed on from fasthttp's goroutine")
+	}
+	m := fixtures.DefaultModel()
+	m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 100*time.Millisecond, 0, 0
+	e := fixtures.StartTest(t, m)
+	h := startProxy(t, e.URL(), nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	const n, tokens = 64, 80
+	// Every pool, loop and worker started, then idle.
+	if _, _, err := do(t, "POST", h.url+"/v1/chat/completions", chatBody(m.Name, 1, true, "")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	g0 := proxyGoroutines()
+	conns := make([]net.Conn, n)
+	readers := make([]*bufio.Reader, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, requestText(addr, chatBody(m.Name, tokens, true, ""))); err != nil {
+			t.Fatal(err)
+		}
+		conns[i], readers[i] = c, bufio.NewReader(c)
+	}
+	// Every stream's head is out (so its handler has returned).
+	for i, br := range readers {
+		conns[i].SetReadDeadline(time.Now().Add(10 * time.Second))
+		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+			t.Fatalf("stream %d: %q, %v", i, line, err)
+		}
+	}
+	// The streams go on for 8 s; what waits for the next request after one
+	// ended runs the proxy's code again.
+	held := 0
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		held = proxyGoroutines() - g0
+		if held <= n/4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if held > n/4 {
+		t.Fatalf("%d open streams hold %d goroutines (want none)", n, held)
+	}
+	for i, br := range readers {
+		resp, err := http.ReadResponse(bufio.NewReader(io.MultiReader(strings.NewReader("HTTP/1.1 200 OK\r\n"), br)), nil)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || strings.Count(string(body), `{"content":"`) != tokens {
+			t.Fatalf("stream %d: %v, %d content events of %d", i, err, strings.Count(string(body), `{"content":"`), tokens)
+		}
+	}
+	// Each connection is the server's again: its next request is served.
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, requestText(addr, chatBody(m.Name, 2, true, ""))); err != nil {
+			t.Fatalf("connection %d after its stream: %v", i, err)
+		}
+	}
+	for _, br := range readers {
+		readAnswer(t, br, true, 2)
+	}
+	for _, r := range h.waitRecords(t, 1+2*n) {
+		if r.Outcome != record.OK {
+			t.Fatalf("record %s: %s", r.Outcome, r.Error)
+		}
+	}
+}
+
+// TestPipelinedBehindAStream: requests a client pipelines behind a stream,
+// in the same write (so in fasthttp's reader when the stream leaves it) or
+// during the stream (in the socket), are answered after it, in order, on
+// the same connection.
+func TestPipelinedBehindAStream(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	model := e.Model().Name
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	type ask struct {
+		stream bool
+		tokens int
+	}
+	asks := []ask{{true, 12}, {false, 5}, {true, 3}, {true, 7}}
+	var b strings.Builder
+	for _, a := range asks[:3] {
+		b.WriteString(requestText(addr, chatBody(model, a.tokens, a.stream, "")))
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	readAnswer(t, br, asks[0].stream, asks[0].tokens)
+	readAnswer(t, br, asks[1].stream, asks[1].tokens)
+	// The fourth, sent while the third streams.
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, requestText(addr, chatBody(model, asks[3].tokens, asks[3].stream, ""))); err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || strings.Count(string(body), `{"content":"`) != asks[2].tokens {
+		t.Fatalf("third answer: %v\n%s", err, body)
+	}
+	readAnswer(t, br, asks[3].stream, asks[3].tokens)
+	recs := h.waitRecords(t, len(asks))
+	for i, r := range recs {
+		if r.Outcome != record.OK || r.MaxTokens != asks[i].tokens {
+			t.Fatalf("record %d: %s, %d tokens asked (want ok, %d): %s", i, r.Outcome, r.MaxTokens, asks[i].tokens, r.Error)
+		}
+	}
+}
+
+// TestStreamConnectionClose: a client that asks to close after its
+// request gets the stream whole, told so in the head, then the close.
+func TestStreamConnectionClose(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, requestText(addr, chatBody(e.Model().Name, 6, true, ""), "Connection", "close")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	if resp := readAnswer(t, br, true, 6); !resp.Close {
+		t.Fatalf("head without Connection: close: %v", resp.Header)
+	}
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the stream: %d bytes, %v; want the connection closed", n, err)
+	}
+	if r := h.waitRecords(t, 1)[0]; r.Outcome != record.OK {
+		t.Fatalf("record %s: %s", r.Outcome, r.Error)
+	}
+}
+
+// proxyGoroutines counts the goroutines running the proxy's code (the
+// fake engine runs in the test's process too).
+func proxyGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "tokentap/proxy.") && !strings.Contains(g, "tokentap/proxy.proxyGoroutines") &&
+			!strings.Contains(g, "tokentap/proxy.Test") {
+			count++
+		}
+	}
+	return count
+}
