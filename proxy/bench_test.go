@@ -53,10 +53,7 @@ import (
 // TOKENTAP_BENCH_PROXY_GOMAXPROCS to run the proxy with that GOMAXPROCS).
 func BenchmarkPassThrough(b *testing.B) {
 	env := newBenchEnv(b)
-	paths := []benchPath{{"direct", env.fake, nil}, {"tokentap", env.proxy, []int{env.proxyPID}}}
-	if env.nginx != "" {
-		paths = append(paths, benchPath{"nginx", env.nginx, env.nginxPIDs})
-	}
+	paths := env.paths()
 
 	// Each scenario is one sub-benchmark reporting every path, metric names
 	// prefixed with the path. The machine is shared: rounds alternate the
@@ -135,15 +132,38 @@ func BenchmarkPassThrough(b *testing.B) {
 		}
 		b.ReportMetric(0, "ns/op")
 	})
-	b.Run("open=1024", func(b *testing.B) {
-		env.engine.SetModel(benchModel(100 * time.Millisecond))
-		for i := 0; i < b.N; i++ {
-			for _, p := range paths[1:] {
-				b.ReportMetric(env.memoryPerStream(b, p.url, 1024, p.pids), p.name+"_KiB/stream")
-			}
+	// Memory per open stream, in processes of their own (what a process
+	// freed stays resident, so an earlier measurement's peak would hide
+	// the next one's growth): 1,024 streams opened at once, where the
+	// burst's requests being read and handled at the same time weigh as
+	// much as the streams, and in batches of 64, each opened once the one
+	// before is streaming: what open streams themselves hold.
+	for _, batch := range []int{0, 64} {
+		name := "open=1024"
+		if batch > 0 {
+			name += fmt.Sprintf("/by=%d", batch)
 		}
-		b.ReportMetric(0, "ns/op")
-	})
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				fresh := startBenchEnv(b, env.pinned, false)
+				fresh.engine.SetModel(benchModel(100 * time.Millisecond))
+				for _, p := range fresh.paths()[1:] {
+					b.ReportMetric(fresh.memoryPerStream(b, p.url, 1024, batch, p.pids), p.name+"_KiB/stream")
+				}
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// paths are the ways to the engine: direct, through tokentap, through
+// nginx where it is installed.
+func (env *benchEnv) paths() []benchPath {
+	paths := []benchPath{{"direct", env.fake, nil}, {"tokentap", env.proxy, []int{env.proxyPID}}}
+	if env.nginx != "" {
+		paths = append(paths, benchPath{"nginx", env.nginx, env.nginxPIDs})
+	}
+	return paths
 }
 
 type benchPath struct {
@@ -240,8 +260,16 @@ func (s *swappableEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	env := &benchEnv{engine: &swappableEngine{}, pinned: benchcpu.Pinnable()}
-	if env.pinned {
+	return startBenchEnv(b, benchcpu.Pinnable(), true)
+}
+
+// startBenchEnv starts the engine, the proxy and nginx; pinned places the
+// proxies on CPU 1, and pin pins this process to CPU 0 (once: a fresh
+// environment inside a benchmark that pinned already does not).
+func startBenchEnv(b *testing.B, pinned, pin bool) *benchEnv {
+	b.Helper()
+	env := &benchEnv{engine: &swappableEngine{}, pinned: pinned}
+	if pinned && pin {
 		// The fake engine and the clients (this process) on CPU 0, the
 		// proxy under test on CPU 1: what a proxy adds is then its own
 		// work and wake-ups, not its fight for a core with the load.
@@ -499,9 +527,10 @@ func (env *benchEnv) run(b *testing.B, url string, n, tokens int, pids []int) ru
 	return r
 }
 
-// memoryPerStream opens n slow streams through url and returns the growth
-// of the processes' resident memory per open stream, in KiB.
-func (env *benchEnv) memoryPerStream(b *testing.B, url string, n int, pids []int) float64 {
+// memoryPerStream opens n slow streams through url, all at once or batch
+// at a time, and returns the growth of the processes' resident memory per
+// open stream, in KiB.
+func (env *benchEnv) memoryPerStream(b *testing.B, url string, n, batch int, pids []int) float64 {
 	env.run(b, url, 16, 5, nil)
 	time.Sleep(200 * time.Millisecond)
 	idle := rssKiB(pids)
@@ -511,6 +540,9 @@ func (env *benchEnv) memoryPerStream(b *testing.B, url string, n int, pids []int
 	var done sync.WaitGroup
 	body := `{"model":"fake-4b","messages":[{"role":"user","content":"bench"}],"max_tokens":2000,"ignore_eos":true,"stream":true}`
 	for i := 0; i < n; i++ {
+		if batch > 0 && i > 0 && i%batch == 0 {
+			opened.Wait() // the streams before are open: a batch's request handling is over
+		}
 		opened.Add(1)
 		done.Add(1)
 		go func() {

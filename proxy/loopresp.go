@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"strconv"
@@ -39,6 +40,9 @@ func (x *exchange) loopServer(resp *fasthttp.Response) *fasthttp.Server {
 	if len(resp.Header.Peek(fasthttp.HeaderTrailer)) > 0 {
 		return nil // trailers are fasthttp's to write after the last chunk
 	}
+	if x.bodyInHand() {
+		return nil // nothing to wait for: fasthttp's goroutine passes it on at once
+	}
 	x.mu.Lock()
 	ec, _ := x.conn.(*evloop.Conn)
 	x.mu.Unlock()
@@ -54,6 +58,23 @@ func (x *exchange) loopServer(resp *fasthttp.Response) *fasthttp.Server {
 	x.ec = ec
 	return srv
 }
+
+// bodyInHand says whether the whole body came with the head (a short
+// stream): a chunked body whose read bytes end with the last chunk. Such a
+// stream waits for nothing, and leaving fasthttp would cost more (a
+// goroutine started for the hijack, the connection handed back) than it
+// saves. A body that only looks ended is passed on the other way, as
+// correctly.
+func (x *exchange) bodyInHand() bool {
+	if x.body.frame != frameChunked || x.br == nil {
+		return false
+	}
+	buf, _ := x.br.Peek(x.br.Buffered())
+	return bytes.HasSuffix(buf, lastChunkAfterData) || string(buf) == string(lastChunk)
+}
+
+// lastChunkAfterData is a chunked body's end after a chunk's data.
+var lastChunkAfterData = []byte("\r\n0\r\n\r\n")
 
 // respondOnLoop ends the handler for a stream passed on from the loop: the
 // head is made as fasthttp would write it (chunked; Connection: close

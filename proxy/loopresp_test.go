@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -236,4 +238,48 @@ func proxyGoroutines() int {
 		}
 	}
 	return count
+}
+
+// TestCloseCutsLoopStreams: a stream the loop passes on has left the
+// server, whose shutdown does not wait for it; the proxy's Close still
+// does, and when its context ends first it cuts the stream, keeps its
+// record, and says why: a cancelled context (a second Ctrl-C) returns
+// context.Canceled, a deadline (--shutdown-timeout) nil.
+func TestCloseCutsLoopStreams(t *testing.T) {
+	for _, cancelled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cancelled=%v", cancelled), func(t *testing.T) {
+			m := fixtures.DefaultModel()
+			m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 50*time.Millisecond, 0, 0
+			e := fixtures.StartTest(t, m)
+			h := startProxy(t, e.URL(), nil)
+			addr := strings.TrimPrefix(h.url, "http://")
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go io.Copy(io.Discard, c)
+			if _, err := io.WriteString(c, requestText(addr, chatBody(m.Name, 1000, true, ""))); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); h.p.Open() == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the stream never opened")
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if cancelled {
+				ctx, cancel = context.WithCancel(context.Background())
+				go func() { time.Sleep(200 * time.Millisecond); cancel() }()
+			}
+			err = h.p.Close(ctx)
+			if want := error(nil); cancelled && !errors.Is(err, context.Canceled) || !cancelled && err != want {
+				t.Fatalf("Close: %v (cancelled: %v)", err, cancelled)
+			}
+			if r := h.waitRecords(t, 1)[0]; r.Outcome != record.Broken || r.Blame != record.BlameTokentap {
+				t.Fatalf("record %s, blame %s: %s", r.Outcome, r.Blame, r.Error)
+			}
+		})
+	}
 }

@@ -447,6 +447,12 @@ func (p *Proxy) Close(ctx context.Context) error {
 	for p.active.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
+	if err == nil && p.active.Load() > 0 {
+		// Open requests outlived ctx (the server's shutdown does not wait
+		// for the streams the loop passes on, which left it): they are
+		// cut below, and ctx says why.
+		err = ctx.Err()
+	}
 	// A request whose body is still arriving has not reached the handler:
 	// it is cut here, answered 503 and recorded (clientError).
 	serving := map[net.Conn]bool{}
