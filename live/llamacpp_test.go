@@ -136,7 +136,7 @@ func proxyRates(t *testing.T, upstream string) {
 	pd := startProxied(t, upstream)
 	client := openai.NewClient(option.WithBaseURL(pd.url+"/v1/"), option.WithAPIKey("sk-live"), option.WithMaxRetries(0))
 	for i := range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), requestGuard)
 		st := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
 			Model:         "tiny",
 			Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage(modelCfg.Text(10000, uint64(100+i)))},

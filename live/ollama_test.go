@@ -193,7 +193,7 @@ func stream(t *testing.T, base, model, prompt string, maxTokens int) record.Reco
 	c := replay.NewConn(tgt, record.NewClock())
 	defer c.Close()
 	rec := record.Record{ID: "live", Stream: true, MaxTokens: maxTokens}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), requestGuard)
 	defer cancel()
 	c.Do(ctx, body, &rec)
 	return rec

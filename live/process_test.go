@@ -16,6 +16,12 @@ import (
 	"time"
 )
 
+// requestGuard bounds one request to a real engine: a guard against a
+// hang (go test's -timeout would name no request), not a bound on speed.
+// A CPU engine on a loaded machine decodes 1,900 tokens in seconds or in
+// minutes (vLLM's took over two with the suite's other stages beside it).
+const requestGuard = 15 * time.Minute
+
 // server is an engine process started for a test, on 127.0.0.1.
 type server struct {
 	name string

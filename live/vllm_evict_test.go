@@ -64,7 +64,7 @@ func vllmSend(url, prompt string, n, maxTokens int) (promptTokens, cached int, e
 		prompt = modelCfg.Text(n, vllmSeeds.Add(1))
 	}
 	b, _ := json.Marshal(map[string]any{"model": vllmModel, "prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), requestGuard)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")

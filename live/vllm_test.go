@@ -253,7 +253,7 @@ func sum(m engines.Metrics, name string) float64 {
 func post(t *testing.T, url string, body any) (int, []byte) {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), requestGuard)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
