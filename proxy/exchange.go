@@ -59,7 +59,6 @@ type exchange struct {
 	lhead     []byte
 	chunks    chunkWriter
 	drainedFn func(error)
-	hijackFn  func(net.Conn)
 }
 
 // xstate is what one request sets in its exchange. put resets it by
@@ -95,7 +94,8 @@ type xstate struct {
 	// connection, fasthttp's hijacked one and its server, and whether the
 	// client's connection closes after it.
 	ec         *evloop.Conn
-	hj         net.Conn
+	hj         net.Conn        // fasthttp's hijacked connection, once hold gave it
+	hold       <-chan net.Conn // fasthttp's hijack goroutine sends its connection
 	srv        *fasthttp.Server
 	closeAfter bool
 
@@ -116,7 +116,6 @@ func (p *Proxy) getExchange() *exchange {
 	x.pieceFn = x.piece
 	x.scrubFn = func(s string) string { return scrubSecrets(s, &x.req.Header) }
 	x.drainedFn = x.drained
-	x.hijackFn = x.onLoop
 	return x
 }
 

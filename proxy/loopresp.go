@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -21,15 +22,19 @@ import (
 // whole life: 13-14 KiB of every open stream, most of what it costs beyond
 // nginx (BenchmarkOpenStreamParts). So a stream whose client is a plain TCP
 // connection and whose engine connection an event loop reads leaves
-// fasthttp after its head: the handler hijacks the connection, the proxy
-// writes the head and the chunked body itself, drains the engine without a
-// wait (evloop's DrainAsync), and when the body ends hands the connection
-// back to fasthttp (Server.ServeConn) for its next request, as fasthttp's
-// own loop would have gone on, or closes it where fasthttp would have.
+// fasthttp after its head: the handler hijacks the connection (fasthttp
+// writes nothing), writes the head and what came with it, and hands the
+// engine's reads to the loop without a wait (evloop's DrainAsync); the
+// loop passes each event on, framed as a chunk by the proxy, and when a
+// drain ends a goroutine takes over (resume) for a slow client, the body's
+// end or its failure. At the end the connection waits for its next
+// request as fasthttp keeps one alive (keepAlive), then goes back to the
+// server (Server.ServeConn), or is closed where fasthttp would have.
 //
 // Everything else (TLS clients, bodies of known length, HTTP/1.0 clients,
-// engines on TLS or Unix sockets, a proxy served by someone else's
-// fasthttp.Server) goes the way fasthttp streams a body (WriteTo).
+// streams whose whole body came with the head, engines on TLS or Unix
+// sockets, a proxy served by someone else's fasthttp.Server) goes the way
+// fasthttp streams a body (WriteTo).
 
 // loopServer returns the server to hand the client's connection back to
 // when the response can be passed on from the loop, else nil.
@@ -76,10 +81,12 @@ func (x *exchange) bodyInHand() bool {
 // lastChunkAfterData is a chunked body's end after a chunk's data.
 var lastChunkAfterData = []byte("\r\n0\r\n\r\n")
 
-// respondOnLoop ends the handler for a stream passed on from the loop: the
-// head is made as fasthttp would write it (chunked; Connection: close
-// where the client asked or the proxy shuts down), and the connection is
-// hijacked, fasthttp writing nothing; onLoop goes on.
+// respondOnLoop passes a stream on from the loop, from the handler: the
+// head, made as fasthttp would write it (chunked; Connection: close where
+// the client asked or the proxy shuts down), what came with it, and the
+// first drain. The connection is hijacked, so fasthttp writes nothing;
+// its hijack goroutine only says when fasthttp is done with the
+// connection (hijacked), which whatever follows the first drain waits for.
 func (x *exchange) respondOnLoop(ctx *fasthttp.RequestCtx, srv *fasthttp.Server) {
 	resp := &ctx.Response
 	resp.Header.SetContentLength(-1)
@@ -89,22 +96,19 @@ func (x *exchange) respondOnLoop(ctx *fasthttp.RequestCtx, srv *fasthttp.Server)
 	}
 	x.lhead = resp.Header.AppendBytes(x.lhead[:0])
 	x.srv = srv
+	hold := make(chan net.Conn, 1)
+	x.hold = hold
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(x.hijackFn)
-}
-
-// onLoop runs on the goroutine fasthttp starts for the hijacked
-// connection (hj reads through fasthttp's reader, which may hold a
-// pipelined request): the head, what came with it, and the drain.
-func (x *exchange) onLoop(hj net.Conn) {
-	if h, ok := x.onLoopSafely(hj); ok {
-		h.run()
+	ctx.Hijack(func(c net.Conn) { hold <- c })
+	if h, ended := x.startOnLoop(); ended {
+		// The body ended already: what becomes of the connection waits for
+		// fasthttp, which goes on once this handler returns.
+		go h.run()
 	}
 }
 
-func (x *exchange) onLoopSafely(hj net.Conn) (h handback, ended bool) {
+func (x *exchange) startOnLoop() (h handback, ended bool) {
 	defer x.loopRecover(&h, &ended)
-	x.hj = hj
 	cc := x.client.(*clientConn)
 	x.armWrite()
 	_, err := cc.write(x.lhead)
@@ -123,6 +127,31 @@ func (x *exchange) onLoopSafely(hj net.Conn) (h handback, ended bool) {
 	// The loop watches the client from here (see writeToLoop).
 	x.peer = x.watch.handOver()
 	return x.drainOn(cc)
+}
+
+// hijackWait bounds the wait for fasthttp's hijack goroutine, which runs
+// once the handler returned unless the connection failed meanwhile.
+const hijackWait = 5 * time.Second
+
+// hijacked waits until fasthttp is done with the client's connection (its
+// hijack goroutine ran), and reports whether it was.
+func hijacked(hj *net.Conn, hold <-chan net.Conn) bool {
+	if *hj != nil {
+		return true
+	}
+	select {
+	case *hj = <-hold:
+		return true
+	default:
+	}
+	t := time.NewTimer(hijackWait)
+	defer t.Stop()
+	select {
+	case *hj = <-hold:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // drainOn hands the engine's reads to the loop until a drain stays there
@@ -152,6 +181,12 @@ func (x *exchange) resume(err error) {
 
 func (x *exchange) resumeSafely(err error) (h handback, ended bool) {
 	defer x.loopRecover(&h, &ended)
+	if !hijacked(&x.hj, x.hold) {
+		// fasthttp never let the connection go (it failed as the handler
+		// returned): the client is gone.
+		x.gone.Store(true)
+		err = errClientGone
+	}
 	cc := x.client.(*clientConn)
 	if done, res := x.afterDrain(err, cc); done {
 		return x.loopFinish(res), true
@@ -163,11 +198,21 @@ func (x *exchange) resumeSafely(err error) (h handback, ended bool) {
 var lastChunk = []byte("0\r\n\r\n")
 
 // loopFinish ends the exchange of a stream passed on from the loop, as
-// fasthttp ends one after WriteTo (CloseWithError: the record, the engine
-// connection back to its pool), and returns what becomes of the client's
-// connection. The exchange is pooled after it: nothing may touch it then.
+// fasthttp ends one after WriteTo: the last chunk when the body ended
+// whole (under an idle timeout's write deadline; before the record, so a
+// shutdown waits for it, and cuts it), then CloseWithError (the record,
+// the engine's connection back to its pool). It returns what becomes of
+// the client's connection. The exchange is pooled after it: nothing may
+// touch it then.
 func (x *exchange) loopFinish(res error) handback {
-	h := handback{p: x.p, cc: x.client.(*clientConn), hj: x.hj, srv: x.srv, last: res == nil, keep: res == nil && !x.closeAfter}
+	cc := x.client.(*clientConn)
+	h := handback{p: x.p, cc: cc, hj: x.hj, hold: x.hold, srv: x.srv, keep: res == nil && !x.closeAfter}
+	if res == nil {
+		x.armWrite()
+		if _, err := cc.write(lastChunk); err != nil {
+			h.keep = false
+		}
+	}
 	x.stopLoop()
 	_ = x.CloseWithError(res)
 	return h
@@ -197,28 +242,20 @@ func (x *exchange) loopRecover(h *handback, ended *bool) {
 }
 
 // handback is what becomes of a client's connection when a stream passed
-// on from the loop ended: the last chunk when the body ended whole, then
-// the connection back to the server for its next request, or closed.
+// on from the loop ended: back to the server for its next request, or
+// closed.
 type handback struct {
-	p          *Proxy
-	cc         *clientConn
-	hj         net.Conn
-	srv        *fasthttp.Server
-	last, keep bool
+	p    *Proxy
+	cc   *clientConn
+	hj   net.Conn
+	hold <-chan net.Conn
+	srv  *fasthttp.Server
+	keep bool
 }
 
 func (h handback) run() {
 	cc := h.cc
-	if h.last {
-		// A client that stopped reading is given up after the idle
-		// timeout; the next request on the connection clears it (take).
-		_ = cc.SetWriteDeadline(time.Now().Add(h.p.cfg.IdleTimeout))
-		cc.deadline = true
-		if _, err := cc.write(lastChunk); err != nil {
-			h.keep = false
-		}
-	}
-	if !h.keep || h.p.closing.Load() {
+	if !h.keep || h.p.closing.Load() || !hijacked(&h.hj, h.hold) {
 		_ = cc.Close()
 		return
 	}
@@ -226,16 +263,76 @@ func (h handback) run() {
 	// reader, which only the hijacked connection reads: it is read out
 	// (nothing waits: the socket's own bytes stay for the server) and
 	// served first.
-	if h.hj != nil {
-		pre, err := pipelined(h.hj, cc)
-		if err != nil {
-			h.p.log.Debug().Err(err).Msg("a pipelined request could not be read back; the client's connection is closed")
-			_ = cc.Close()
-			return
-		}
-		cc.pre = pre
+	pre, err := pipelined(h.hj, cc)
+	if err != nil {
+		h.p.log.Debug().Err(err).Msg("a pipelined request could not be read back; the client's connection is closed")
+		_ = cc.Close()
+		return
+	}
+	cc.pre = pre
+	// The connection waits for its next request here, as a kept-alive
+	// one (fasthttp's ServeConn would treat it as new: its first request
+	// under the read timeout, not the keep-alive one, and not idle to a
+	// shutdown for 5 s).
+	if len(pre) == 0 && !h.p.keepAlive(cc, h.srv) {
+		_ = cc.Close()
+		return
 	}
 	_ = h.srv.ServeConn(cc)
+}
+
+// keepAlive waits, as the server does between a connection's requests,
+// for the client's next request: it reports whether its first bytes came
+// before the server's idle timeout, the client's close or the proxy's
+// shutdown (which closes the connections waiting here).
+func (p *Proxy) keepAlive(cc *clientConn, srv *fasthttp.Server) bool {
+	p.liveMu.Lock()
+	if p.closing.Load() {
+		p.liveMu.Unlock()
+		return false
+	}
+	p.idle[cc] = struct{}{}
+	p.liveMu.Unlock()
+	defer func() {
+		p.liveMu.Lock()
+		delete(p.idle, cc)
+		p.liveMu.Unlock()
+	}()
+	d := srv.IdleTimeout
+	if d == 0 {
+		d = srv.ReadTimeout // as fasthttp's idle timeout
+	}
+	if d > 0 {
+		if err := cc.SetReadDeadline(time.Now().Add(d)); err != nil {
+			return false
+		}
+	}
+	var b [1]byte
+	got := false
+	err := cc.rc.Read(func(fd uintptr) bool {
+		n, err := peek(fd, b[:])
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
+			return false // nothing yet: wait until readable
+		case err == nil && n > 0:
+			got = true
+		}
+		return true // bytes, the client's close or an error
+	})
+	if err != nil || !got || p.closing.Load() {
+		return false
+	}
+	return cc.SetReadDeadline(time.Time{}) == nil
+}
+
+// closeIdle closes the connections waiting for their next request after a
+// stream (keepAlive): the proxy shuts down.
+func (p *Proxy) closeIdle() {
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	for cc := range p.idle {
+		_ = cc.Close()
+	}
 }
 
 // pipelined reads what the hijacked connection's reader holds beyond the

@@ -283,3 +283,62 @@ func TestCloseCutsLoopStreams(t *testing.T) {
 		})
 	}
 }
+
+// answeredThenIdle has one request answered whole on a new raw connection,
+// streamed or not, and returns the connection, idle, and its reader.
+func answeredThenIdle(t *testing.T, h *harness, model string, stream bool) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	addr := strings.TrimPrefix(h.url, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, requestText(addr, chatBody(model, 3, stream, ""))); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	readAnswer(t, br, stream, 3)
+	return c, br
+}
+
+// TestKeptAliveAfterAStream: a connection handed back after a stream
+// waits for its next request as any kept-alive one: under the keep-alive
+// timeout (closed after it, served before it, however much longer than
+// the read timeout of a new connection's first request that is), and
+// closed by a shutdown at once. Handed to the server as new, it was
+// closed at the read timeout, never closed with the read timeout off, and
+// held a shutdown up for 5 s, as the server counts a new connection idle
+// only after that.
+func TestKeptAliveAfterAStream(t *testing.T) {
+	m := fixtures.DefaultModel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			e := fixtures.StartTest(t, m)
+			short := startProxy(t, e.URL(), func(c *Config) { c.KeepAliveTimeout, c.ReadHeaderTimeout = 300*time.Millisecond, -1 })
+			_, br := answeredThenIdle(t, short, m.Name, stream)
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("idle past the keep-alive timeout (300 ms, no read timeout): %v, want the connection closed", err)
+			}
+
+			long := startProxy(t, e.URL(), func(c *Config) { c.KeepAliveTimeout, c.ReadHeaderTimeout = time.Minute, 300*time.Millisecond })
+			c, br := answeredThenIdle(t, long, m.Name, stream)
+			time.Sleep(time.Second)
+			if _, err := io.WriteString(c, requestText(strings.TrimPrefix(long.url, "http://"), chatBody(m.Name, 2, false, ""))); err != nil {
+				t.Fatal(err)
+			}
+			readAnswer(t, br, false, 2)
+
+			_, br = answeredThenIdle(t, long, m.Name, stream)
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			defer cancel()
+			if err := long.p.Close(ctx); err != nil || ctx.Err() != nil {
+				t.Errorf("Close with a connection idle: %v, its context %v (want it done before its 4 s)", err, ctx.Err())
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("the idle connection after Close: %v, want it closed", err)
+			}
+		})
+	}
+}

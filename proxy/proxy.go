@@ -166,8 +166,9 @@ type Proxy struct {
 	bodies *bodyBudget // request bodies arriving (bodies.go)
 
 	liveMu   sync.Mutex
-	open     map[*exchange]struct{} // the requests being served, for a shutdown's cut
-	draining atomic.Bool            // shutting down: /healthz says not ready
+	open     map[*exchange]struct{}   // the requests being served, for a shutdown's cut
+	idle     map[*clientConn]struct{} // connections waiting for their next request after a stream (keepAlive)
+	draining atomic.Bool              // shutting down: /healthz says not ready
 
 	exchanges sync.Pool
 
@@ -282,6 +283,7 @@ func New(cfg Config) (*Proxy, error) {
 		recDone:  make(chan struct{}),
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 		open:     map[*exchange]struct{}{},
+		idle:     map[*clientConn]struct{}{},
 		bodies:   newBodyBudget(cfg.MaxBodyMemory),
 	}
 	p.m.slo = cfg.SLO
@@ -437,6 +439,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 		return nil
 	}
 	p.draining.Store(true)
+	p.closeIdle()
 	p.mu.Lock()
 	srv := p.srv
 	p.mu.Unlock()

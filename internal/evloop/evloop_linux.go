@@ -389,6 +389,13 @@ func (l *loop) handle(r request, buf []byte) bool {
 	switch r.kind {
 	case reqTake:
 		if c.draining.Load() && c.drainGen.Load() == r.drain {
+			if c.async.Load() && c.pw != nil {
+				// The loop re-arms an asynchronous drain's watch, as drain's
+				// caller does its own: only while the drain is still the one
+				// running (its caller's re-arm could come after the drain
+				// ended and the next one watched again, and undo that watch).
+				c.pw.rearm()
+			}
 			if end, err := c.readAll(buf, true); end {
 				c.finish(err)
 				return true
@@ -859,12 +866,13 @@ func (c *Conn) DrainAsync(s Sink, peer syscall.RawConn, done func(error)) (ended
 	gen := c.drainGen.Add(1)
 	c.onDone, c.pw = done, w
 	c.async.Store(true)
-	c.armDeadline()
 	c.draining.Store(true)
-	if w != nil {
-		w.rearm() // as in drain: an end that came before now is reported again
-	}
+	// Armed once the drain is the loop's: a timer that fired before would
+	// have found no drain to end, and nothing would arm it again.
+	c.armDeadline()
 	c.exit()
+	// The loop re-arms the peer's watch (an end that came before now is
+	// reported again) and reads once more as it takes over.
 	c.l.post(request{c: c, kind: reqTake, drain: gen})
 	return false, nil
 }
