@@ -338,7 +338,8 @@ type clientConn struct {
 	// A request the client pipelined, read back from fasthttp's reader
 	// when a stream handed the connection back (loopresp.go): the next
 	// reads give it first.
-	pre []byte
+	pre   []byte
+	probe bool // Read reads nothing (pipelined looks past fasthttp's reader)
 }
 
 // Read reads as the *net.TCPConn would, by recvmsg, and notes when the
@@ -354,6 +355,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	}
 	if c.cut.Load() {
 		return 0, c.opErr("read", os.ErrDeadlineExceeded) // the shutdown's cut
+	}
+	if c.probe {
+		return 0, errProbe
 	}
 	if len(c.pre) > 0 {
 		n := copy(p, c.pre)
@@ -390,6 +394,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// errProbe ends a read of pipelined's: the socket is not read.
+var errProbe = errors.New("nothing read: the connection is being looked past")
 
 // errBareLF is a request head with a line ended by LF alone: RFC 9112
 // §2.2 lets a server refuse it, and fasthttp would wait for a CRLF until

@@ -336,21 +336,22 @@ func (p *Proxy) closeIdle() {
 }
 
 // pipelined reads what the hijacked connection's reader holds beyond the
-// request served, without waiting for the socket.
+// request served. Its reads reach the socket only when the reader is
+// empty, and then, the client connection's probe set, end at once, having
+// read nothing (no system call, no deadline to set and clear).
 func pipelined(hj net.Conn, cc *clientConn) ([]byte, error) {
-	if err := cc.SetReadDeadline(aLongTimeAgo); err != nil {
-		return nil, err
-	}
+	cc.probe = true
+	defer func() { cc.probe = false }()
 	var pre []byte
 	var buf [4096]byte
 	for {
 		n, err := hj.Read(buf[:])
 		pre = append(pre, buf[:n]...)
+		if len(pre) > maxPipelined {
+			return nil, fmt.Errorf("%d bytes pipelined, more than %d", len(pre), maxPipelined)
+		}
 		if err != nil || n == 0 {
-			if len(pre) > maxPipelined {
-				return nil, fmt.Errorf("%d bytes pipelined, more than %d", len(pre), maxPipelined)
-			}
-			return pre, cc.SetReadDeadline(time.Time{})
+			return pre, nil
 		}
 	}
 }
