@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -96,7 +97,7 @@ func (x *exchange) respondOnLoop(ctx *fasthttp.RequestCtx, srv *fasthttp.Server)
 	}
 	x.lhead = resp.Header.AppendBytes(x.lhead[:0])
 	x.srv = srv
-	hold := make(chan net.Conn, 1)
+	hold := x.p.releasing(x.client.(*clientConn))
 	x.hold = hold
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) { hold <- c })
@@ -129,29 +130,95 @@ func (x *exchange) startOnLoop() (h handback, ended bool) {
 	return x.drainOn(cc)
 }
 
-// hijackWait bounds the wait for fasthttp's hijack goroutine, which runs
-// once the handler returned unless the connection failed meanwhile.
+// hijackWait bounds the wait for fasthttp to let a hijacked connection
+// go, which it does at once once the handler returned, unless the
+// connection failed meanwhile.
 const hijackWait = 5 * time.Second
 
-// hijacked waits until fasthttp is done with the client's connection (its
-// hijack goroutine ran), and reports whether it was.
+// releasing readies what fasthttp gives when it lets cc go after the
+// handler (hijacked): its hijack goroutine sends the hijacked connection,
+// and its ConnState hook (connState) sends nil once the goroutine that
+// served cc has returned, its bookkeeping of cc done; a close instead
+// closes the channel.
+func (p *Proxy) releasing(cc *clientConn) chan net.Conn {
+	hold := make(chan net.Conn, 2)
+	p.liveMu.Lock()
+	p.held[cc] = hold
+	p.heldN.Store(int64(len(p.held)))
+	p.liveMu.Unlock()
+	return hold
+}
+
+// connState is the server's ConnState hook: the body budget's (bodies.go),
+// then what waits for a connection's state: fasthttp's release of a
+// hijacked one (releasing), the server's count of a handed-back one
+// (handIn).
+func (p *Proxy) connState(c net.Conn, state fasthttp.ConnState) {
+	p.bodies.connState(c, state)
+	if p.heldN.Load() == 0 && p.handingN.Load() == 0 {
+		return
+	}
+	cc, _ := c.(*clientConn)
+	if cc == nil {
+		return
+	}
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	if hold, ok := p.held[cc]; ok && (state == fasthttp.StateHijacked || state == fasthttp.StateClosed) {
+		delete(p.held, cc)
+		p.heldN.Store(int64(len(p.held)))
+		if state == fasthttp.StateHijacked {
+			hold <- nil
+		} else {
+			close(hold)
+		}
+	}
+	if _, ok := p.handing[cc]; ok && state != fasthttp.StateHijacked {
+		delete(p.handing, cc)
+		p.handingN.Store(int64(len(p.handing)))
+	}
+}
+
+// hijacked waits until fasthttp has let the client's connection go (both
+// its hijack goroutine and the goroutine that served the connection are
+// done with it: a connection handed back before that would meet the old
+// goroutine's bookkeeping), and reports whether it did. hj gets the
+// hijacked connection.
 func hijacked(hj *net.Conn, hold <-chan net.Conn) bool {
 	if *hj != nil {
 		return true
 	}
-	select {
-	case *hj = <-hold:
-		return true
-	default:
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	var conn net.Conn
+	for got := 0; got < 2; got++ {
+		var c net.Conn
+		var ok bool
+		select {
+		case c, ok = <-hold:
+		default:
+			if t == nil {
+				t = time.NewTimer(hijackWait)
+			}
+			select {
+			case c, ok = <-hold:
+			case <-t.C:
+				return false
+			}
+		}
+		if !ok {
+			return false // closed, not hijacked
+		}
+		if c != nil {
+			conn = c
+		}
 	}
-	t := time.NewTimer(hijackWait)
-	defer t.Stop()
-	select {
-	case *hj = <-hold:
-		return true
-	case <-t.C:
-		return false
-	}
+	*hj = conn
+	return conn != nil
 }
 
 // drainOn hands the engine's reads to the loop until a drain stays there
@@ -278,7 +345,42 @@ func (h handback) run() {
 		_ = cc.Close()
 		return
 	}
+	if !h.p.handIn(cc) {
+		_ = cc.Close()
+		return
+	}
 	_ = h.srv.ServeConn(cc)
+	h.p.handedIn(cc) // in case the server never counted it
+}
+
+// handIn notes a connection being handed back to the server, unless the
+// proxy shuts down: a shutdown waits until the server counts it (its
+// ConnState hook reports it active), so that the server's own shutdown
+// waits for it in turn, and nothing is served after Close returned.
+func (p *Proxy) handIn(cc *clientConn) bool {
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	if p.closing.Load() {
+		return false
+	}
+	p.handing[cc] = struct{}{}
+	p.handingN.Store(int64(len(p.handing)))
+	return true
+}
+
+func (p *Proxy) handedIn(cc *clientConn) {
+	p.liveMu.Lock()
+	delete(p.handing, cc)
+	p.handingN.Store(int64(len(p.handing)))
+	p.liveMu.Unlock()
+}
+
+// handedBack waits (until ctx is done) for the connections being handed
+// back to the server to be counted by it.
+func (p *Proxy) handedBack(ctx context.Context) {
+	for p.handingN.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // keepAlive waits, as the server does between a connection's requests,

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,5 +342,113 @@ func TestKeptAliveAfterAStream(t *testing.T) {
 				t.Errorf("the idle connection after Close: %v, want it closed", err)
 			}
 		})
+	}
+}
+
+// wholeBodyEngine answers every request at once, head and whole chunked
+// body in one write, its last chunk with an extension ("0;x=1"), so that
+// bodyInHand does not see the end: the stream goes to the loop and ends
+// inside the handler. It counts the requests it read.
+func wholeBodyEngine(t *testing.T, got *atomic.Int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+	answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0;x=1\r\n\r\n", len(event), event)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					got.Add(1)
+					if _, err := io.WriteString(c, answer); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestCloseWhileConnectionsComeBack: Close at any moment while clients'
+// connections are being handed back after their streams, with a request
+// pipelined behind each: once Close returned, no request reaches the
+// engine and every one it got has its record. A connection on its way
+// back was counted neither by the proxy nor by the server, whose shutdown
+// then returned, and served it after Close (in one round of 50-150).
+func TestCloseWhileConnectionsComeBack(t *testing.T) {
+	for round := range 60 {
+		var got atomic.Int64
+		h := startProxy(t, wholeBodyEngine(t, &got), func(c *Config) { c.NoInject = true })
+		addr := strings.TrimPrefix(h.url, "http://")
+		body := chatBody("m", 1, true, "")
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var answered atomic.Int64
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := io.WriteString(c, requestText(addr, body)+requestText(addr, body)); err != nil {
+						return
+					}
+					for range 2 {
+						resp, err := http.ReadResponse(br, nil)
+						if err != nil {
+							return
+						}
+						if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+							return
+						}
+						answered.Add(1)
+					}
+				}
+			}()
+		}
+		for answered.Load() < 20 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(time.Duration(round*33%2000) * time.Microsecond) // Close at moments spread over 2 ms
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = h.p.Close(ctx)
+		cancel()
+		atClose := got.Load()
+		time.Sleep(20 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		h.mu.Lock()
+		recs := len(h.recs)
+		h.mu.Unlock()
+		if after := got.Load(); after != atClose || int64(recs) != atClose || h.p.m.recordsLate.Load() != 0 {
+			t.Fatalf("round %d: the engine got %d requests by Close's return and %d after; %d records, %d lost after Close",
+				round, atClose, after-atClose, recs, h.p.m.recordsLate.Load())
+		}
 	}
 }

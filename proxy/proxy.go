@@ -166,9 +166,13 @@ type Proxy struct {
 	bodies *bodyBudget // request bodies arriving (bodies.go)
 
 	liveMu   sync.Mutex
-	open     map[*exchange]struct{}   // the requests being served, for a shutdown's cut
-	idle     map[*clientConn]struct{} // connections waiting for their next request after a stream (keepAlive)
-	draining atomic.Bool              // shutting down: /healthz says not ready
+	open     map[*exchange]struct{}        // the requests being served, for a shutdown's cut
+	idle     map[*clientConn]struct{}      // connections waiting for their next request after a stream (keepAlive)
+	held     map[*clientConn]chan net.Conn // hijacked connections fasthttp has not let go yet (releasing)
+	heldN    atomic.Int64
+	handing  map[*clientConn]struct{} // connections handed back the server has not counted yet (handIn)
+	handingN atomic.Int64
+	draining atomic.Bool // shutting down: /healthz says not ready
 
 	exchanges sync.Pool
 
@@ -284,6 +288,8 @@ func New(cfg Config) (*Proxy, error) {
 		idPrefix: "px" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 		open:     map[*exchange]struct{}{},
 		idle:     map[*clientConn]struct{}{},
+		held:     map[*clientConn]chan net.Conn{},
+		handing:  map[*clientConn]struct{}{},
 		bodies:   newBodyBudget(cfg.MaxBodyMemory),
 	}
 	p.m.slo = cfg.SLO
@@ -337,7 +343,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		// A stream the event loop passes on leaves fasthttp after its
 		// head and comes back for its next request (loopresp.go).
 		KeepHijackedConns: true,
-		ConnState:         p.bodies.connState,
+		ConnState:         p.connState,
 		// A body announced over the limit is refused before the client
 		// is told to send it: no "100 Continue" before the 413.
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
@@ -440,6 +446,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	p.draining.Store(true)
 	p.closeIdle()
+	p.handedBack(ctx)
 	p.mu.Lock()
 	srv := p.srv
 	p.mu.Unlock()
