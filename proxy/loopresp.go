@@ -332,7 +332,7 @@ func (h handback) run() {
 	// served first.
 	pre, err := pipelined(h.hj, cc)
 	if err != nil {
-		h.p.log.Debug().Err(err).Msg("a pipelined request could not be read back; the client's connection is closed")
+		h.p.log.Warn().Err(err).Msg("a request pipelined behind a stream could not be read back; the client's connection is closed, and the client gets no answer to it (please report)")
 		_ = cc.Close()
 		return
 	}

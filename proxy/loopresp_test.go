@@ -20,10 +20,13 @@ import (
 	"github.com/tokentap/tokentap/record"
 )
 
-// requestText is one HTTP/1.1 request's text for a raw connection.
-func requestText(addr, body string, hdr ...string) string {
+// chat is the path the raw requests of these tests go to.
+const chat = "/v1/chat/completions"
+
+// requestText is one HTTP/1.1 POST's text for a raw connection.
+func requestText(addr, path, body string, hdr ...string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", addr, len(body))
+	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, addr, len(body))
 	for i := 0; i+1 < len(hdr); i += 2 {
 		fmt.Fprintf(&b, "%s: %s\r\n", hdr[i], hdr[i+1])
 	}
@@ -91,7 +94,7 @@ func TestOpenStreamsHoldNoGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, err := io.WriteString(c, requestText(addr, chatBody(m.Name, tokens, true, ""))); err != nil {
+		if _, err := io.WriteString(c, requestText(addr, chat, chatBody(m.Name, tokens, true, ""))); err != nil {
 			t.Fatal(err)
 		}
 		conns[i], readers[i] = c, bufio.NewReader(c)
@@ -128,7 +131,7 @@ func TestOpenStreamsHoldNoGoroutine(t *testing.T) {
 	// Each connection is the server's again: its next request is served.
 	for i, c := range conns {
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, requestText(addr, chatBody(m.Name, 2, true, ""))); err != nil {
+		if _, err := io.WriteString(c, requestText(addr, chat, chatBody(m.Name, 2, true, ""))); err != nil {
 			t.Fatalf("connection %d after its stream: %v", i, err)
 		}
 	}
@@ -164,7 +167,7 @@ func TestPipelinedBehindAStream(t *testing.T) {
 	asks := []ask{{true, 12}, {false, 5}, {true, 3}, {true, 7}}
 	var b strings.Builder
 	for _, a := range asks[:3] {
-		b.WriteString(requestText(addr, chatBody(model, a.tokens, a.stream, "")))
+		b.WriteString(requestText(addr, chat, chatBody(model, a.tokens, a.stream, "")))
 	}
 	if _, err := io.WriteString(c, b.String()); err != nil {
 		t.Fatal(err)
@@ -177,7 +180,7 @@ func TestPipelinedBehindAStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(c, requestText(addr, chatBody(model, asks[3].tokens, asks[3].stream, ""))); err != nil {
+	if _, err := io.WriteString(c, requestText(addr, chat, chatBody(model, asks[3].tokens, asks[3].stream, ""))); err != nil {
 		t.Fatal(err)
 	}
 	body, err := io.ReadAll(resp.Body)
@@ -198,16 +201,9 @@ func TestPipelinedBehindAStream(t *testing.T) {
 func TestStreamConnectionClose(t *testing.T) {
 	e := fixtures.StartTest(t, fixtures.DefaultModel())
 	h := startProxy(t, e.URL(), nil)
-	addr := strings.TrimPrefix(h.url, "http://")
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), chat, chatBody(e.Model().Name, 6, true, ""), "Connection", "close")
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.WriteString(c, requestText(addr, chatBody(e.Model().Name, 6, true, ""), "Connection", "close")); err != nil {
-		t.Fatal(err)
-	}
 	br := bufio.NewReader(c)
 	if resp := readAnswer(t, br, true, 6); !resp.Close {
 		t.Fatalf("head without Connection: close: %v", resp.Header)
@@ -254,16 +250,9 @@ func TestCloseCutsLoopStreams(t *testing.T) {
 			m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = 50*time.Millisecond, 0, 0
 			e := fixtures.StartTest(t, m)
 			h := startProxy(t, e.URL(), nil)
-			addr := strings.TrimPrefix(h.url, "http://")
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), chat, chatBody(m.Name, 1000, true, ""))
 			defer c.Close()
 			go io.Copy(io.Discard, c)
-			if _, err := io.WriteString(c, requestText(addr, chatBody(m.Name, 1000, true, ""))); err != nil {
-				t.Fatal(err)
-			}
 			for deadline := time.Now().Add(10 * time.Second); h.p.Open() == 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the stream never opened")
@@ -275,8 +264,8 @@ func TestCloseCutsLoopStreams(t *testing.T) {
 				ctx, cancel = context.WithCancel(context.Background())
 				go func() { time.Sleep(200 * time.Millisecond); cancel() }()
 			}
-			err = h.p.Close(ctx)
-			if want := error(nil); cancelled && !errors.Is(err, context.Canceled) || !cancelled && err != want {
+			err := h.p.Close(ctx)
+			if cancelled && !errors.Is(err, context.Canceled) || !cancelled && err != nil {
 				t.Fatalf("Close: %v (cancelled: %v)", err, cancelled)
 			}
 			if r := h.waitRecords(t, 1)[0]; r.Outcome != record.Broken || r.Blame != record.BlameTokentap {
@@ -290,16 +279,9 @@ func TestCloseCutsLoopStreams(t *testing.T) {
 // streamed or not, and returns the connection, idle, and its reader.
 func answeredThenIdle(t *testing.T, h *harness, model string, stream bool) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	addr := strings.TrimPrefix(h.url, "http://")
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), chat, chatBody(model, 3, stream, ""))
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.WriteString(c, requestText(addr, chatBody(model, 3, stream, ""))); err != nil {
-		t.Fatal(err)
-	}
 	br := bufio.NewReader(c)
 	readAnswer(t, br, stream, 3)
 	return c, br
@@ -327,7 +309,7 @@ func TestKeptAliveAfterAStream(t *testing.T) {
 			long := startProxy(t, e.URL(), func(c *Config) { c.KeepAliveTimeout, c.ReadHeaderTimeout = time.Minute, 300*time.Millisecond })
 			c, br := answeredThenIdle(t, long, m.Name, stream)
 			time.Sleep(time.Second)
-			if _, err := io.WriteString(c, requestText(strings.TrimPrefix(long.url, "http://"), chatBody(m.Name, 2, false, ""))); err != nil {
+			if _, err := io.WriteString(c, requestText(strings.TrimPrefix(long.url, "http://"), chat, chatBody(m.Name, 2, false, ""))); err != nil {
 				t.Fatal(err)
 			}
 			readAnswer(t, br, false, 2)
@@ -351,37 +333,22 @@ func TestKeptAliveAfterAStream(t *testing.T) {
 // inside the handler. It counts the requests it read.
 func wholeBodyEngine(t *testing.T, got *atomic.Int64) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
 	answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0;x=1\r\n\r\n", len(event), event)
-	go func() {
+	return rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					got.Add(1)
-					if _, err := io.WriteString(c, answer); err != nil {
-						return
-					}
-				}
-			}()
+			io.Copy(io.Discard, req.Body)
+			got.Add(1)
+			if _, err := io.WriteString(c, answer); err != nil {
+				return
+			}
 		}
-	}()
-	return "http://" + ln.Addr().String()
+	})
 }
 
 // TestCloseWhileConnectionsComeBack: Close at any moment while clients'
@@ -416,7 +383,7 @@ func TestCloseWhileConnectionsComeBack(t *testing.T) {
 						return
 					default:
 					}
-					if _, err := io.WriteString(c, requestText(addr, body)+requestText(addr, body)); err != nil {
+					if _, err := io.WriteString(c, requestText(addr, chat, body)+requestText(addr, chat, body)); err != nil {
 						return
 					}
 					for range 2 {

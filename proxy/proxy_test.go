@@ -396,14 +396,7 @@ func rawRequest(t *testing.T, addr, path, body string, hdr ...string) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, addr, len(body))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		fmt.Fprintf(&b, "%s: %s\r\n", hdr[i], hdr[i+1])
-	}
-	b.WriteString("\r\n")
-	b.WriteString(body)
-	if _, err := io.WriteString(c, b.String()); err != nil {
+	if _, err := io.WriteString(c, requestText(addr, path, body, hdr...)); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -525,6 +525,24 @@ func BenchmarkHugeEventThroughProxy(b *testing.B) {
 // earlyAnswerEngine answers every request with status before reading its
 // body, then closes (unread bytes make the close a reset).
 func earlyAnswerEngine(t *testing.T, status int) string {
+	return rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		writeJSON(c, status, `{"error":{"message":"early answer"}}`)
+		time.Sleep(50 * time.Millisecond)
+	})
+}
+
+// rawEngine serves every connection accepted on a loopback port with
+// handle (the connection closed after it), for the test's life, and
+// returns its URL: an engine whose bytes a test writes itself.
+func rawEngine(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -538,15 +556,7 @@ func earlyAnswerEngine(t *testing.T, status int) string {
 			}
 			go func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil || line == "\r\n" {
-						break
-					}
-				}
-				writeJSON(c, status, `{"error":{"message":"early answer"}}`)
-				time.Sleep(50 * time.Millisecond)
+				handle(c)
 			}()
 		}
 	}()

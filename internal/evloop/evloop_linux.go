@@ -761,29 +761,12 @@ var drainBufs = sync.Pool{New: func() any { b := make([]byte, readBuffer); retur
 func (c *Conn) Drain(s Sink) error { return c.drain(s, nil) }
 
 func (c *Conn) drain(s Sink, peer syscall.RawConn) error {
-	if c.rd.expired() {
-		return c.opErr("read", os.ErrDeadlineExceeded)
-	}
-	if !c.enter() {
-		return c.opErr("read", net.ErrClosed)
-	}
-	var w *peerWatch
-	if peer != nil {
-		var err error
-		if w, err = c.watchPeer(peer); err != nil {
-			c.exit()
-			return err // nothing read: the caller may watch the peer its own way
-		}
-		defer w.stop()
-	}
-	c.sink = s
-	bp := drainBufs.Get().(*[]byte)
-	end, err := c.readAll(*bp, true)
-	drainBufs.Put(bp)
+	w, end, err := c.startDrain(s, peer)
 	if end {
-		c.sink = nil
-		c.exit()
 		return err
+	}
+	if w != nil {
+		defer w.stop()
 	}
 	gen := c.drainGen.Add(1)
 	c.draining.Store(true)
@@ -838,29 +821,8 @@ func (c *Conn) drain(s Sink, peer syscall.RawConn) error {
 // when it is called. A watch that cannot be set up ends the drain at
 // once with an error wrapping ErrNotWatched, having read nothing.
 func (c *Conn) DrainAsync(s Sink, peer syscall.RawConn, done func(error)) (ended bool, err error) {
-	if c.rd.expired() {
-		return true, c.opErr("read", os.ErrDeadlineExceeded)
-	}
-	if !c.enter() {
-		return true, c.opErr("read", net.ErrClosed)
-	}
-	var w *peerWatch
-	if peer != nil {
-		if w, err = c.watchPeer(peer); err != nil {
-			c.exit()
-			return true, err
-		}
-	}
-	c.sink = s
-	bp := drainBufs.Get().(*[]byte)
-	end, err := c.readAll(*bp, true)
-	drainBufs.Put(bp)
+	w, end, err := c.startDrain(s, peer)
 	if end {
-		c.sink = nil
-		if w != nil {
-			w.stop()
-		}
-		c.exit()
 		return true, err
 	}
 	gen := c.drainGen.Add(1)
@@ -914,6 +876,40 @@ func (c *Conn) expire() {
 		return
 	}
 	c.l.post(request{c: c, kind: reqEnd, drain: gen, err: c.opErr("read", os.ErrDeadlineExceeded)})
+}
+
+// startDrain is what both kinds of drain do first, on the caller's
+// goroutine: it watches peer (when not nil) and reads what is there. end
+// says the drain is over already (err says how; a watch that could not be
+// set up has read nothing, and the caller may watch its own way);
+// otherwise the caller holds c (enter) and the watch, to hand both to the
+// loop.
+func (c *Conn) startDrain(s Sink, peer syscall.RawConn) (w *peerWatch, end bool, err error) {
+	if c.rd.expired() {
+		return nil, true, c.opErr("read", os.ErrDeadlineExceeded)
+	}
+	if !c.enter() {
+		return nil, true, c.opErr("read", net.ErrClosed)
+	}
+	if peer != nil {
+		if w, err = c.watchPeer(peer); err != nil {
+			c.exit()
+			return nil, true, err
+		}
+	}
+	c.sink = s
+	bp := drainBufs.Get().(*[]byte)
+	end, err = c.readAll(*bp, true)
+	drainBufs.Put(bp)
+	if end {
+		c.sink = nil
+		if w != nil {
+			w.stop()
+		}
+		c.exit()
+		return nil, true, err
+	}
+	return w, false, nil
 }
 
 // Alive says whether an idle connection is still open: nothing, not even a
