@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -41,7 +42,8 @@ import (
 // clock_gettime on the child's process CPU clock: nanosecond resolution,
 // nothing of the fake or the client in it) over the measured run divided by
 // the token events that went through; CPU per request the same over
-// streams of one token (requests/streams=64). Resident memory per open stream is
+// streams of one token (requests/streams=64), with the system calls a
+// request makes (where perf can count them). Resident memory per open stream is
 // the growth of the proxy's VmRSS from idle to 1,024 open streams, divided
 // by 1,024.
 //
@@ -129,6 +131,21 @@ func BenchmarkPassThrough(b *testing.B) {
 		}
 		if cpu["nginx"] > 0 {
 			b.ReportMetric(float64(cpu["tokentap"])/float64(cpu["nginx"])*float64(reqs["nginx"])/float64(reqs["tokentap"]), "tokentap/nginx_cpu_request")
+		}
+		// System calls a request, counted apart from the CPU rounds (the
+		// count's tracepoint adds to the cost of every system call): a
+		// figure a busy machine does not move, where CPU time is.
+		for _, p := range paths[1:] {
+			calls, err := countSyscalls(p.pids, func() {
+				for range 10 {
+					env.run(b, p.url, 64, 1, nil)
+				}
+			})
+			if err != nil {
+				b.Logf("%s: system calls not counted: %v", p.name, err)
+				continue
+			}
+			b.ReportMetric(float64(calls)/640, p.name+"_syscalls/request")
 		}
 		b.ReportMetric(0, "ns/op")
 	})
@@ -375,6 +392,51 @@ func (env *benchEnv) startNginx(b *testing.B, upstream string) (string, []int) {
 		b.Fatal(err)
 	}
 	return url, pids
+}
+
+// countSyscalls counts the system calls pids make while fn runs, with
+// perf stat's raw_syscalls:sys_enter tracepoint (perf, and the right to
+// trace them, needed).
+func countSyscalls(pids []int, fn func()) (int64, error) {
+	if len(pids) == 0 {
+		return 0, errors.New("no process")
+	}
+	ids := make([]string, len(pids))
+	for i, p := range pids {
+		ids[i] = strconv.Itoa(p)
+	}
+	out, err := os.CreateTemp("", "perfstat")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(out.Name())
+	out.Close()
+	cmd := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-o", out.Name(), "-p", strings.Join(ids, ","))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	time.Sleep(300 * time.Millisecond) // perf attaches
+	fn()
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil && !strings.Contains(err.Error(), "interrupt") {
+		return 0, fmt.Errorf("perf stat: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	text, err := os.ReadFile(out.Name())
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(text), "\n") {
+		if f := strings.Split(line, ","); len(f) > 2 && strings.Contains(line, "raw_syscalls:sys_enter") {
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("perf stat printed %q", line)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("perf stat counted nothing: %s %s", text, strings.TrimSpace(stderr.String()))
 }
 
 // procCPU reads the CPU time a process has used so far from its process

@@ -335,12 +335,26 @@ type clientConn struct {
 	body bool
 	cut  atomic.Bool
 
-	// A request the client pipelined, read back from fasthttp's reader
-	// when a stream handed the connection back (loopresp.go): the next
-	// reads give it first.
+	// Bytes read and not yet given (the next reads give them first): a
+	// request the client pipelined, read back from fasthttp's reader when a
+	// stream handed the connection back (loopresp.go), or what a read ahead
+	// brought (ahead, in a buffer of aheadBufs).
 	pre   []byte
-	probe bool // Read reads nothing (pipelined looks past fasthttp's reader)
+	ahead *[]byte // the pooled buffer pre is in, if any
+	probe bool    // Read reads nothing (pipelined looks past fasthttp's reader)
 }
+
+// aheadMin: a read for less reads ahead. fasthttp reads a request's first
+// byte alone (ReduceMemoryUsage: a connection between requests holds no
+// reader), then the rest; reading ahead makes that one system call, not
+// two, and keepAlive's wait reads the request where it only looked.
+const aheadMin = 512
+
+// aheadSize is the buffer a read ahead reads into: a request head and a
+// usual body; the rest of a longer one is read by fasthttp's own reads.
+const aheadSize = 4 << 10
+
+var aheadBufs = sync.Pool{New: func() any { b := make([]byte, aheadSize); return &b }}
 
 // Read reads as the *net.TCPConn would, by recvmsg, and notes when the
 // bytes reached the socket, as the kernel stamped them (rawio.ReadStamped).
@@ -359,23 +373,41 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if c.probe {
 		return 0, errProbe
 	}
-	if len(c.pre) > 0 {
-		n := copy(p, c.pre)
-		if c.pre = c.pre[n:]; len(c.pre) == 0 {
-			c.pre = nil
+	if len(c.pre) == 0 {
+		if c.body {
+			if t := c.l.bodyTimeout(); t > 0 {
+				// Between reads of a body, not over the whole of it: a large
+				// body arriving steadily is never cut (nginx's client_body_timeout).
+				_ = c.SetReadDeadline(time.Now().Add(t))
+			}
 		}
-		if c.inHead && c.bareLF(p[:n]) {
-			return 0, errBareLF
+		if len(p) >= aheadMin {
+			n, err := c.read(p)
+			if err != nil {
+				return 0, err
+			}
+			if c.inHead && c.bareLF(p[:n]) {
+				return 0, errBareLF
+			}
+			return n, nil
 		}
-		return n, nil
+		if err := c.readAhead(); err != nil {
+			return 0, err
+		}
 	}
-	if c.body {
-		if t := c.l.bodyTimeout(); t > 0 {
-			// Between reads of a body, not over the whole of it: a large
-			// body arriving steadily is never cut (nginx's client_body_timeout).
-			_ = c.SetReadDeadline(time.Now().Add(t))
-		}
+	n := copy(p, c.pre)
+	if c.pre = c.pre[n:]; len(c.pre) == 0 {
+		c.dropPre()
 	}
+	if c.inHead && c.bareLF(p[:n]) {
+		return 0, errBareLF
+	}
+	return n, nil
+}
+
+// read reads into p by recvmsg (readFD), waiting in the netpoller under
+// the read deadline: io.EOF when the client closed its side.
+func (c *clientConn) read(p []byte) (int, error) {
 	c.rp, c.rn, c.rErr = p, 0, nil
 	err := c.rc.Read(c.rfn)
 	n, rerr := c.rn, c.rErr
@@ -389,10 +421,42 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if n == 0 {
 		return 0, io.EOF
 	}
-	if c.inHead && c.bareLF(p[:n]) {
-		return 0, errBareLF
-	}
 	return n, nil
+}
+
+// readAhead reads what has come, up to aheadSize, into pre (see aheadMin),
+// waiting for it as Read does.
+func (c *clientConn) readAhead() error {
+	bp := aheadBufs.Get().(*[]byte)
+	n, err := c.read(*bp)
+	if err != nil {
+		aheadBufs.Put(bp)
+		return err
+	}
+	c.pre, c.ahead = (*bp)[:n], bp
+	return nil
+}
+
+// dropPre forgets pre (given whole), its buffer back to the pool.
+func (c *clientConn) dropPre() {
+	c.pre = nil
+	if c.ahead != nil {
+		aheadBufs.Put(c.ahead)
+		c.ahead = nil
+	}
+}
+
+// unread puts b before what the next reads give (a request read back from
+// fasthttp's reader goes before what was read ahead after it).
+func (c *clientConn) unread(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if len(c.pre) > 0 {
+		b = append(b, c.pre...)
+	}
+	c.dropPre()
+	c.pre = b
 }
 
 // errProbe ends a read of pipelined's: the socket is not read.

@@ -129,6 +129,60 @@ func TestClientConnRead(t *testing.T) {
 			t.Errorf("bytes that waited 100 ms in the socket noted as arrived %v after they were sent", d)
 		}
 	})
+	t.Run("a small read reads ahead", func(t *testing.T) {
+		// fasthttp reads a request's first byte alone, then the rest:
+		// the first read takes what came, the next ones give it out in
+		// order, whatever their sizes, then read the socket again.
+		server, client := acceptPair(t)
+		cc := server.(*clientConn)
+		msg := bytes.Repeat([]byte("0123456789"), 1000) // over aheadSize: the rest stays in the socket
+		if _, err := client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		var got []byte
+		sizes := []int{1, 3, aheadMin - 1, 64 << 10, 1}
+		for i := 0; len(got) < len(msg) && i < 20; i++ {
+			buf := make([]byte, sizes[i%len(sizes)])
+			n, err := cc.Read(buf)
+			if err != nil {
+				t.Fatalf("after %d bytes: %v", len(got), err)
+			}
+			got = append(got, buf[:n]...)
+			if len(got) == 1 && (len(cc.pre) == 0 || cc.ahead == nil) {
+				t.Fatalf("a one-byte read left %d bytes read ahead, want the rest of what came", len(cc.pre))
+			}
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("read %d bytes, not the %d sent in order", len(got), len(msg))
+		}
+		if len(cc.pre) != 0 || cc.ahead != nil {
+			t.Errorf("%d bytes still held ahead after all were given", len(cc.pre))
+		}
+	})
+	t.Run("unread goes first", func(t *testing.T) {
+		server, client := acceptPair(t)
+		cc := server.(*clientConn)
+		client.Write([]byte("after"))
+		time.Sleep(20 * time.Millisecond)
+		b := make([]byte, 1)
+		if n, err := cc.Read(b); n != 1 || err != nil {
+			t.Fatal(n, err)
+		}
+		cc.unread([]byte("before,"))
+		buf := make([]byte, 64)
+		var got []byte
+		for len(got) < len("before,fter") {
+			n, err := cc.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, buf[:n]...)
+		}
+		if string(got) != "before,fter" {
+			t.Fatalf("read %q, want what was put back, then what was read ahead", got)
+		}
+	})
 	t.Run("peer's close is EOF", func(t *testing.T) {
 		server, client := acceptPair(t)
 		client.Close()

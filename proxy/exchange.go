@@ -458,6 +458,9 @@ func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 		if !x.src.feeding {
 			x.touchWrite() // writeToLoop keeps it for the writes that wait
 		}
+		if err == io.EOF && w == io.Writer(&x.chunks) {
+			x.chunks.end = true // the body's end: the last chunk goes with this
+		}
 		wn, werr := w.Write(x.out)
 		n = int64(wn)
 		if werr != nil {

@@ -159,7 +159,9 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx, watching bool) {
 	// its prefill (a client waiting for headers must not wait for the first
 	// token); a body of known length's, since WriteTo then writes the body
 	// to the connection itself (x.direct).
-	resp.ImmediateHeaderFlush = true
+	// A stream whose whole body came with its head has nothing to wait
+	// for: its head goes out with the body's first chunk, a write fewer.
+	resp.ImmediateHeaderFlush = size >= 0 || !x.bodyInHand()
 	// fasthttp calls WriteTo (which streams the body, flushing every
 	// upstream read) after this handler returns, then CloseWithError.
 	x.handed = true

@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -274,7 +273,9 @@ var lastChunk = []byte("0\r\n\r\n")
 func (x *exchange) loopFinish(res error) handback {
 	cc := x.client.(*clientConn)
 	h := handback{p: x.p, cc: cc, hj: x.hj, hold: x.hold, srv: x.srv, keep: res == nil && !x.closeAfter}
-	if res == nil {
+	if res == nil && !x.chunks.ended {
+		// The body's end came in a read of its own (else the last chunk
+		// went out with the last data: chunkWriter.end).
 		x.armWrite()
 		if _, err := cc.write(lastChunk); err != nil {
 			h.keep = false
@@ -336,12 +337,12 @@ func (h handback) run() {
 		_ = cc.Close()
 		return
 	}
-	cc.pre = pre
+	cc.unread(pre)
 	// The connection waits for its next request here, as a kept-alive
 	// one (fasthttp's ServeConn would treat it as new: its first request
 	// under the read timeout, not the keep-alive one, and not idle to a
 	// shutdown for 5 s).
-	if len(pre) == 0 && !h.p.keepAlive(cc, h.srv) {
+	if len(cc.pre) == 0 && !h.p.keepAlive(cc, h.srv) {
 		_ = cc.Close()
 		return
 	}
@@ -385,8 +386,9 @@ func (p *Proxy) handedBack(ctx context.Context) {
 
 // keepAlive waits, as the server does between a connection's requests,
 // for the client's next request: it reports whether its first bytes came
-// before the server's idle timeout, the client's close or the proxy's
-// shutdown (which closes the connections waiting here).
+// (read ahead, for the server to take) before the server's idle timeout,
+// the client's close or the proxy's shutdown (which closes the
+// connections waiting here).
 func (p *Proxy) keepAlive(cc *clientConn, srv *fasthttp.Server) bool {
 	p.liveMu.Lock()
 	if p.closing.Load() {
@@ -409,19 +411,9 @@ func (p *Proxy) keepAlive(cc *clientConn, srv *fasthttp.Server) bool {
 			return false
 		}
 	}
-	var b [1]byte
-	got := false
-	err := cc.rc.Read(func(fd uintptr) bool {
-		n, err := peek(fd, b[:])
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
-			return false // nothing yet: wait until readable
-		case err == nil && n > 0:
-			got = true
-		}
-		return true // bytes, the client's close or an error
-	})
-	if err != nil || !got || p.closing.Load() {
+	// What comes is read, not only looked at: the server's first reads
+	// take it from there, without a system call (clientConn.readAhead).
+	if err := cc.readAhead(); err != nil || p.closing.Load() {
 		return false
 	}
 	return cc.SetReadDeadline(time.Time{}) == nil
@@ -463,9 +455,14 @@ func pipelined(hj net.Conn, cc *clientConn) ([]byte, error) {
 const maxPipelined = MaxHeaderBytes
 
 // chunkWriter frames a stream's writes as HTTP/1.1 chunks, each one write
-// of the client's connection (nonblocking while the loop writes).
+// of the client's connection (nonblocking while the loop writes). The
+// write of the body's last data carries the last chunk too (end, set by
+// pass when the engine's body ended in the read being passed on): one
+// system call, and one wake-up of the client, fewer per stream.
 type chunkWriter struct {
-	cc *clientConn
+	cc    *clientConn
+	end   bool // the next write is the body's last: the last chunk goes with it
+	ended bool // the last chunk was written (or kept in the backlog, which goes first)
 }
 
 var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
@@ -479,6 +476,9 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	b = append(b, '\r', '\n')
 	b = append(b, p...)
 	b = append(b, '\r', '\n')
+	if w.end {
+		b = append(b, lastChunk...)
+	}
 	_, err := w.cc.Write(b)
 	if cap(b) <= 64<<10 {
 		*bp = b[:0]
@@ -487,5 +487,6 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	w.ended = w.end
 	return len(p), nil
 }

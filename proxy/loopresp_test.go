@@ -419,3 +419,101 @@ func TestCloseWhileConnectionsComeBack(t *testing.T) {
 		}
 	}
 }
+
+// TestLastChunkWithLastData: the client gets a stream's last data and its
+// last chunk in one write, not two (one system call and one wake-up of the
+// client fewer per stream). The client reads as bytes arrive, waiting in
+// its read when the first write lands, so two writes show as two reads.
+func TestLastChunkWithLastData(t *testing.T) {
+	event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+	chunk := fmt.Sprintf("%x\r\n%s\r\n", len(event), event)
+	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+	engine := rawEngine(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if _, err := io.WriteString(conn, head); err != nil {
+				return
+			}
+			time.Sleep(30 * time.Millisecond) // the stream is the loop's
+			if _, err := io.WriteString(conn, chunk+"0\r\n\r\n"); err != nil {
+				return
+			}
+		}
+	})
+	h := startProxy(t, engine, nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`
+	buf := make([]byte, 64<<10)
+	for i := range 20 {
+		if _, err := io.WriteString(conn, requestText(addr, chat, body)); err != nil {
+			t.Fatal(err)
+		}
+		var reads []string
+		for all := ""; !strings.HasSuffix(all, "\r\n0\r\n\r\n"); {
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, err := conn.Read(buf)
+			if err != nil {
+				t.Fatalf("stream %d: %v after %q", i, err, all)
+			}
+			reads = append(reads, string(buf[:n]))
+			all += string(buf[:n])
+		}
+		if last := reads[len(reads)-1]; !strings.Contains(last, event) {
+			t.Fatalf("stream %d: the last data and the last chunk came in different reads: %q", i, reads)
+		}
+	}
+	if recs := h.waitRecords(t, 20); recs[19].Outcome != record.OK {
+		t.Errorf("the last stream's record: %s %s", recs[19].Outcome, recs[19].Error)
+	}
+}
+
+// TestSentAfterAStream: a request that comes on a connection kept alive
+// after a stream is stamped by the arrival of its last bytes, whether its
+// first bytes were read by the wait between requests (keepAlive, which
+// reads ahead) or it came in parts. A stale stamp, the last request's,
+// would make its TTFT too long by the time the connection was idle.
+func TestSentAfterAStream(t *testing.T) {
+	e := fixtures.StartTest(t, fixtures.DefaultModel())
+	h := startProxy(t, e.URL(), nil)
+	c, br := answeredThenIdle(t, h, e.Model().Name, true)
+	addr := strings.TrimPrefix(h.url, "http://")
+	text := requestText(addr, chat, chatBody(e.Model().Name, 3, true, ""))
+	const idle, apart = 300 * time.Millisecond, 150 * time.Millisecond
+	for i, parts := range []int{1, 2} {
+		time.Sleep(idle)
+		split := len(text) - 10
+		if parts == 1 {
+			split = len(text)
+		}
+		if _, err := io.WriteString(c, text[:split]); err != nil {
+			t.Fatal(err)
+		}
+		wait := idle
+		if parts == 2 {
+			time.Sleep(apart)
+			if _, err := io.WriteString(c, text[split:]); err != nil {
+				t.Fatal(err)
+			}
+			wait += apart
+		}
+		readAnswer(t, br, true, 3)
+		recs := h.waitRecords(t, i+2)
+		before, r := recs[i], recs[i+1]
+		if r.Outcome != record.OK {
+			t.Fatalf("request in %d parts: %s %s", parts, r.Outcome, r.Error)
+		}
+		if gap := r.Sent - before.End; gap < wait-20*time.Millisecond {
+			t.Errorf("request in %d parts: Sent %v after the last stream's end, want at least the %v the client waited", parts, gap, wait)
+		}
+	}
+}
