@@ -159,9 +159,9 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx, watching bool) {
 	// its prefill (a client waiting for headers must not wait for the first
 	// token); a body of known length's, since WriteTo then writes the body
 	// to the connection itself (x.direct).
-	// A stream whose whole body came with its head has nothing to wait
-	// for: its head goes out with the body's first chunk, a write fewer.
-	resp.ImmediateHeaderFlush = size >= 0 || !x.bodyInHand()
+	// (Even a stream whose whole body seems to have come with its head:
+	// bodyInHand is a guess, and the tap may hold back all it has.)
+	resp.ImmediateHeaderFlush = true
 	// fasthttp calls WriteTo (which streams the body, flushing every
 	// upstream read) after this handler returns, then CloseWithError.
 	x.handed = true

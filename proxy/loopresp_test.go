@@ -517,3 +517,40 @@ func TestSentAfterAStream(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadOutWhenTheBodyOnlyLooksEnded: a stream whose first bytes end as
+// a chunked body ends ("\r\n0\r\n\r\n", here the end of an event's line
+// "0" inside a chunk) but whose event is unfinished: the tap holds the
+// event back (usage stripping), so nothing of the body goes out, and the
+// head must go out by itself, at once. Sent with the first chunk instead
+// (the outside review of 0acfb48), it waited for the engine's next bytes.
+func TestHeadOutWhenTheBodyOnlyLooksEnded(t *testing.T) {
+	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+	engine := rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk("data: x\r\n0\r\n"))
+			time.Sleep(time.Second)
+			io.WriteString(c, chunk("\r\n")+chunk("data: [DONE]\n\n")+"0\r\n\r\n")
+		}
+	})
+	h := startProxy(t, engine, nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	c := rawRequest(t, addr, chat, `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`)
+	defer c.Close()
+	start := time.Now()
+	c.SetReadDeadline(start.Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	// The engine's next bytes come a second later: half that tells.
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("the head came %v after the request, with the engine's next bytes; want at once", took)
+	}
+}
