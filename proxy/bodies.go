@@ -136,10 +136,11 @@ func (b *bodyBudget) connState(c net.Conn, state fasthttp.ConnState) {
 	b.mu.Unlock()
 }
 
-// cutArriving ends the wait for every body still arriving: on a plain
-// connection, one whose head is in and whose handler has not run; over
-// TLS, an active connection no handler serves (serving: the connections
-// of the requests being served). The read in progress fails at once and
+// cutArriving ends the wait for every request still arriving: on a plain
+// connection, one whose head is in and whose handler has not run; and any
+// active connection no handler serves (serving: the connections of the
+// requests being served): a head arriving, or over TLS (where no head is
+// scanned) a body. The read in progress fails at once and
 // fasthttp calls the error handler, which sees the connection marked and
 // answers 503 with a record (clientError). It returns the connections cut.
 func (b *bodyBudget) cutArriving(serving map[net.Conn]bool) []net.Conn {
@@ -153,9 +154,15 @@ func (b *bodyBudget) cutArriving(serving map[net.Conn]bool) []net.Conn {
 	}
 	for c := range b.active {
 		cc := baseConn(c)
-		if serving[c] || cc == nil || cc.plain {
-			continue // served, or plain (above), or not one of the proxy's
+		if serving[c] || cc == nil {
+			continue // served, or not one of the proxy's
 		}
+		if _, done := b.cut[cc]; done {
+			continue // its body is arriving: above
+		}
+		// Its head is arriving (or fasthttp is writing an answer the
+		// handler is done with, which the cut lets end): were it left, the
+		// request could be served after Close returned, its record lost.
 		cc.cut.Store(true)
 		_ = c.SetReadDeadline(time.Now())
 		cut = append(cut, c)
@@ -172,8 +179,8 @@ func (b *bodyBudget) waiting(cut []net.Conn) int {
 		if cc, ok := c.(*clientConn); ok {
 			if _, waits := b.cut[cc]; waits {
 				n++
+				continue
 			}
-			continue
 		}
 		if _, waits := b.active[c]; waits {
 			n++

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -457,5 +458,74 @@ func shutDownWant503(t *testing.T, h *harness, c net.Conn) {
 	}
 	if resp.StatusCode != 503 {
 		t.Errorf("got %d, want 503", resp.StatusCode)
+	}
+}
+
+// TestShutdownCutsArrivingHead: a request whose head is still arriving at
+// shutdown is cut too (a 503, as for a body arriving), on a new connection
+// and on one kept alive after an answer or after a stream; after Close
+// returned, the rest of it reaches no engine. The outside review of
+// 0acfb48 found such a request served after Close, its record lost: only
+// requests whose head was in were cut.
+func TestShutdownCutsArrivingHead(t *testing.T) {
+	var got atomic.Int64
+	engine := rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(req.Body)
+			got.Add(1)
+			if strings.Contains(string(body), `"stream":true`) {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+				time.Sleep(10 * time.Millisecond)
+				event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+				fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(event), event)
+			} else {
+				writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
+			}
+		}
+	})
+	for _, before := range []string{"nothing", "an answer", "a stream"} {
+		t.Run("after "+before, func(t *testing.T) {
+			h := startProxy(t, engine, nil)
+			addr := strings.TrimPrefix(h.url, "http://")
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if before != "nothing" {
+				stream := before == "a stream"
+				io.WriteString(c, requestText(addr, chat, chatBody("m", 1, stream, "")))
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				h.waitRecords(t, 1)
+			}
+			next := requestText(addr, chat, chatBody("m", 1, false, ""))
+			io.WriteString(c, next[:10])
+			time.Sleep(50 * time.Millisecond) // the head's first bytes are read
+			n := got.Load()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if err := h.p.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(c, next[10:])
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode != 503 {
+				t.Errorf("a request whose head was arriving at shutdown got %d, want 503 (or a close)", resp.StatusCode)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if got.Load() != n {
+				t.Errorf("the request whose head was arriving reached the engine after Close returned")
+			}
+		})
 	}
 }

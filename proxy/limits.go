@@ -89,7 +89,7 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case cc != nil && cc.cut.Load():
 		status, reason, blame = fasthttp.StatusServiceUnavailable, rejectShutdown, record.BlameTokentap
-		msg = "tokentap proxy: the proxy shut down while this request's body was still arriving; it was not sent to the engine: send it again (to another replica)"
+		msg = "tokentap proxy: the proxy shut down while this request was still arriving; it was not sent to the engine: send it again (to another replica)"
 		ctx.Response.Header.Set("Retry-After", "1")
 	case overBudget && errors.Is(err, fasthttp.ErrBodyTooLarge):
 		// Refused at its head for want of body budget (HeaderReceived).
