@@ -74,20 +74,27 @@ func TestPreemptionsFakeEngine(t *testing.T) {
 				t.Fatalf("Preemptions = %d %q %v %v; want 0 by %s", n0, name, ok, err, tt.counter)
 			}
 			body := `{"model":"` + m.Name + `","messages":[{"role":"user","content":"hello there"}],"max_tokens":` + strconv.Itoa(tt.maxTokens) + `}`
-			var wg sync.WaitGroup
-			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					resp, err := in.c.hc.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					resp.Body.Close()
-				}()
+			// The two must run together from near their starts: SGLang's
+			// retracts only if the second came within some 20 decode steps
+			// (20 ms here) of the first, which a loaded machine may not
+			// give a pair of goroutines. So pairs are sent until the fake
+			// counted a preemption (the ground truth the probe must read).
+			for attempt := 0; e.Preemptions() == 0 && attempt < 20; attempt++ {
+				var wg sync.WaitGroup
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						resp, err := in.c.hc.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						resp.Body.Close()
+					}()
+				}
+				wg.Wait()
 			}
-			wg.Wait()
 			n1, name, ok, err := in.Preemptions(ctx)
 			if err != nil || !ok || n1 < 1 || n1 != e.Preemptions() || name != tt.counter {
 				t.Errorf("Preemptions after = %d %q (%v %v), the fake counted %d; want at least one", n1, name, ok, err, e.Preemptions())
