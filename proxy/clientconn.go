@@ -162,7 +162,8 @@ func (l *clientListener) wrap(c net.Conn, ip string) net.Conn {
 	}
 	// Over TLS the socket's bytes are ciphertext: no head to look at.
 	plain := l.p == nil || l.p.cfg.TLS == nil
-	cc := &clientConn{TCPConn: tc, rc: rc, l: l, ip: ip, plain: plain, inHead: plain}
+	cc := &clientConn{TCPConn: tc, rc: rc, l: l, ip: ip, plain: plain}
+	cc.startHead()
 	cc.wfn = cc.writeFD
 	cc.rfn = cc.readFD
 	if rawio.Stamps {
@@ -320,14 +321,24 @@ type clientConn struct {
 	rErr    error
 	arrived time.Time // when the last read's bytes reached the socket
 
-	// A request head being read: its line ends are checked (bareLF), on a
-	// plain (not TLS) connection.
-	plain  bool
-	inHead bool
-	last   byte   // the head's last byte read
-	crlfs  int    // line ends in a row: 2 end the head
-	line   []byte // the head's request line (its first 256 bytes): for a refusal's record
-	lined  bool   // line is complete
+	// The requests read, followed on a plain (not TLS) connection (scan):
+	// a head's line ends are checked, its body passed over.
+	plain    bool
+	inHead   bool   // the next bytes are a head's
+	last     byte   // the head's last byte read
+	crlfs    int    // line ends in a row: 2 end the head
+	line     []byte // the head's request line (its first 256 bytes): for a refusal's record
+	lined    bool   // line is complete
+	fstate   int    // the header field being read (fieldName...)
+	name     [20]byte
+	nameN    int
+	digits   int   // Content-Length digits read (-1: past them)
+	value    int64 // the Content-Length being read
+	length   int64 // the head's Content-Length (-1: none)
+	headLost bool  // the head's body length cannot be followed
+	lost     bool  // the framing is not followed: nothing is checked until restartHead
+	skip     int64 // body bytes to pass over before the next head
+	badHead  bool  // a head with a bare LF was found: fasthttp's next read of it fails
 
 	// A request whose head is in and whose handler has not run: its body
 	// may be arriving (bodies.go). body is fasthttp's goroutine's; cut is
@@ -373,6 +384,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if c.probe {
 		return 0, errProbe
 	}
+	if c.badHead {
+		return 0, errBareLF // the request fasthttp reads now has it (given)
+	}
 	if len(c.pre) == 0 {
 		if c.body {
 			if t := c.l.bodyTimeout(); t > 0 {
@@ -386,10 +400,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			if c.inHead && c.bareLF(p[:n]) {
-				return 0, errBareLF
-			}
-			return n, nil
+			return c.given(p, n)
 		}
 		if err := c.readAhead(); err != nil {
 			return 0, err
@@ -399,10 +410,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if c.pre = c.pre[n:]; len(c.pre) == 0 {
 		c.dropPre()
 	}
-	if c.inHead && c.bareLF(p[:n]) {
-		return 0, errBareLF
-	}
-	return n, nil
+	return c.given(p, n)
 }
 
 // read reads into p by recvmsg (readFD), waiting in the netpoller under
@@ -467,10 +475,71 @@ var errProbe = errors.New("nothing read: the connection is being looked past")
 // the read timeout (a 408 after 30 s). It is refused at once with a 400.
 var errBareLF = errors.New("a line of the request head ends in LF without CR; end every line with CRLF")
 
-// bareLF scans head bytes: it reports a line ended by a bare LF, and ends
-// the scan at the blank line that ends the head (the body is not looked
-// at; the next request's head is, from nextHead).
-func (c *clientConn) bareLF(b []byte) bool {
+// scan follows the requests in b, the next bytes fasthttp is given, as
+// fasthttp reads them: a head's line ends are checked (it reports a line
+// ended by a bare LF), its Content-Length noted, its body passed over, and
+// the next head, pipelined or not, checked from its first byte. A body
+// whose length the scan cannot follow (chunked, or a length it cannot
+// read) leaves the rest of the connection unchecked (lost) until a head
+// is known to start afresh (restartHead).
+//
+// A bare LF reports where its head starts in b (at; -1 when it started in
+// an earlier read): the bytes before it end the request before, which
+// fasthttp is to have and answer first.
+func (c *clientConn) scan(b []byte) (bare bool, at int) {
+	at = -1
+	if c.inHead && c.crlfs == 0 && c.last == 0 && len(c.line) == 0 {
+		at = 0 // the head starts with b
+	}
+	for i := 0; i < len(b); {
+		if !c.inHead {
+			if c.lost {
+				return false, -1
+			}
+			k := int(min(c.skip, int64(len(b)-i)))
+			c.skip -= int64(k)
+			if i += k; c.skip > 0 {
+				return false, -1
+			}
+			c.startHead()
+			at = i
+			continue
+		}
+		n, bare := c.scanHead(b[i:])
+		if bare {
+			return true, at
+		}
+		i += n
+	}
+	return false, -1
+}
+
+// given passes the n bytes read into p through the scan; it returns how
+// many of them fasthttp is to have now. A head with a bare LF is refused
+// when fasthttp reads that request, not the one before it (pipelined in
+// the same read): fasthttp gets the bytes before the head and the head's
+// first byte (a request's first read must bring a byte, or fasthttp takes
+// the connection for closed and answers nothing), the rest is kept, and
+// the next read fails.
+func (c *clientConn) given(p []byte, n int) (int, error) {
+	if !c.plain {
+		return n, nil
+	}
+	bare, at := c.scan(p[:n])
+	if !bare {
+		return n, nil
+	}
+	c.badHead = true
+	if at < 0 {
+		return 0, errBareLF // fasthttp has the head's first bytes
+	}
+	c.unread(append([]byte(nil), p[at+1:n]...))
+	return at + 1, nil
+}
+
+// scanHead scans b, bytes of a head, up to the head's end; it returns the
+// bytes it took, and whether a line ended with a bare LF.
+func (c *clientConn) scanHead(b []byte) (int, bool) {
 	if !c.lined {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -485,34 +554,115 @@ func (c *clientConn) bareLF(b []byte) bool {
 			c.line, c.lined = c.line[:0], false // a blank line before the request line
 		}
 	}
-	for _, ch := range b {
+	for i, ch := range b {
 		switch ch {
 		case '\n':
 			if c.last != '\r' {
-				return true
+				return i, true
 			}
+			c.lineEnd()
 			if c.crlfs++; c.crlfs == 2 {
-				c.inHead = false
-				c.body = true
-				if c.l.p != nil {
-					c.l.p.bodies.arriving(c)
-				}
-				return false
+				c.headEnd()
+				return i + 1, false
 			}
 		case '\r':
 		default:
 			c.crlfs = 0
+			c.field(ch)
 		}
 		c.last = ch
 	}
-	return false
+	return len(b), false
 }
 
-// nextHead starts checking the next request's head: called once a
-// request was read whole.
-func (c *clientConn) nextHead() {
+// The header field being scanned: its name (lower case) until the colon,
+// then, for Content-Length, its value.
+const (
+	fieldName   = iota // in the name
+	fieldOther         // past the colon of a field the scan does not need
+	fieldLength        // past the colon of Content-Length: its digits
+	fieldLost          // Transfer-Encoding, or a Content-Length the scan cannot read
+)
+
+// field takes one byte of a header line (not CR or LF).
+func (c *clientConn) field(ch byte) {
+	switch c.fstate {
+	case fieldName:
+		if ch == ':' {
+			switch string(c.name[:c.nameN]) {
+			case "content-length":
+				c.fstate, c.digits, c.value = fieldLength, 0, 0
+			case "transfer-encoding":
+				c.fstate = fieldLost
+			default:
+				c.fstate = fieldOther
+			}
+			return
+		}
+		if c.nameN < len(c.name) {
+			c.name[c.nameN] = ch | 0x20 // lower case (what is not a letter matches no name anyway)
+			c.nameN++
+		} else {
+			c.fstate = fieldOther // longer than any name the scan needs
+		}
+	case fieldLength:
+		switch {
+		case ch >= '0' && ch <= '9' && c.digits >= 0 && c.digits < 18:
+			c.value = c.value*10 + int64(ch-'0')
+			c.digits++
+		case ch == ' ' || ch == '\t':
+			if c.digits > 0 {
+				c.digits = -1 // after the digits: only spaces may follow
+			}
+		default:
+			c.fstate = fieldLost
+		}
+	}
+}
+
+// lineEnd ends a head's line: a Content-Length read whole sets the body's
+// length; two that differ, or one or a Transfer-Encoding the scan could
+// not read, lose the framing.
+func (c *clientConn) lineEnd() {
+	switch c.fstate {
+	case fieldLength:
+		switch {
+		case c.digits == 0:
+			c.headLost = true
+		case c.length >= 0 && c.length != c.value:
+			c.headLost = true
+		default:
+			c.length = c.value
+		}
+	case fieldLost:
+		c.headLost = true
+	}
+	c.fstate, c.nameN = fieldName, 0
+}
+
+// headEnd: the blank line ended the head. Its body, if it has one, may be
+// arriving (the body budget's and the shutdown's concern, bodies.go); the
+// scan passes over it, or, its length unknown, stops following.
+func (c *clientConn) headEnd() {
+	c.inHead = false
+	c.body = true
+	if c.l.p != nil {
+		c.l.p.bodies.arriving(c)
+	}
+	c.lost = c.headLost
+	c.skip = max(c.length, 0)
+}
+
+// startHead: the next bytes are a new head's.
+func (c *clientConn) startHead() {
 	c.inHead, c.last, c.crlfs, c.line, c.lined = c.plain, 0, 0, c.line[:0], false
-	c.bodyIn()
+	c.fstate, c.nameN, c.length, c.headLost, c.lost, c.skip = fieldName, 0, -1, false, false, 0
+}
+
+// restartHead: the next bytes read are known to start a head (a request
+// read back from fasthttp's reader, given again: loopresp.go).
+func (c *clientConn) restartHead() {
+	c.startHead()
 }
 
 // bodyIn: the request's body is in (or will not come); the handler or an

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -209,4 +210,63 @@ func TestClientConnRead(t *testing.T) {
 			t.Fatalf("read on a closed conn: %#v, want a read OpError of net.ErrClosed", err)
 		}
 	})
+}
+
+// TestScanFollowsRequests: the scan follows pipelined requests through
+// their bodies, however the bytes are cut into reads, so a head's bare LF
+// is found wherever it is and a body's LF never counts as one. It checked
+// from where the handler started, not where the next head did: a valid
+// request pipelined behind another, its JSON body with plain LF line ends
+// or a read cut between a CR and its LF, got a 400; a bare-LF head in the
+// same read as the request before it was passed on.
+func TestScanFollowsRequests(t *testing.T) {
+	req := func(head, body string) string {
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s", head, len(body), body)
+	}
+	jsonLF := "{\n  \"model\": \"m\",\n  \"stream\": false\n}\n"
+	for _, c := range []struct {
+		name   string
+		stream string
+		bare   bool // a head has a bare LF
+	}{
+		{"two with LF in their bodies", req("", jsonLF) + req("", jsonLF), false},
+		{"a body of CRLFs", req("", "\r\n\r\n\r\n\r\n") + req("", "x"), false},
+		{"a GET, then a POST", "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" + req("", jsonLF), false},
+		{"blank lines before a request line", "\r\n" + req("", jsonLF) + "\r\n" + req("", "x"), false},
+		{"Content-Length with spaces and any case", "POST / HTTP/1.1\r\ncOnTeNt-LeNgTh:  3 \r\n\r\na\nb" + req("", jsonLF), false},
+		{"a bare LF in the second head", req("", jsonLF) + "POST / HTTP/1.1\nHost: x\r\n\r\n", true},
+		{"a bare LF in a header of the third", req("", "x") + req("", "y") + "POST / HTTP/1.1\r\nHost: x\n\r\n", true},
+		// Bodies the scan cannot follow: nothing after them is checked
+		// (a bare LF passes), and nothing is refused that is valid.
+		{"a chunked body", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\na\nb\r\n0\r\n\r\n" + req("", jsonLF), false},
+		{"two lengths that differ", "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\na\nbc" + req("", jsonLF), false},
+		{"a length with a sign", "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\na\nb" + req("", jsonLF), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// Every cut into two reads, and one byte a read.
+			cuts := make([][]string, 0, len(c.stream)+1)
+			for i := 0; i <= len(c.stream); i++ {
+				cuts = append(cuts, []string{c.stream[:i], c.stream[i:]})
+			}
+			var bytewise []string
+			for i := range len(c.stream) {
+				bytewise = append(bytewise, c.stream[i:i+1])
+			}
+			cuts = append(cuts, bytewise)
+			for _, reads := range cuts {
+				cc := &clientConn{l: &clientListener{}, plain: true}
+				cc.startHead()
+				bare := false
+				for _, r := range reads {
+					if found, _ := cc.scan([]byte(r)); found {
+						bare = true
+						break
+					}
+				}
+				if bare != c.bare {
+					t.Fatalf("reads %q: bare LF %v, want %v", reads, bare, c.bare)
+				}
+			}
+		})
+	}
 }

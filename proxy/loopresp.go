@@ -337,6 +337,10 @@ func (h handback) run() {
 		_ = cc.Close()
 		return
 	}
+	// What fasthttp's reader held was scanned as it was read (scan), and
+	// is given again: the next request starts with it, or, if nothing was
+	// held, with the socket's next bytes.
+	cc.restartHead()
 	cc.unread(pre)
 	// The connection waits for its next request here, as a kept-alive
 	// one (fasthttp's ServeConn would treat it as new: its first request

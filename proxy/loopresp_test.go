@@ -554,3 +554,65 @@ func TestHeadOutWhenTheBodyOnlyLooksEnded(t *testing.T) {
 		t.Errorf("the head came %v after the request, with the engine's next bytes; want at once", took)
 	}
 }
+
+// TestPipelinedBehindAnAnswer: requests pipelined behind a JSON answer
+// (fasthttp's own path) are checked from their own first byte: a valid
+// one whose JSON body has plain LF line ends, or whose rest comes in a
+// read that starts between a CR and its LF, is answered; one whose head
+// has a bare LF gets a 400 at once. The check began where the handler
+// started instead (the outside review of 0acfb48).
+func TestPipelinedBehindAnAnswer(t *testing.T) {
+	var got atomic.Int64
+	engine := rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			got.Add(1)
+			writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
+		}
+	})
+	h := startProxy(t, engine, nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	first := requestText(addr, chat, chatBody("m", 1, false, ""))
+	valid := requestText(addr, chat, "{\n  \"model\": \"m\",\n  \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]\n}\n")
+	bare := strings.Replace(valid, "\r\n", "\n", 1)
+	for _, c := range []struct {
+		name       string
+		second     string
+		cut        int // the second's bytes written with the first
+		wantStatus int
+	}{
+		{"the rest is its LF body", valid, strings.Index(valid, "\r\n\r\n") + 4, 200},
+		{"the rest starts between CR and LF", valid, strings.Index(valid, "\r\n") + 1, 200},
+		{"all of it, its body with LFs", valid, len(valid), 200},
+		{"a bare LF in its head", bare, len(bare), 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			io.WriteString(conn, first+c.second[:c.cut])
+			if resp := readAnswer(t, br, false, 0); resp.StatusCode != 200 {
+				t.Fatalf("the first got %d", resp.StatusCode)
+			}
+			time.Sleep(20 * time.Millisecond)
+			io.WriteString(conn, c.second[c.cut:])
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != c.wantStatus {
+				t.Errorf("the second got %d, want %d: %s", resp.StatusCode, c.wantStatus, body)
+			}
+		})
+	}
+}
