@@ -469,25 +469,7 @@ func shutDownWant503(t *testing.T, h *harness, c net.Conn) {
 // requests whose head was in were cut.
 func TestShutdownCutsArrivingHead(t *testing.T) {
 	var got atomic.Int64
-	engine := rawEngine(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			body, _ := io.ReadAll(req.Body)
-			got.Add(1)
-			if strings.Contains(string(body), `"stream":true`) {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-				time.Sleep(10 * time.Millisecond)
-				event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
-				fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(event), event)
-			} else {
-				writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
-			}
-		}
-	})
+	engine := answeringEngine(t, &got)
 	for _, before := range []string{"nothing", "an answer", "a stream"} {
 		t.Run("after "+before, func(t *testing.T) {
 			h := startProxy(t, engine, nil)
@@ -528,4 +510,93 @@ func TestShutdownCutsArrivingHead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// answeringEngine answers a request whose body asks for a stream with a
+// one-token stream, its head first (so the stream goes to the event loop),
+// and any other with a JSON completion; it counts the requests it read.
+func answeringEngine(t *testing.T, got *atomic.Int64) string {
+	t.Helper()
+	return rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(req.Body)
+			got.Add(1)
+			if strings.Contains(string(body), `"stream":true`) {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+				time.Sleep(10 * time.Millisecond)
+				event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+				fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(event), event)
+			} else {
+				writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
+			}
+		}
+	})
+}
+
+// TestHeadTimeoutsHoldForPipelinedAndBlankLines: empty lines before a
+// request line do not end a head (they passed as one, and its real head
+// then had the body's timeout between reads, not the head's in all), and
+// a body pipelined behind another request is timed between its reads, as
+// any body (the request before settled it, and it had the body timeout in
+// all). The outside review of 4fa55cd found both, older than it.
+func TestHeadTimeoutsHoldForPipelinedAndBlankLines(t *testing.T) {
+	var got atomic.Int64
+	h := startProxy(t, answeringEngine(t, &got), func(c *Config) {
+		c.ReadHeaderTimeout, c.BodyTimeout = time.Second, time.Second
+	})
+	addr := strings.TrimPrefix(h.url, "http://")
+	drip := func(c net.Conn, s string, size int, every time.Duration) {
+		for len(s) > 0 {
+			k := min(size, len(s))
+			if _, err := io.WriteString(c, s[:k]); err != nil {
+				return
+			}
+			s = s[k:]
+			time.Sleep(every)
+		}
+	}
+	t.Run("blank lines, then a head dripped past the head timeout", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go drip(c, "\r\n\r\n"+requestText(addr, chat, chatBody("m", 1, false, "")), 5, 300*time.Millisecond)
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 408 {
+			t.Errorf("a head dripped 5 bytes every 0.3 s got %d, want 408 (the head timeout is 1 s in all)", resp.StatusCode)
+		}
+	})
+	t.Run("a pipelined body dripped within the body timeout", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		second := requestText(addr, chat, chatBody("m", 1, false, strings.Repeat(" ", 300)))
+		k := strings.Index(second, "\r\n\r\n") + 4
+		io.WriteString(c, requestText(addr, chat, chatBody("m", 1, false, ""))+second[:k])
+		go drip(c, second[k:], 40, 300*time.Millisecond) // some 3 s in all, 0.3 s apart
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(c)
+		for i := range 2 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != 200 {
+				t.Errorf("request %d got %d, want 200", i+1, resp.StatusCode)
+			}
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -324,27 +323,36 @@ type clientConn struct {
 	// The requests read, followed on a plain (not TLS) connection (scan):
 	// a head's line ends are checked, its body passed over.
 	plain    bool
-	inHead   bool   // the next bytes are a head's
-	last     byte   // the head's last byte read
-	crlfs    int    // line ends in a row: 2 end the head
-	line     []byte // the head's request line (its first 256 bytes): for a refusal's record
-	lined    bool   // line is complete
-	fstate   int    // the header field being read (fieldName...)
+	inHead   bool // the next bytes are a head's
+	started  bool // the head's request line began (empty lines before it aside)
+	last     byte // the head's last byte read
+	crlfs    int  // line ends in a row: 2 end the head (or a chunked body's trailers)
+	lined    bool // the request line ended
+	fstate   int  // the header field being read (fieldName...)
 	name     [20]byte
 	nameN    int
 	digits   int   // Content-Length digits read (-1: past them)
 	value    int64 // the Content-Length being read
 	length   int64 // the head's Content-Length (-1: none)
-	headLost bool  // the head's body length cannot be followed
-	lost     bool  // the framing is not followed: nothing is checked until restartHead
+	chunked  bool  // the body is chunked (until its end)
+	cstate   int   // where in the chunked body (rcSize...)
+	csize    int64 // the chunk's size, or what is left of its data
+	cdigits  int   // the size's hex digits
+	headLost bool  // the head's body framing cannot be followed
+	lost     bool  // the framing is not followed: nothing is checked until bodyIn
 	skip     int64 // body bytes to pass over before the next head
 	badHead  bool  // a head with a bare LF was found: fasthttp's next read of it fails
+	// The request lines (first 256 bytes) of the heads scanned whose
+	// requests fasthttp has not served, oldest first: a refusal's record
+	// names the request refused, not one pipelined behind it.
+	lines  [][]byte
+	nLines int
 
-	// A request whose head is in and whose handler has not run: its body
-	// may be arriving (bodies.go). body is fasthttp's goroutine's; cut is
-	// set by a shutdown that ends the wait.
-	body bool
-	cut  atomic.Bool
+	// Requests whose head is in and whose handler has not run: their
+	// bodies may be arriving (bodies.go). pending is fasthttp's
+	// goroutine's; cut is set by a shutdown that ends the wait.
+	pending int
+	cut     atomic.Bool
 
 	// Bytes read and not yet given (the next reads give them first): a
 	// request the client pipelined, read back from fasthttp's reader when a
@@ -388,7 +396,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		return 0, errBareLF // the request fasthttp reads now has it (given)
 	}
 	if len(c.pre) == 0 {
-		if c.body {
+		if c.pending > 0 {
 			if t := c.l.bodyTimeout(); t > 0 {
 				// Between reads of a body, not over the whole of it: a large
 				// body arriving steadily is never cut (nginx's client_body_timeout).
@@ -477,41 +485,294 @@ var errBareLF = errors.New("a line of the request head ends in LF without CR; en
 
 // scan follows the requests in b, the next bytes fasthttp is given, as
 // fasthttp reads them: a head's line ends are checked (it reports a line
-// ended by a bare LF), its Content-Length noted, its body passed over, and
-// the next head, pipelined or not, checked from its first byte. A body
-// whose length the scan cannot follow (chunked, or a length it cannot
-// read) leaves the rest of the connection unchecked (lost) until a head
-// is known to start afresh (restartHead).
+// ended by a bare LF), its framing noted (Content-Length, or a chunked
+// Transfer-Encoding), its body passed over, and the next head, pipelined
+// or not, checked from its first byte. A body whose framing the scan
+// cannot follow leaves the connection unchecked (lost) until its request
+// is settled (settle), where the old rule is all there is: the next bytes
+// read start a head.
 //
 // A bare LF reports where its head starts in b (at; -1 when it started in
 // an earlier read): the bytes before it end the request before, which
 // fasthttp is to have and answer first.
 func (c *clientConn) scan(b []byte) (bare bool, at int) {
 	at = -1
-	if c.inHead && c.crlfs == 0 && c.last == 0 && len(c.line) == 0 {
+	if c.inHead && !c.started {
 		at = 0 // the head starts with b
 	}
 	for i := 0; i < len(b); {
-		if !c.inHead {
-			if c.lost {
-				return false, -1
+		if c.inHead {
+			if !c.started {
+				at = i
 			}
-			k := int(min(c.skip, int64(len(b)-i)))
-			c.skip -= int64(k)
-			if i += k; c.skip > 0 {
-				return false, -1
+			n, bare := c.scanHead(b[i:])
+			if bare {
+				return true, at
 			}
-			c.startHead()
-			at = i
+			i += n
 			continue
 		}
-		n, bare := c.scanHead(b[i:])
-		if bare {
-			return true, at
+		if c.lost {
+			return false, -1
 		}
-		i += n
+		if c.chunked {
+			i += c.scanChunks(b[i:])
+		} else {
+			k := int(min(c.skip, int64(len(b)-i)))
+			c.skip -= int64(k)
+			i += k
+		}
+		if !c.lost && !c.chunked && c.skip == 0 {
+			c.startHead()
+		}
 	}
 	return false, -1
+}
+
+// scanHead scans b, bytes of a head, up to the head's end; it returns the
+// bytes it took, and whether a line ended with a bare LF. Empty lines
+// before the request line are passed over (RFC 9112 §2.2).
+func (c *clientConn) scanHead(b []byte) (int, bool) {
+	for i, ch := range b {
+		if ch == '\n' {
+			if c.last != '\r' {
+				return i, true
+			}
+			c.last = ch
+			switch {
+			case !c.started:
+				// An empty line before the request line.
+			case !c.lined:
+				c.lined = true
+			default:
+				c.lineEnd()
+				if c.crlfs++; c.crlfs == 2 {
+					c.headEnd()
+					return i + 1, false
+				}
+			}
+			continue
+		}
+		c.last = ch
+		if ch == '\r' {
+			continue
+		}
+		c.crlfs = 0
+		if !c.started {
+			c.started = true
+			c.pushLine()
+		}
+		if !c.lined {
+			if l := &c.lines[c.nLines-1]; len(*l) < 256 {
+				*l = append(*l, ch)
+			}
+			continue
+		}
+		c.field(ch)
+	}
+	return len(b), false
+}
+
+// The header field being scanned: its name (lower case) until the colon,
+// then, for Content-Length and Transfer-Encoding, its value.
+const (
+	fieldName     = iota // in the name
+	fieldOther           // past the colon of a field the scan does not need
+	fieldLength          // past the colon of Content-Length: its digits
+	fieldEncoding        // past the colon of Transfer-Encoding: its coding
+	fieldLost            // a value the scan cannot read
+)
+
+// field takes one byte of a header line (not CR or LF).
+func (c *clientConn) field(ch byte) {
+	switch c.fstate {
+	case fieldName:
+		if ch == ':' {
+			switch string(c.name[:c.nameN]) {
+			case "content-length":
+				c.fstate, c.digits, c.value = fieldLength, 0, 0
+			case "transfer-encoding":
+				c.fstate, c.nameN = fieldEncoding, 0
+			default:
+				c.fstate = fieldOther
+			}
+			return
+		}
+		if c.nameN < len(c.name) {
+			c.name[c.nameN] = ch | 0x20 // lower case (what is not a letter matches no name anyway)
+			c.nameN++
+		} else {
+			c.fstate = fieldOther // longer than any name the scan needs
+		}
+	case fieldLength:
+		switch {
+		case ch >= '0' && ch <= '9' && c.digits >= 0:
+			if c.value > (1<<62)/10 {
+				c.fstate = fieldLost
+				return
+			}
+			c.value = c.value*10 + int64(ch-'0')
+			c.digits++
+		case ch == ' ' || ch == '\t':
+			if c.digits > 0 {
+				c.digits = -1 // after the digits: only spaces may follow
+			}
+		default:
+			c.fstate = fieldLost
+		}
+	case fieldEncoding:
+		// The coding, spaces aside, in the name buffer: "chunked" is
+		// followed; any other is not.
+		if ch == ' ' || ch == '\t' {
+			return
+		}
+		if c.nameN < len(c.name) {
+			c.name[c.nameN] = ch | 0x20
+			c.nameN++
+		} else {
+			c.fstate = fieldLost
+		}
+	}
+}
+
+// lineEnd ends a header line: a Content-Length read whole sets the body's
+// length, a Transfer-Encoding of "chunked" its chunked framing; two
+// lengths that differ, both framings, or a value the scan cannot read
+// lose the framing.
+func (c *clientConn) lineEnd() {
+	switch c.fstate {
+	case fieldLength:
+		switch {
+		case c.digits == 0:
+			c.headLost = true
+		case c.length >= 0 && c.length != c.value:
+			c.headLost = true
+		default:
+			c.length = c.value
+		}
+	case fieldEncoding:
+		if string(c.name[:c.nameN]) != "chunked" || c.chunked {
+			c.headLost = true
+		}
+		c.chunked = true
+	case fieldLost:
+		c.headLost = true
+	}
+	c.fstate, c.nameN = fieldName, 0
+}
+
+// headEnd: the blank line ended the head. Its body, if it has one, may be
+// arriving (the body budget's and the shutdown's concern, bodies.go); the
+// scan passes over it, or, its framing unknown, stops following.
+func (c *clientConn) headEnd() {
+	c.inHead = false
+	if c.pending++; c.pending == 1 && c.l.p != nil {
+		c.l.p.bodies.arriving(c)
+	}
+	c.lost = c.headLost || (c.chunked && c.length >= 0)
+	c.skip = max(c.length, 0)
+	c.cstate, c.csize, c.cdigits = rcSize, 0, 0
+}
+
+// The chunked body being passed over (RFC 9112 §7.1).
+const (
+	rcSize      = iota // the chunk's size, in hex digits
+	rcExt              // past the size: an extension, up to the line's end
+	rcSizeLF           // the size line's CR came: its LF
+	rcData             // csize bytes of data
+	rcDataCR           // the CRLF after the data
+	rcDataLF           //
+	rcTrailer          // a trailer line after the last chunk (or the empty one)
+	rcTrailerLF        // its CR came: its LF
+)
+
+// scanChunks passes over chunked body bytes; it returns the bytes it took.
+// The body's end clears chunked; a byte out of place loses the framing.
+func (c *clientConn) scanChunks(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		ch := b[i]
+		switch c.cstate {
+		case rcSize:
+			switch {
+			case ch >= '0' && ch <= '9', ch >= 'a' && ch <= 'f', ch >= 'A' && ch <= 'F':
+				if c.csize > (1<<58)-1 {
+					c.lost = true
+					return i
+				}
+				c.csize = c.csize<<4 | int64(unhex(ch))
+				c.cdigits++
+			case ch == ';' || ch == ' ' || ch == '\t':
+				c.cstate = rcExt
+			case ch == '\r':
+				c.cstate = rcSizeLF
+			default:
+				c.lost = true
+				return i
+			}
+		case rcExt:
+			if ch == '\r' {
+				c.cstate = rcSizeLF
+			}
+		case rcSizeLF:
+			if ch != '\n' || c.cdigits == 0 {
+				c.lost = true
+				return i
+			}
+			c.cdigits = 0
+			if c.csize == 0 {
+				c.cstate, c.crlfs = rcTrailer, 1
+			} else {
+				c.cstate = rcData
+			}
+		case rcData:
+			k := int(min(c.csize, int64(len(b)-i)))
+			c.csize -= int64(k)
+			i += k - 1
+			if c.csize == 0 {
+				c.cstate = rcDataCR
+			}
+		case rcDataCR, rcDataLF:
+			want := byte('\r')
+			if c.cstate == rcDataLF {
+				want = '\n'
+			}
+			if ch != want {
+				c.lost = true
+				return i
+			}
+			if c.cstate++; c.cstate > rcDataLF {
+				c.cstate = rcSize
+			}
+		case rcTrailer:
+			switch ch {
+			case '\r':
+				c.cstate = rcTrailerLF
+			default:
+				c.crlfs = 0
+			}
+		case rcTrailerLF:
+			if ch != '\n' {
+				c.lost = true
+				return i
+			}
+			if c.crlfs++; c.crlfs == 2 {
+				c.chunked = false // the body's end
+				return i + 1
+			}
+			c.cstate = rcTrailer
+		}
+	}
+	return len(b)
+}
+
+func unhex(ch byte) byte {
+	switch {
+	case ch >= 'a':
+		return ch - 'a' + 10
+	case ch >= 'A':
+		return ch - 'A' + 10
+	}
+	return ch - '0'
 }
 
 // given passes the n bytes read into p through the scan; it returns how
@@ -537,142 +798,67 @@ func (c *clientConn) given(p []byte, n int) (int, error) {
 	return at + 1, nil
 }
 
-// scanHead scans b, bytes of a head, up to the head's end; it returns the
-// bytes it took, and whether a line ended with a bare LF.
-func (c *clientConn) scanHead(b []byte) (int, bool) {
-	if !c.lined {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			i = len(b)
-		} else {
-			c.lined = true
-		}
-		if room := 256 - len(c.line); room > 0 {
-			c.line = append(c.line, b[:min(i, room)]...)
-		}
-		if len(c.line) == 0 || c.line[0] == '\r' {
-			c.line, c.lined = c.line[:0], false // a blank line before the request line
-		}
-	}
-	for i, ch := range b {
-		switch ch {
-		case '\n':
-			if c.last != '\r' {
-				return i, true
-			}
-			c.lineEnd()
-			if c.crlfs++; c.crlfs == 2 {
-				c.headEnd()
-				return i + 1, false
-			}
-		case '\r':
-		default:
-			c.crlfs = 0
-			c.field(ch)
-		}
-		c.last = ch
-	}
-	return len(b), false
-}
-
-// The header field being scanned: its name (lower case) until the colon,
-// then, for Content-Length, its value.
-const (
-	fieldName   = iota // in the name
-	fieldOther         // past the colon of a field the scan does not need
-	fieldLength        // past the colon of Content-Length: its digits
-	fieldLost          // Transfer-Encoding, or a Content-Length the scan cannot read
-)
-
-// field takes one byte of a header line (not CR or LF).
-func (c *clientConn) field(ch byte) {
-	switch c.fstate {
-	case fieldName:
-		if ch == ':' {
-			switch string(c.name[:c.nameN]) {
-			case "content-length":
-				c.fstate, c.digits, c.value = fieldLength, 0, 0
-			case "transfer-encoding":
-				c.fstate = fieldLost
-			default:
-				c.fstate = fieldOther
-			}
-			return
-		}
-		if c.nameN < len(c.name) {
-			c.name[c.nameN] = ch | 0x20 // lower case (what is not a letter matches no name anyway)
-			c.nameN++
-		} else {
-			c.fstate = fieldOther // longer than any name the scan needs
-		}
-	case fieldLength:
-		switch {
-		case ch >= '0' && ch <= '9' && c.digits >= 0 && c.digits < 18:
-			c.value = c.value*10 + int64(ch-'0')
-			c.digits++
-		case ch == ' ' || ch == '\t':
-			if c.digits > 0 {
-				c.digits = -1 // after the digits: only spaces may follow
-			}
-		default:
-			c.fstate = fieldLost
-		}
-	}
-}
-
-// lineEnd ends a head's line: a Content-Length read whole sets the body's
-// length; two that differ, or one or a Transfer-Encoding the scan could
-// not read, lose the framing.
-func (c *clientConn) lineEnd() {
-	switch c.fstate {
-	case fieldLength:
-		switch {
-		case c.digits == 0:
-			c.headLost = true
-		case c.length >= 0 && c.length != c.value:
-			c.headLost = true
-		default:
-			c.length = c.value
-		}
-	case fieldLost:
-		c.headLost = true
-	}
-	c.fstate, c.nameN = fieldName, 0
-}
-
-// headEnd: the blank line ended the head. Its body, if it has one, may be
-// arriving (the body budget's and the shutdown's concern, bodies.go); the
-// scan passes over it, or, its length unknown, stops following.
-func (c *clientConn) headEnd() {
-	c.inHead = false
-	c.body = true
-	if c.l.p != nil {
-		c.l.p.bodies.arriving(c)
-	}
-	c.lost = c.headLost
-	c.skip = max(c.length, 0)
-}
-
 // startHead: the next bytes are a new head's.
 func (c *clientConn) startHead() {
-	c.inHead, c.last, c.crlfs, c.line, c.lined = c.plain, 0, 0, c.line[:0], false
-	c.fstate, c.nameN, c.length, c.headLost, c.lost, c.skip = fieldName, 0, -1, false, false, 0
+	c.inHead, c.started, c.last, c.crlfs, c.lined = c.plain, false, 0, 0, false
+	c.fstate, c.nameN, c.length, c.headLost, c.lost, c.skip, c.chunked = fieldName, 0, -1, false, false, 0, false
 }
 
 // restartHead: the next bytes read are known to start a head (a request
-// read back from fasthttp's reader, given again: loopresp.go).
+// read back from fasthttp's reader, given again: loopresp.go). The heads
+// scanned past the request served are scanned again.
 func (c *clientConn) restartHead() {
+	c.badHead = false
+	c.nLines = 0 // the request served was popped as its handler returned
+	if c.pending > 0 && c.l.p != nil {
+		c.l.p.bodies.settled(c)
+	}
+	c.pending = 0
 	c.startHead()
 }
 
-// bodyIn: the request's body is in (or will not come); the handler or an
-// error answer has it.
+// pushLine starts the request line of a new head.
+func (c *clientConn) pushLine() {
+	if c.nLines < len(c.lines) {
+		c.lines[c.nLines] = c.lines[c.nLines][:0]
+	} else {
+		c.lines = append(c.lines, make([]byte, 0, 64))
+	}
+	c.nLines++
+}
+
+// requestLine is the request line of the request fasthttp reads or
+// answers now (the oldest not served), or nil where none was scanned.
+func (c *clientConn) requestLine() []byte {
+	if c.nLines == 0 {
+		return nil
+	}
+	return c.lines[0]
+}
+
+// served: fasthttp is done with the oldest request (its handler returned,
+// or its error answer was made): the next one's line comes first.
+func (c *clientConn) served() {
+	if c.nLines == 0 {
+		return
+	}
+	first := c.lines[0]
+	copy(c.lines, c.lines[1:c.nLines])
+	c.nLines--
+	c.lines[c.nLines] = first[:0]
+}
+
+// bodyIn: a request's body is in (or will not come): its handler or its
+// error answer has it. Once per request. Where the scan lost the framing,
+// the next bytes read start a head again.
 func (c *clientConn) bodyIn() {
-	if c.body {
-		c.body = false
-		if c.l.p != nil {
+	if c.pending > 0 {
+		if c.pending--; c.pending == 0 && c.l.p != nil {
 			c.l.p.bodies.settled(c)
 		}
+	}
+	if c.lost && !c.inHead {
+		c.startHead()
 	}
 }
 

@@ -236,9 +236,13 @@ func TestScanFollowsRequests(t *testing.T) {
 		{"Content-Length with spaces and any case", "POST / HTTP/1.1\r\ncOnTeNt-LeNgTh:  3 \r\n\r\na\nb" + req("", jsonLF), false},
 		{"a bare LF in the second head", req("", jsonLF) + "POST / HTTP/1.1\nHost: x\r\n\r\n", true},
 		{"a bare LF in a header of the third", req("", "x") + req("", "y") + "POST / HTTP/1.1\r\nHost: x\n\r\n", true},
-		// Bodies the scan cannot follow: nothing after them is checked
-		// (a bare LF passes), and nothing is refused that is valid.
 		{"a chunked body", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\na\nb\r\n0\r\n\r\n" + req("", jsonLF), false},
+		{"a chunked body with extensions and trailers, then a bare LF", "POST / HTTP/1.1\r\ntransfer-encoding:  Chunked\r\n\r\n3;x=1\r\na\nb\r\nA\r\n\n\n\n\n\n\n\n\n\n\n\r\n0\r\nT: 1\r\n\r\n" + req("", jsonLF) + "POST / HTTP/1.1\nHost: x\r\n\r\n", true},
+		{"Content-Length with leading zeros, then a bare LF", "POST / HTTP/1.1\r\nContent-Length: 0003\r\n\r\na\nb" + "GET / HTTP/1.1\r\nHost: x\n\r\n", true},
+		{"a long header name ending in content-length", "POST / HTTP/1.1\r\nX-Very-Long-Name-Content-Length: 5\r\n" + "Content-Length: 1\r\n\r\nx" + req("", jsonLF), false},
+		// Bodies the scan cannot follow: nothing after them is checked
+		// until the request is settled (a bare LF passes), and nothing is
+		// refused that is valid.
 		{"two lengths that differ", "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\na\nbc" + req("", jsonLF), false},
 		{"a length with a sign", "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\na\nb" + req("", jsonLF), false},
 	} {
@@ -269,4 +273,43 @@ func TestScanFollowsRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzScan: the scan of a client's bytes does not depend on how they are
+// cut into reads: any input, whole or cut at two points, finds a bare LF
+// in the same place (in the same request), ends in the same state, and
+// never panics.
+func FuzzScan(f *testing.F) {
+	for _, s := range []string{
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na\nbGET / HTTP/1.1\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\na\nb\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\nHost: x\r\n\r\n",
+		"\r\n\r\nGET / HTTP/1.1\r\nContent-Length: 01\r\n\r\nx",
+	} {
+		f.Add([]byte(s), uint16(5), uint16(30))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, i, j uint16) {
+		type state struct {
+			bare                           bool
+			inHead, lost, chunked, started bool
+			skip, csize                    int64
+			pending, lines                 int
+		}
+		run := func(reads ...[]byte) state {
+			cc := &clientConn{l: &clientListener{}, plain: true}
+			cc.startHead()
+			for _, r := range reads {
+				if bare, _ := cc.scan(r); bare {
+					return state{bare: true, pending: cc.pending, lines: cc.nLines}
+				}
+			}
+			return state{false, cc.inHead, cc.lost, cc.chunked, cc.started, cc.skip, cc.csize, cc.pending, cc.nLines}
+		}
+		a, c := int(i)%(len(b)+1), int(j)%(len(b)+1)
+		if a > c {
+			a, c = c, a
+		}
+		if whole, cut := run(b), run(b[:a], b[a:c], b[c:]); whole != cut {
+			t.Fatalf("%q whole: %+v; cut at %d and %d: %+v", b, whole, a, c, cut)
+		}
+	})
 }

@@ -83,7 +83,6 @@ func (p *Proxy) take(ctx *fasthttp.RequestCtx, sent *time.Duration) *exchange {
 	x.client = ctx.Conn() // before live: Close reads it from the open set
 	p.live(x)
 	if cc := baseConn(x.client); cc != nil {
-		cc.bodyIn()
 		*sent = cc.sent(p.clock, *sent)
 		if cc.deadline {
 			// The last exchange on this connection left a write deadline

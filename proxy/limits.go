@@ -128,6 +128,9 @@ func (p *Proxy) clientError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
+	if cc != nil {
+		cc.served()
+	}
 }
 
 // measuredRequest says whether the request is a measured POST: from its
@@ -145,8 +148,8 @@ func measuredRequest(ctx *fasthttp.RequestCtx) bool {
 // requestLine is the method and path of the request line the client
 // connection read last (plain connections), or the parsed head's.
 func requestLine(ctx *fasthttp.RequestCtx) (method, path string) {
-	if cc := baseConn(ctx.Conn()); cc != nil && len(cc.line) > 0 {
-		f := strings.Fields(string(cc.line))
+	if cc := baseConn(ctx.Conn()); cc != nil && len(cc.requestLine()) > 0 {
+		f := strings.Fields(string(cc.requestLine()))
 		if len(f) >= 2 {
 			path, _, _ = strings.Cut(f[1], "?")
 			return f[0], path

@@ -616,3 +616,67 @@ func TestPipelinedBehindAnAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelinedRefusals: with requests pipelined in one write, a head
+// with a bare LF is refused when its turn comes, after the answers before
+// it, also behind a stream (whose connection comes back to the server and
+// is scanned again) and behind a chunked request body; and a refusal's
+// record names the request refused, not the one pipelined behind it, even
+// when the whole request came in one read. The outside review of 4fa55cd
+// found each of these wrong.
+func TestPipelinedRefusals(t *testing.T) {
+	var got atomic.Int64
+	h := startProxy(t, answeringEngine(t, &got), nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	valid := requestText(addr, chat, chatBody("m", 1, false, ""))
+	bare := strings.Replace(valid, "\r\n", "\n", 1)
+	body := chatBody("m", 1, false, "")
+	chunked := "POST " + chat + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	noHost := strings.Replace(valid, "Host: "+addr+"\r\n", "", 1)
+	completions := requestText(addr, "/v1/completions", `{"model":"m","prompt":"x","max_tokens":1}`)
+	for _, c := range []struct {
+		name    string
+		send    string
+		answers []int
+		records []string // the APIs of the records, in order
+	}{
+		{"a stream, a request, a bare LF", requestText(addr, chat, chatBody("m", 1, true, "")) + valid + bare, []int{200, 200, 400}, []string{"chat", "chat", "chat"}},
+		{"a stream, a bare LF", requestText(addr, chat, chatBody("m", 1, true, "")) + bare, []int{200, 400}, []string{"chat", "chat"}},
+		{"a chunked body, a bare LF", chunked + bare, []int{200, 400}, []string{"chat", "chat"}},
+		{"a refused chat in one read", noHost, []int{400}, []string{"chat"}},
+		{"a refused chat, a completion behind it", noHost + completions, []int{400}, []string{"chat"}},
+		{"a refused GET, a chat behind it", "GET /v1/models HTTP/1.1\r\n\r\n" + valid[:len(valid)-5], []int{400}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(h.records())
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(conn, c.send)
+			br := bufio.NewReader(conn)
+			for i, want := range c.answers {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("answer %d: %v", i+1, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != want {
+					t.Fatalf("answer %d: %d, want %d: %.120s", i+1, resp.StatusCode, want, b)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // the records of refusals come at once
+			recs := h.records()[before:]
+			var apis []string
+			for _, r := range recs {
+				apis = append(apis, string(r.API))
+			}
+			if fmt.Sprint(apis) != fmt.Sprint(c.records) {
+				t.Errorf("records %v, want %v", apis, c.records)
+			}
+		})
+	}
+}

@@ -353,6 +353,10 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 					p.refusedRecord(ctx, fasthttp.StatusRequestEntityTooLarge, record.BlameClient, fmt.Sprintf(
 						"tokentap proxy: the request body is over --max-body-size (%d bytes); refused before the client sent it (Expect: 100-continue)", p.cfg.MaxBodySize))
 				}
+				if cc := baseConn(ctx.Conn()); cc != nil {
+					cc.bodyIn() // its body will not come
+					cc.served()
+				}
 				return fasthttp.StatusRequestEntityTooLarge
 			}
 			return fasthttp.StatusContinue
@@ -604,6 +608,9 @@ func (p *Proxy) internalError(what string, r any) {
 // client gets a 502, the request's record is kept and the proxy serves on.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	var x *exchange
+	if cc := baseConn(ctx.Conn()); cc != nil {
+		defer cc.served()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			p.internalError("handler", r)

@@ -89,6 +89,13 @@ func (h *harness) waitRecords(t testing.TB, n int) []record.Record {
 	return append([]record.Record(nil), h.recs...)
 }
 
+// records returns the records arrived so far.
+func (h *harness) records() []record.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]record.Record(nil), h.recs...)
+}
+
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}
 
 func chatBody(model string, maxTokens int, stream bool, extra string) string {
