@@ -517,24 +517,17 @@ func TestShutdownCutsArrivingHead(t *testing.T) {
 // and any other with a JSON completion; it counts the requests it read.
 func answeringEngine(t *testing.T, got *atomic.Int64) string {
 	t.Helper()
-	return rawEngine(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			body, _ := io.ReadAll(req.Body)
-			got.Add(1)
-			if strings.Contains(string(body), `"stream":true`) {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-				time.Sleep(10 * time.Millisecond)
-				event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
-				fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(event), event)
-			} else {
-				writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
-			}
+	return answerEach(t, func(c net.Conn, body []byte) bool {
+		got.Add(1)
+		if strings.Contains(string(body), `"stream":true`) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			time.Sleep(10 * time.Millisecond)
+			event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+			_, err := fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(event), event)
+			return err == nil
 		}
+		writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
+		return true
 	})
 }
 

@@ -335,19 +335,10 @@ func wholeBodyEngine(t *testing.T, got *atomic.Int64) string {
 	t.Helper()
 	event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
 	answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0;x=1\r\n\r\n", len(event), event)
-	return rawEngine(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			got.Add(1)
-			if _, err := io.WriteString(c, answer); err != nil {
-				return
-			}
-		}
+	return answerEach(t, func(c net.Conn, _ []byte) bool {
+		got.Add(1)
+		_, err := io.WriteString(c, answer)
+		return err == nil
 	})
 }
 
@@ -428,22 +419,13 @@ func TestLastChunkWithLastData(t *testing.T) {
 	event := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
 	chunk := fmt.Sprintf("%x\r\n%s\r\n", len(event), event)
 	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-	engine := rawEngine(t, func(conn net.Conn) {
-		br := bufio.NewReader(conn)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			if _, err := io.WriteString(conn, head); err != nil {
-				return
-			}
-			time.Sleep(30 * time.Millisecond) // the stream is the loop's
-			if _, err := io.WriteString(conn, chunk+"0\r\n\r\n"); err != nil {
-				return
-			}
+	engine := answerEach(t, func(conn net.Conn, _ []byte) bool {
+		if _, err := io.WriteString(conn, head); err != nil {
+			return false
 		}
+		time.Sleep(30 * time.Millisecond) // the stream is the loop's
+		_, err := io.WriteString(conn, chunk+"0\r\n\r\n")
+		return err == nil
 	})
 	h := startProxy(t, engine, nil)
 	addr := strings.TrimPrefix(h.url, "http://")
@@ -526,18 +508,11 @@ func TestSentAfterAStream(t *testing.T) {
 // (the outside review of 0acfb48), it waited for the engine's next bytes.
 func TestHeadOutWhenTheBodyOnlyLooksEnded(t *testing.T) {
 	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
-	engine := rawEngine(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk("data: x\r\n0\r\n"))
-			time.Sleep(time.Second)
-			io.WriteString(c, chunk("\r\n")+chunk("data: [DONE]\n\n")+"0\r\n\r\n")
-		}
+	engine := answerEach(t, func(c net.Conn, _ []byte) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk("data: x\r\n0\r\n"))
+		time.Sleep(time.Second)
+		_, err := io.WriteString(c, chunk("\r\n")+chunk("data: [DONE]\n\n")+"0\r\n\r\n")
+		return err == nil
 	})
 	h := startProxy(t, engine, nil)
 	addr := strings.TrimPrefix(h.url, "http://")
@@ -563,19 +538,7 @@ func TestHeadOutWhenTheBodyOnlyLooksEnded(t *testing.T) {
 // started instead (the outside review of 0acfb48).
 func TestPipelinedBehindAnAnswer(t *testing.T) {
 	var got atomic.Int64
-	engine := rawEngine(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			got.Add(1)
-			writeJSON(c, 200, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
-		}
-	})
-	h := startProxy(t, engine, nil)
+	h := startProxy(t, answeringEngine(t, &got), nil)
 	addr := strings.TrimPrefix(h.url, "http://")
 	first := requestText(addr, chat, chatBody("m", 1, false, ""))
 	valid := requestText(addr, chat, "{\n  \"model\": \"m\",\n  \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]\n}\n")

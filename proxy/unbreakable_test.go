@@ -563,6 +563,26 @@ func rawEngine(t *testing.T, handle func(net.Conn)) string {
 	return "http://" + ln.Addr().String()
 }
 
+// answerEach is a raw engine that reads each request on a connection, its
+// body whole, and answers it with answer, which writes the answer itself
+// (false ends the connection).
+func answerEach(t *testing.T, answer func(c net.Conn, body []byte) bool) string {
+	t.Helper()
+	return rawEngine(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(req.Body)
+			if !answer(c, body) {
+				return
+			}
+		}
+	})
+}
+
 // TestEngineAnswersBeforeReadingTheBody: an engine that answers 413 or
 // 401 before reading a large body and closes: the client gets that answer,
 // not a 502, and the record has the engine's status.
