@@ -543,7 +543,7 @@ func (c *clientConn) scanHead(b []byte) (int, bool) {
 			case !c.started:
 				// An empty line before the request line.
 			case !c.lined:
-				c.lined = true
+				c.lined, c.crlfs = true, 1 // a head may have no header lines
 			default:
 				c.lineEnd()
 				if c.crlfs++; c.crlfs == 2 {
@@ -651,10 +651,15 @@ func (c *clientConn) lineEnd() {
 			c.length = c.value
 		}
 	case fieldEncoding:
-		if string(c.name[:c.nameN]) != "chunked" || c.chunked {
+		switch coding := string(c.name[:c.nameN]); {
+		case coding == "identity":
+			// No coding: fasthttp frames the body as if the field were not
+			// there (by its Content-Length, or none).
+		case coding != "chunked" || c.chunked:
 			c.headLost = true
+		default:
+			c.chunked = true
 		}
-		c.chunked = true
 	case fieldLost:
 		c.headLost = true
 	}
@@ -676,14 +681,13 @@ func (c *clientConn) headEnd() {
 
 // The chunked body being passed over (RFC 9112 §7.1).
 const (
-	rcSize      = iota // the chunk's size, in hex digits
-	rcExt              // past the size: an extension, up to the line's end
-	rcSizeLF           // the size line's CR came: its LF
-	rcData             // csize bytes of data
-	rcDataCR           // the CRLF after the data
-	rcDataLF           //
-	rcTrailer          // a trailer line after the last chunk (or the empty one)
-	rcTrailerLF        // its CR came: its LF
+	rcSize    = iota // the chunk's size, in hex digits
+	rcExt            // past the size: an extension, up to the line's end
+	rcSizeLF         // the size line's CR came: its LF
+	rcData           // csize bytes of data
+	rcDataCR         // the CRLF after the data
+	rcDataLF         //
+	rcTrailer        // the trailer section, after the last chunk: lines up to an empty one
 )
 
 // scanChunks passes over chunked body bytes; it returns the bytes it took.
@@ -720,7 +724,7 @@ func (c *clientConn) scanChunks(b []byte) int {
 			}
 			c.cdigits = 0
 			if c.csize == 0 {
-				c.cstate, c.crlfs = rcTrailer, 1
+				c.cstate, c.crlfs = rcTrailer, 1 // at a line's start
 			} else {
 				c.cstate = rcData
 			}
@@ -744,22 +748,20 @@ func (c *clientConn) scanChunks(b []byte) int {
 				c.cstate = rcSize
 			}
 		case rcTrailer:
+			// fasthttp ends a trailer line at an LF, a CR before it or not
+			// (its parseTrailer): so does the scan, or it would read the
+			// next request's head as trailers.
 			switch ch {
 			case '\r':
-				c.cstate = rcTrailerLF
+			case '\n':
+				if c.crlfs == 1 {
+					c.chunked = false // the empty line: the body's end
+					return i + 1
+				}
+				c.crlfs = 1
 			default:
 				c.crlfs = 0
 			}
-		case rcTrailerLF:
-			if ch != '\n' {
-				c.lost = true
-				return i
-			}
-			if c.crlfs++; c.crlfs == 2 {
-				c.chunked = false // the body's end
-				return i + 1
-			}
-			c.cstate = rcTrailer
 		}
 	}
 	return len(b)
@@ -846,6 +848,9 @@ func (c *clientConn) served() {
 	copy(c.lines, c.lines[1:c.nLines])
 	c.nLines--
 	c.lines[c.nLines] = first[:0]
+	if c.nLines == 0 && len(c.lines) > 2 {
+		c.lines = [][]byte{c.lines[0]} // a burst of pipelined heads is not kept for the connection's life
+	}
 }
 
 // bodyIn: a request's body is in (or will not come): its handler or its

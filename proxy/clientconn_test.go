@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,6 +241,13 @@ func TestScanFollowsRequests(t *testing.T) {
 		{"a chunked body with extensions and trailers, then a bare LF", "POST / HTTP/1.1\r\ntransfer-encoding:  Chunked\r\n\r\n3;x=1\r\na\nb\r\nA\r\n\n\n\n\n\n\n\n\n\n\n\r\n0\r\nT: 1\r\n\r\n" + req("", jsonLF) + "POST / HTTP/1.1\nHost: x\r\n\r\n", true},
 		{"Content-Length with leading zeros, then a bare LF", "POST / HTTP/1.1\r\nContent-Length: 0003\r\n\r\na\nb" + "GET / HTTP/1.1\r\nHost: x\n\r\n", true},
 		{"a long header name ending in content-length", "POST / HTTP/1.1\r\nX-Very-Long-Name-Content-Length: 5\r\n" + "Content-Length: 1\r\n\r\nx" + req("", jsonLF), false},
+		// fasthttp ends a trailer line, and the empty one that ends the
+		// trailers, at an LF alone too: so does the scan.
+		{"a chunked body ended by a bare-LF empty line, then a bare-LF head", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\n" + "GET / HTTP/1.1\nHost: x\r\n\r\n", true},
+		{"a trailer line ended by a bare LF, then a bare-LF head", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\n\r\n" + "GET / HTTP/1.1\nHost: x\r\n\r\n", true},
+		{"a chunked body ended by a bare-LF empty line, then LF in a body", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\n" + req("", jsonLF), false},
+		{"Transfer-Encoding: identity, then LF in a body", "GET / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n" + req("", jsonLF), false},
+		{"a head with no header lines, then LF in a body", "GET / HTTP/1.0\r\n\r\n" + req("", jsonLF), false},
 		// Bodies the scan cannot follow: nothing after them is checked
 		// until the request is settled (a bare LF passes), and nothing is
 		// refused that is valid.
@@ -312,4 +320,25 @@ func FuzzScan(f *testing.F) {
 			t.Fatalf("%q whole: %+v; cut at %d and %d: %+v", b, whole, a, c, cut)
 		}
 	})
+}
+
+// TestScanKeepsNoBurst: the request lines of a burst of pipelined heads
+// are let go once all were served, not held for the connection's life.
+func TestScanKeepsNoBurst(t *testing.T) {
+	cc := &clientConn{l: &clientListener{}, plain: true}
+	cc.startHead()
+	burst := strings.Repeat("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 1000)
+	if bare, _ := cc.scan([]byte(burst)); bare || cc.nLines != 1000 || cc.pending != 1000 {
+		t.Fatalf("bare %v, %d lines, %d pending; want 1000 of each", bare, cc.nLines, cc.pending)
+	}
+	for range 1000 {
+		if got := string(cc.requestLine()); got != "GET /v1/models HTTP/1.1" {
+			t.Fatalf("request line %q", got)
+		}
+		cc.bodyIn()
+		cc.served()
+	}
+	if cc.nLines != 0 || cc.pending != 0 || len(cc.lines) > 2 {
+		t.Errorf("after all were served: %d lines, %d pending, %d kept; want 0, 0, at most 2", cc.nLines, cc.pending, len(cc.lines))
+	}
 }

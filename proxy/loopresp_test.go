@@ -598,6 +598,7 @@ func TestPipelinedRefusals(t *testing.T) {
 		fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
 	noHost := strings.Replace(valid, "Host: "+addr+"\r\n", "", 1)
 	completions := requestText(addr, "/v1/completions", `{"model":"m","prompt":"x","max_tokens":1}`)
+	validLF := requestText(addr, chat, "{\n\"model\": \"m\",\n\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}],\n\"max_tokens\": 1\n}\n")
 	for _, c := range []struct {
 		name    string
 		send    string
@@ -607,6 +608,8 @@ func TestPipelinedRefusals(t *testing.T) {
 		{"a stream, a request, a bare LF", requestText(addr, chat, chatBody("m", 1, true, "")) + valid + bare, []int{200, 200, 400}, []string{"chat", "chat", "chat"}},
 		{"a stream, a bare LF", requestText(addr, chat, chatBody("m", 1, true, "")) + bare, []int{200, 400}, []string{"chat", "chat"}},
 		{"a chunked body, a bare LF", chunked + bare, []int{200, 400}, []string{"chat", "chat"}},
+		{"a chunked body ended by a bare-LF empty line, a request with LFs in its body", chunked[:len(chunked)-len("0\r\n\r\n")] + "0\r\n\n" + validLF, []int{200, 200}, []string{"chat", "chat"}},
+		{"a GET with Transfer-Encoding: identity, a request with LFs in its body", "GET /v1/models HTTP/1.1\r\nHost: " + addr + "\r\nTransfer-Encoding: identity\r\n\r\n" + validLF, []int{200, 200}, []string{"chat"}},
 		{"a refused chat in one read", noHost, []int{400}, []string{"chat"}},
 		{"a refused chat, a completion behind it", noHost + completions, []int{400}, []string{"chat"}},
 		{"a refused GET, a chat behind it", "GET /v1/models HTTP/1.1\r\n\r\n" + valid[:len(valid)-5], []int{400}, nil},
