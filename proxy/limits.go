@@ -145,8 +145,9 @@ func measuredRequest(ctx *fasthttp.RequestCtx) bool {
 	return method == fasthttp.MethodPost && measuredPath([]byte(path))
 }
 
-// requestLine is the method and path of the request line the client
-// connection read last (plain connections), or the parsed head's.
+// requestLine is the method and path of the request fasthttp reads or
+// answers now, from the request line the client connection's scan kept
+// for it (plain connections), or the parsed head's.
 func requestLine(ctx *fasthttp.RequestCtx) (method, path string) {
 	if cc := baseConn(ctx.Conn()); cc != nil && len(cc.requestLine()) > 0 {
 		f := strings.Fields(string(cc.requestLine()))
