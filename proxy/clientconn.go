@@ -535,13 +535,14 @@ func (c *clientConn) scan(b []byte) (bare bool, at int) {
 func (c *clientConn) scanHead(b []byte) (int, bool) {
 	for i, ch := range b {
 		if ch == '\n' {
-			if c.last != '\r' {
+			if c.last != '\r' && c.started {
 				return i, true
 			}
 			c.last = ch
 			switch {
 			case !c.started:
-				// An empty line before the request line.
+				// An empty line before the request line, CRLF or LF alone,
+				// as fasthttp passes over it (RFC 9112 §2.2).
 			case !c.lined:
 				c.lined, c.crlfs = true, 1 // a head may have no header lines
 			default:
@@ -812,6 +813,9 @@ func (c *clientConn) startHead() {
 func (c *clientConn) restartHead() {
 	c.badHead = false
 	c.nLines = 0 // the request served was popped as its handler returned
+	if len(c.lines) > 2 {
+		c.lines = nil // nor is a burst's kept here
+	}
 	if c.pending > 0 && c.l.p != nil {
 		c.l.p.bodies.settled(c)
 	}

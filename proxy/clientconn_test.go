@@ -234,6 +234,7 @@ func TestScanFollowsRequests(t *testing.T) {
 		{"a body of CRLFs", req("", "\r\n\r\n\r\n\r\n") + req("", "x"), false},
 		{"a GET, then a POST", "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" + req("", jsonLF), false},
 		{"blank lines before a request line", "\r\n" + req("", jsonLF) + "\r\n" + req("", "x"), false},
+		{"LF-only empty lines before a request line", "\n" + req("", jsonLF) + "\n\r\n" + req("", "x"), false},
 		{"Content-Length with spaces and any case", "POST / HTTP/1.1\r\ncOnTeNt-LeNgTh:  3 \r\n\r\na\nb" + req("", jsonLF), false},
 		{"a bare LF in the second head", req("", jsonLF) + "POST / HTTP/1.1\nHost: x\r\n\r\n", true},
 		{"a bare LF in a header of the third", req("", "x") + req("", "y") + "POST / HTTP/1.1\r\nHost: x\n\r\n", true},

@@ -610,6 +610,7 @@ func TestPipelinedRefusals(t *testing.T) {
 		{"a chunked body, a bare LF", chunked + bare, []int{200, 400}, []string{"chat", "chat"}},
 		{"a chunked body ended by a bare-LF empty line, a request with LFs in its body", chunked[:len(chunked)-len("0\r\n\r\n")] + "0\r\n\n" + validLF, []int{200, 200}, []string{"chat", "chat"}},
 		{"a GET with Transfer-Encoding: identity, a request with LFs in its body", "GET /v1/models HTTP/1.1\r\nHost: " + addr + "\r\nTransfer-Encoding: identity\r\n\r\n" + validLF, []int{200, 200}, []string{"chat"}},
+		{"an LF before each request line", "\n" + validLF + "\n" + validLF, []int{200, 200}, []string{"chat", "chat"}},
 		{"a refused chat in one read", noHost, []int{400}, []string{"chat"}},
 		{"a refused chat, a completion behind it", noHost + completions, []int{400}, []string{"chat"}},
 		{"a refused GET, a chat behind it", "GET /v1/models HTTP/1.1\r\n\r\n" + valid[:len(valid)-5], []int{400}, nil},
