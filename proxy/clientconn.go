@@ -699,12 +699,12 @@ func (c *clientConn) scanChunks(b []byte) int {
 		switch c.cstate {
 		case rcSize:
 			switch {
-			case ch >= '0' && ch <= '9', ch >= 'a' && ch <= 'f', ch >= 'A' && ch <= 'F':
+			case isHex(ch):
 				if c.csize > (1<<58)-1 {
 					c.lost = true
 					return i
 				}
-				c.csize = c.csize<<4 | int64(unhex(ch))
+				c.csize = c.csize<<4 | int64(hexValue(ch))
 				c.cdigits++
 			case ch == ';' || ch == ' ' || ch == '\t':
 				c.cstate = rcExt
@@ -766,16 +766,6 @@ func (c *clientConn) scanChunks(b []byte) int {
 		}
 	}
 	return len(b)
-}
-
-func unhex(ch byte) byte {
-	switch {
-	case ch >= 'a':
-		return ch - 'a' + 10
-	case ch >= 'A':
-		return ch - 'A' + 10
-	}
-	return ch - '0'
 }
 
 // given passes the n bytes read into p through the scan; it returns how
