@@ -103,7 +103,7 @@ func (x *exchange) respondOnLoop(ctx *fasthttp.RequestCtx, srv *fasthttp.Server)
 	if h, ended := x.startOnLoop(); ended {
 		// The body ended already: what becomes of the connection waits for
 		// fasthttp, which goes on once this handler returns.
-		go h.run()
+		x.p.workers.run(h.run)
 	}
 }
 
@@ -236,8 +236,8 @@ func (x *exchange) drainOn(cc *clientConn) (handback, bool) {
 }
 
 // drained is DrainAsync's done, on the loop's goroutine: what follows a
-// drain may wait (for a slow client), so a goroutine of its own does it.
-func (x *exchange) drained(err error) { go x.resume(err) }
+// drain may wait (for a slow client), so a worker does it.
+func (x *exchange) drained(err error) { x.p.workers.run(func() { x.resume(err) }) }
 
 func (x *exchange) resume(err error) {
 	if h, ok := x.resumeSafely(err); ok {

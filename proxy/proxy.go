@@ -163,7 +163,8 @@ type Proxy struct {
 	recMu     sync.RWMutex // guards sending on recs against closing it
 	recClosed bool
 
-	bodies *bodyBudget // request bodies arriving (bodies.go)
+	bodies  *bodyBudget // request bodies arriving (bodies.go)
+	workers *workers    // what follows a stream passed on from the loop (workers.go)
 
 	liveMu   sync.Mutex
 	open     map[*exchange]struct{}        // the requests being served, for a shutdown's cut
@@ -291,6 +292,7 @@ func New(cfg Config) (*Proxy, error) {
 		held:     map[*clientConn]chan net.Conn{},
 		handing:  map[*clientConn]struct{}{},
 		bodies:   newBodyBudget(cfg.MaxBodyMemory),
+		workers:  newWorkers(workerWait),
 	}
 	p.m.slo = cfg.SLO
 	// The model list is read every few minutes: no connection is kept
