@@ -45,7 +45,9 @@ import (
 // streams of one token (requests/streams=64), with the system calls a
 // request makes (where perf can count them). Resident memory per open stream is
 // the growth of the proxy's VmRSS from idle to 1,024 open streams, divided
-// by 1,024.
+// by 1,024. Every figure is also taken for two floors, relays that measure
+// nothing (floor_test.go: Go's net package, and plain fasthttp), which say
+// what part of tokentap's is its own and what part a Go proxy pays anyway.
 //
 // Where taskset and two CPUs exist, this process (fake and clients) runs
 // on CPU 0 and each proxy on CPU 1 (nginx with one worker).
@@ -81,7 +83,11 @@ func BenchmarkPassThrough(b *testing.B) {
 				cpu[p.name] = reportRounds(b, p.name, rounds[j], rounds[0], j > 0)
 			}
 			if cpu["nginx"] > 0 {
-				b.ReportMetric(cpu["tokentap"]/cpu["nginx"], "tokentap/nginx_cpu")
+				for _, p := range paths[1:] {
+					if p.name != "nginx" && cpu[p.name] > 0 {
+						b.ReportMetric(cpu[p.name]/cpu["nginx"], p.name+"/nginx_cpu")
+					}
+				}
 			}
 			b.ReportMetric(0, "ns/op")
 		})
@@ -130,7 +136,11 @@ func BenchmarkPassThrough(b *testing.B) {
 			}
 		}
 		if cpu["nginx"] > 0 {
-			b.ReportMetric(float64(cpu["tokentap"])/float64(cpu["nginx"])*float64(reqs["nginx"])/float64(reqs["tokentap"]), "tokentap/nginx_cpu_request")
+			for _, p := range paths[1:] {
+				if p.name != "nginx" && cpu[p.name] > 0 {
+					b.ReportMetric(float64(cpu[p.name])/float64(cpu["nginx"])*float64(reqs["nginx"])/float64(reqs[p.name]), p.name+"/nginx_cpu_request")
+				}
+			}
 		}
 		// System calls a request, counted apart from the CPU rounds (the
 		// count's tracepoint adds to the cost of every system call): a
@@ -180,7 +190,7 @@ func (env *benchEnv) paths() []benchPath {
 	if env.nginx != "" {
 		paths = append(paths, benchPath{"nginx", env.nginx, env.nginxPIDs})
 	}
-	return paths
+	return append(paths, env.floors...)
 }
 
 type benchPath struct {
@@ -243,6 +253,7 @@ type benchEnv struct {
 	proxyPID  int
 	nginx     string
 	nginxPIDs []int
+	floors    []benchPath
 }
 
 // swappableEngine lets the benchmark change the fake's timing between runs
@@ -328,6 +339,9 @@ func startBenchEnv(b *testing.B, pinned, pin bool) *benchEnv {
 	env.proxy, env.proxyPID = strings.TrimSpace(line), cmd.Process.Pid
 
 	env.nginx, env.nginxPIDs = env.startNginx(b, ln.Addr().String())
+	for _, role := range floorRelays {
+		env.floors = append(env.floors, env.startFloor(b, role, ln.Addr().String()))
+	}
 	return env
 }
 
