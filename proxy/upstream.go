@@ -96,12 +96,17 @@ func (s *upstreamSource) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// loopEngines says whether connections to the engine go to an event loop
+// (where there is one); tests turn it off to run what a platform without
+// the loop runs.
+var loopEngines = evloop.Supported
+
 // loopConn moves a plain TCP connection to the engine to an event loop
 // (evloop) where there is one: its bodies are then passed on by the loop's
 // goroutine (writeToLoop), with no goroutine woken per event.
 func loopConn(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
-	if !ok || !evloop.Supported {
+	if !ok || !loopEngines {
 		return c
 	}
 	ec, err := evloop.Wrap(tc, evloop.Prompt)
@@ -392,7 +397,19 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 	finished := false
 	idle := x.p.cfg.IdleTimeout
 	lastByte := time.Now()
-	x.armProbe(lastByte, true)
+	// The deadline is set on the connection taken here, without x.mu: the
+	// callback runs inside a read of the socket, and a Close under x.mu
+	// (clientGone, cutShutdown) waits for that read to end; taking x.mu
+	// there would wait for the Close: a deadlock, the stream, its record
+	// and a shutdown stuck for good. The connection stays this exchange's
+	// until WriteTo returns (releaseConn comes after it).
+	x.mu.Lock()
+	conn := x.conn
+	x.mu.Unlock()
+	if conn == nil {
+		return 0, x.readFailed(net.ErrClosed)
+	}
+	x.armProbe(conn, lastByte, true)
 	cb := func(fd uintptr) bool {
 		x.src.fd, x.src.short = int(fd), false
 		read := false
@@ -411,12 +428,15 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 			}
 		}
 		x.src.fd = -1
+		if edgeHook != nil {
+			edgeHook(x)
+		}
 		if !finished {
 			now := time.Now()
 			if read {
 				lastByte = now
 			}
-			x.armProbe(now, false)
+			x.armProbe(conn, now, false)
 		}
 		return finished
 	}
@@ -431,7 +451,7 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 		if isTimeout(rerr) && !x.gone.Load() && !x.cut.Load() {
 			now := time.Now()
 			if now.Sub(lastByte) < idle {
-				x.armProbe(now, true) // the probe: read again
+				x.armProbe(conn, now, true) // the probe: read again
 				continue
 			}
 		}
@@ -439,17 +459,18 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 	}
 }
 
-// armProbe keeps the upstream read deadline between edgeProbe/2 and
-// edgeProbe ahead (moving it only when it is nearer, so a lively stream
-// moves it every few events, not every event); force moves it anyway.
-func (x *exchange) armProbe(now time.Time, force bool) {
+// edgeHook, when set (by tests), runs inside writeToEdge's callback, where
+// a read of the engine's socket is in progress.
+var edgeHook func(x *exchange)
+
+// armProbe keeps the upstream read deadline of conn between edgeProbe/2
+// and edgeProbe ahead (moving it only when it is nearer, so a lively
+// stream moves it every few events, not every event); force moves it
+// anyway. A closed conn refuses it, harmlessly.
+func (x *exchange) armProbe(conn net.Conn, now time.Time, force bool) {
 	if !force && x.readDL.Sub(now) >= edgeProbe/2 {
 		return
 	}
 	x.readDL = now.Add(edgeProbe)
-	x.mu.Lock()
-	if x.conn != nil {
-		_ = x.conn.SetReadDeadline(x.readDL)
-	}
-	x.mu.Unlock()
+	_ = conn.SetReadDeadline(x.readDL)
 }
