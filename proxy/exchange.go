@@ -59,6 +59,7 @@ type exchange struct {
 	lhead     []byte
 	chunks    chunkWriter
 	drainedFn func(error)
+	resumeFn  func() // resume, for the worker a drain's end hands it to (drained)
 }
 
 // xstate is what one request sets in its exchange. put resets it by
@@ -96,6 +97,7 @@ type xstate struct {
 	ec         *evloop.Conn
 	hj         net.Conn        // fasthttp's hijacked connection, once hold gave it
 	hold       <-chan net.Conn // fasthttp's hijack goroutine sends its connection
+	drainErr   error           // how the last drain on the loop ended (drained, for resume)
 	srv        *fasthttp.Server
 	closeAfter bool
 
@@ -116,6 +118,7 @@ func (p *Proxy) getExchange() *exchange {
 	x.pieceFn = x.piece
 	x.scrubFn = func(s string) string { return scrubSecrets(s, &x.req.Header) }
 	x.drainedFn = x.drained
+	x.resumeFn = x.resume
 	return x
 }
 

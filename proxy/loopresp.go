@@ -236,11 +236,14 @@ func (x *exchange) drainOn(cc *clientConn) (handback, bool) {
 }
 
 // drained is DrainAsync's done, on the loop's goroutine: what follows a
-// drain may wait (for a slow client), so a worker does it.
-func (x *exchange) drained(err error) { x.p.workers.run(func() { x.resume(err) }) }
+// drain may wait (for a slow client), so a worker does it (resume).
+func (x *exchange) drained(err error) {
+	x.drainErr = err
+	x.p.workers.run(x.resumeFn)
+}
 
-func (x *exchange) resume(err error) {
-	if h, ok := x.resumeSafely(err); ok {
+func (x *exchange) resume() {
+	if h, ok := x.resumeSafely(x.drainErr); ok {
 		h.run()
 	}
 }

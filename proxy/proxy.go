@@ -452,6 +452,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	p.draining.Store(true)
 	p.closeIdle()
+	p.workers.close()
 	p.handedBack(ctx)
 	p.mu.Lock()
 	srv := p.srv

@@ -254,7 +254,7 @@ func TestReviewManyStreamsClientsComeAndGo(t *testing.T) {
 	c.Close()
 	h.waitRecords(t, 1)
 	time.Sleep(200 * time.Millisecond)
-	fd0, g0 := openFDs(t), runtime.NumGoroutine()-h.p.workers.idleCount()
+	fd0, g0 := openFDs(t), runtime.NumGoroutine()-int(idleWorkers.Load())
 
 	const n = 240
 	const par = 24
@@ -437,7 +437,7 @@ func TestReviewManyStreamsClientsComeAndGo(t *testing.T) {
 	var fd1, g1 int
 	for range 100 {
 		time.Sleep(50 * time.Millisecond)
-		fd1, g1 = openFDs(t), runtime.NumGoroutine()-h.p.workers.idleCount()
+		fd1, g1 = openFDs(t), runtime.NumGoroutine()-int(idleWorkers.Load())
 		if fd1 <= fd0+2 && g1 <= g0+4 {
 			break
 		}

@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,14 +15,30 @@ import (
 // back at its end, 6% of the proxy's CPU time at one-token streams
 // (`runtime.morestack` in a perf profile under BenchmarkPassThrough's
 // requests load; 0.7% with workers), where a kept goroutine's stack has
-// grown already.
+// grown already (until the collector shrinks an idle one's).
+//
+// Idle workers wait in a stack, the last to go idle on top (its stack is
+// the warmest, and the ones at the bottom are the ones to end). One sweep
+// every wait ends those idle for longer, in one cut; a worker itself has
+// no timer. After close, work runs on a goroutine of its own and no
+// worker stays idle.
 type workers struct {
-	mu   sync.Mutex
-	idle []*worker // the last to go idle last: its stack is the warmest
 	wait time.Duration
+
+	mu     sync.Mutex
+	idle   []*worker
+	closed bool
+	sweep  chan struct{} // closed by close; nil until the first worker
 }
 
-type worker struct{ work chan func() }
+type worker struct {
+	work  chan func() // one slot: run never waits; nil ends the worker
+	since time.Time   // idle since
+}
+
+// idleWorkers counts the idle workers of every pool in the process, for
+// tests that count goroutines.
+var idleWorkers atomic.Int64
 
 // workerWait is how long an idle worker waits for work before it ends
 // (fasthttp's MaxIdleWorkerDuration is 10 s).
@@ -30,49 +46,99 @@ const workerWait = 2 * time.Second
 
 func newWorkers(wait time.Duration) *workers { return &workers{wait: wait} }
 
-// run runs f on an idle worker, or on a new one when none is idle.
+// run runs f on an idle worker, or on a new one when none is idle. It
+// never waits: the event loop's goroutine calls it.
 func (w *workers) run(f func()) {
 	w.mu.Lock()
 	if n := len(w.idle); n > 0 {
 		k := w.idle[n-1]
 		w.idle[n-1] = nil
 		w.idle = w.idle[:n-1]
+		idleWorkers.Add(-1)
 		w.mu.Unlock()
-		k.work <- f // buffered: the worker may not be waiting yet
+		k.work <- f
 		return
+	}
+	if w.closed {
+		w.mu.Unlock()
+		go f()
+		return
+	}
+	if w.sweep == nil {
+		w.sweep = make(chan struct{})
+		go w.sweeper(w.sweep)
 	}
 	w.mu.Unlock()
 	go w.serve(&worker{work: make(chan func(), 1)}, f)
 }
 
 func (w *workers) serve(k *worker, f func()) {
-	t := time.NewTimer(w.wait)
-	defer t.Stop()
-	for {
+	for f != nil {
 		f()
-		f = nil // what f held is not kept while the worker waits
+		k.since = time.Now()
 		w.mu.Lock()
-		w.idle = append(w.idle, k)
-		w.mu.Unlock()
-		t.Reset(w.wait)
-		select {
-		case f = <-k.work:
-		case <-t.C:
-			w.mu.Lock()
-			i := slices.Index(w.idle, k)
-			if i >= 0 {
-				w.idle = slices.Delete(w.idle, i, i+1)
-			}
+		if w.closed {
 			w.mu.Unlock()
-			if i >= 0 {
-				return
+			return
+		}
+		w.idle = append(w.idle, k)
+		idleWorkers.Add(1)
+		w.mu.Unlock()
+		f = <-k.work
+	}
+}
+
+// sweeper ends, every wait, the workers idle for longer than wait: the
+// bottom of the stack, cut in one pass.
+func (w *workers) sweeper(stop <-chan struct{}) {
+	t := time.NewTicker(w.wait)
+	defer t.Stop()
+	var ending []*worker
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			n := 0
+			for n < len(w.idle) && now.Sub(w.idle[n].since) > w.wait {
+				n++
 			}
-			f = <-k.work // run took it as its wait ended: the work is coming
+			ending = append(ending[:0], w.idle[:n]...)
+			m := copy(w.idle, w.idle[n:])
+			clear(w.idle[m:])
+			w.idle = w.idle[:m]
+			idleWorkers.Add(-int64(n))
+			w.mu.Unlock()
+			for i, k := range ending {
+				k.work <- nil
+				ending[i] = nil
+			}
 		}
 	}
 }
 
-// idleCount is the number of workers waiting for work.
+// close ends the idle workers and the sweep; work given to run after it
+// still runs, each on a goroutine of its own.
+func (w *workers) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	if w.sweep != nil {
+		close(w.sweep)
+	}
+	for i, k := range w.idle {
+		k.work <- nil
+		w.idle[i] = nil
+	}
+	idleWorkers.Add(-int64(len(w.idle)))
+	w.idle = nil
+}
+
+// idleCount is the number of this pool's workers waiting for work.
 func (w *workers) idleCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

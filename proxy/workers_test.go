@@ -3,15 +3,18 @@ package proxy
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestWorkers: work runs on a worker kept from the work before it (its
-// goroutine, with the stack it grew), every piece of work runs however many
-// come at once, and a worker left idle ends.
+// TestWorkers: work runs on the worker the work before it left idle (its
+// goroutine, with the stack it grew); work given at once runs at once, on
+// as many workers as it takes; idle workers end after their wait, and at
+// close, after which work still runs.
 func TestWorkers(t *testing.T) {
-	w := newWorkers(200 * time.Millisecond)
+	g0 := runtime.NumGoroutine()
+	w := newWorkers(time.Hour)
 	ids := make(chan uint64, 1)
 	deep := func() {
 		grow(64) // a few KiB of stack, as serving a request takes
@@ -27,26 +30,73 @@ func TestWorkers(t *testing.T) {
 		}
 	}
 
-	// Many at once: each runs, on as many workers as it takes.
 	const n = 50
-	var wg sync.WaitGroup
+	var started sync.WaitGroup
 	release := make(chan struct{})
-	wg.Add(n)
+	started.Add(n)
 	for range n {
-		w.run(func() { wg.Done(); <-release })
+		w.run(func() { started.Done(); <-release })
 	}
-	wg.Wait() // all 50 started: none waited for another
+	started.Wait() // all 50 run at once: none waited for another
 	close(release)
 	waitIdle(t, w, n)
 
-	// Idle workers end after the idle time.
-	g := runtime.NumGoroutine()
-	waitIdle(t, w, 0)
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > g-n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
+	w.close()
+	if got := w.idleCount(); got != 0 {
+		t.Errorf("%d workers idle after close", got)
 	}
-	if got := runtime.NumGoroutine(); got > g-n {
-		t.Errorf("goroutines: %d with %d workers idle, %d after they ended; want at most %d", g, n, got, g-n)
+	done := make(chan struct{})
+	w.run(func() { close(done) })
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("work given after close did not run")
+	}
+	waitGoroutines(t, g0)
+
+	// Idle for longer than their wait, workers end at the next sweep.
+	w = newWorkers(20 * time.Millisecond)
+	release = make(chan struct{})
+	started.Add(5)
+	for range 5 {
+		w.run(func() { started.Done(); <-release })
+	}
+	started.Wait()
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); w.idleCount() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers still idle long after their wait", w.idleCount())
+		}
+	}
+	w.close() // the sweeper
+	waitGoroutines(t, g0)
+}
+
+// TestWorkersUnderLoad: work given from many goroutines at once, as
+// workers go idle, end (a wait of microseconds) and are taken, runs once
+// each.
+func TestWorkersUnderLoad(t *testing.T) {
+	for _, wait := range []time.Duration{time.Microsecond, 50 * time.Microsecond, time.Millisecond} {
+		w := newWorkers(wait)
+		const senders, each = 8, 2000
+		var ran [senders * each]atomic.Int32
+		var all sync.WaitGroup
+		all.Add(senders * each)
+		for s := range senders {
+			go func() {
+				for i := range each {
+					k := s*each + i
+					w.run(func() { ran[k].Add(1); all.Done() })
+				}
+			}()
+		}
+		all.Wait()
+		w.close()
+		for k := range ran {
+			if n := ran[k].Load(); n != 1 {
+				t.Fatalf("wait %v: work %d ran %d times", wait, k, n)
+			}
+		}
 	}
 }
 
@@ -56,6 +106,17 @@ func waitIdle(t *testing.T, w *workers, n int) {
 	for deadline := time.Now().Add(10 * time.Second); w.idleCount() != n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d workers idle, want %d", w.idleCount(), n)
+		}
+	}
+}
+
+// waitGoroutines waits until no more goroutines run than g.
+func waitGoroutines(t *testing.T, g int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > g; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, want at most %d\n%s", runtime.NumGoroutine(), g, buf[:runtime.Stack(buf, true)])
 		}
 	}
 }
