@@ -5,6 +5,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,8 +30,8 @@ import (
 //   - go-relay: the standard library's net package, a goroutine for each
 //     client connection; a request's bytes go to an idle engine connection
 //     and the answer's come back as they are read, framing followed (its
-//     Content-Length, or its chunks) and nothing else of it parsed; the
-//     buffer an answer passes through is pooled, taken for its request.
+//     Content-Length, or its chunks, and Connection: close) and nothing else
+//     of it parsed, written from the connection's read buffer.
 //   - fasthttp-relay: fasthttp's Server and HostClient, as a plain fasthttp
 //     reverse proxy streams (the answer's body flushed after every read):
 //     what the HTTP package of tokentap's design costs by itself.
@@ -47,8 +48,12 @@ const (
 
 var floorRelays = []string{"go-relay", "fasthttp-relay"}
 
+// floorArg is the argument startFloor gives a relay: the variables alone,
+// left exported in a shell, do not turn `go test` into a relay.
+const floorArg = "tokentap-bench-floor"
+
 func TestMain(m *testing.M) {
-	if role := os.Getenv(floorEnv); role != "" {
+	if role := os.Getenv(floorEnv); role != "" && os.Args[len(os.Args)-1] == floorArg {
 		os.Exit(runFloor(role, os.Getenv(floorUpstreamEnv)))
 	}
 	os.Exit(m.Run())
@@ -59,8 +64,11 @@ func TestMain(m *testing.M) {
 // returns its URL and pid; it stops when the benchmark ends.
 func (env *benchEnv) startFloor(b *testing.B, role, upstream string) benchPath {
 	b.Helper()
-	cmd := env.command(os.Args[0])
+	cmd := env.command(os.Args[0], floorArg)
 	cmd.Env = append(os.Environ(), floorEnv+"="+role, floorUpstreamEnv+"="+upstream)
+	if v := os.Getenv("TOKENTAP_BENCH_PROXY_GOMAXPROCS"); v != "" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+v) // as tokentap's
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -115,8 +123,6 @@ type goRelay struct {
 	mu       sync.Mutex
 	idle     []*relayConn
 }
-
-var relayBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 type relayConn struct {
 	net.Conn
@@ -179,10 +185,7 @@ func (r *goRelay) serve(client net.Conn) {
 			up.Close()
 			return
 		}
-		buf := relayBufs.Get().(*[]byte)
-		err = relayBody(client, up.br, *buf, f)
-		relayBufs.Put(buf)
-		if err != nil || f.length < 0 && !f.chunked {
+		if err := relayBody(client, up.br, f); err != nil || f.close || f.length < 0 && !f.chunked {
 			up.Close()
 			return
 		}
@@ -195,6 +198,7 @@ func (r *goRelay) serve(client net.Conn) {
 type framing struct {
 	length  int  // Content-Length; -1 when none
 	chunked bool // Transfer-Encoding: chunked
+	close   bool // Connection: close
 }
 
 // readFramedHead appends a head, to its empty line, to dst and reads its
@@ -225,36 +229,49 @@ func readFramedHead(br *bufio.Reader, dst []byte) ([]byte, framing, error) {
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			f.chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			f.close = bytes.EqualFold(value, []byte("close"))
 		}
 	}
 }
 
-// relayBody passes a body on, each read written at once, to its end.
-func relayBody(w io.Writer, br *bufio.Reader, buf []byte, f framing) error {
-	switch {
-	case f.length >= 0:
-		_, err := io.CopyBuffer(w, io.LimitReader(br, int64(f.length)), buf)
-		return err
-	case !f.chunked:
-		_, err := io.CopyBuffer(w, br, buf)
-		return err
-	}
+// relayBody passes a body on, each read written at once, to its end: what
+// a read brought is written from the reader's own buffer (no buffer of the
+// relay's own waits with the stream).
+func relayBody(w io.Writer, br *bufio.Reader, f framing) error {
 	var c chunks
-	for {
-		n, err := br.Read(buf)
-		if n > 0 {
-			done := c.feed(buf[:n])
-			if _, err := w.Write(buf[:n]); err != nil {
-				return err
+	left := f.length
+	for left != 0 {
+		if _, err := br.Peek(1); err != nil {
+			if err == io.EOF && f.length < 0 && !f.chunked {
+				return nil // a body the connection's close ends
 			}
-			if done {
-				return nil
-			}
-		}
-		if err != nil {
 			return err
 		}
+		p, _ := br.Peek(br.Buffered())
+		done := false
+		switch {
+		case f.length >= 0:
+			p = p[:min(len(p), left)]
+			left -= len(p)
+		case f.chunked:
+			end, err := c.feed(p)
+			if err != nil {
+				return err
+			}
+			if end >= 0 {
+				p, done = p[:end], true
+			}
+		}
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+		_, _ = br.Discard(len(p))
+		if done {
+			return nil
+		}
 	}
+	return nil
 }
 
 // chunks follows a chunked body's framing to its last chunk and the empty
@@ -264,7 +281,10 @@ type chunks struct {
 	left  int
 }
 
-func (c *chunks) feed(p []byte) (done bool) {
+var errChunkSize = errors.New("go-relay: a chunk size beyond 2^40")
+
+// feed follows p; end is where the body ended in p (-1: not in p).
+func (c *chunks) feed(p []byte) (end int, err error) {
 	const (
 		size = iota
 		sizeLine
@@ -278,6 +298,9 @@ func (c *chunks) feed(p []byte) (done bool) {
 		switch c.state {
 		case size:
 			if isHex(b) {
+				if c.left > 1<<40 {
+					return -1, errChunkSize
+				}
 				c.left = c.left<<4 | hexValue(b)
 				continue
 			}
@@ -304,7 +327,7 @@ func (c *chunks) feed(p []byte) (done bool) {
 		case trailerStart:
 			switch b {
 			case '\n':
-				return true
+				return i + 1, nil
 			case '\r':
 			default:
 				c.state = trailer
@@ -315,7 +338,7 @@ func (c *chunks) feed(p []byte) (done bool) {
 			}
 		}
 	}
-	return false
+	return -1, nil
 }
 
 // relayed is the engine's answer's body, passed on as fasthttp reads it;
@@ -336,16 +359,17 @@ func fastRelay(ln net.Listener, upstream string) error {
 	srv := &fasthttp.Server{
 		ReduceMemoryUsage: true, // as tokentap's server
 		Handler: func(ctx *fasthttp.RequestCtx) {
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			ctx.Request.CopyTo(req)
-			err := hc.Do(req, resp)
-			fasthttp.ReleaseRequest(req)
-			if err != nil {
+			resp := fasthttp.AcquireResponse()
+			if err := hc.Do(&ctx.Request, resp); err != nil {
 				fasthttp.ReleaseResponse(resp)
 				ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 				return
 			}
 			resp.Header.CopyTo(&ctx.Response.Header)
+			if resp.BodyStream() == nil { // HEAD, 204, 304: no body
+				fasthttp.ReleaseResponse(resp)
+				return
+			}
 			ctx.Response.ImmediateHeaderFlush = true
 			// fasthttp writes a body stream of unknown size chunk by chunk,
 			// flushing each read, and closes it when done.
@@ -353,4 +377,41 @@ func fastRelay(ln net.Listener, upstream string) error {
 		},
 	}
 	return srv.Serve(ln)
+}
+
+// TestFloorChunks: go-relay finds a chunked body's end however its bytes
+// are cut, with sizes in either case, extensions and trailers, and not
+// before it.
+func TestFloorChunks(t *testing.T) {
+	for _, body := range []string{
+		"0\r\n\r\n",
+		"5\r\nhello\r\n0\r\n\r\n",
+		"A;ext=1\r\n0123456789\r\na\r\n0123456789\r\n000\r\n\r\n",
+		"3\r\nabc\r\n0\r\nX-Trailer: 1\r\nY: 2\r\n\r\n",
+		"2\n0\r\n\n0\n\n",
+	} {
+		for cut := range len(body) + 1 {
+			var c chunks
+			at := -1
+			for off, part := range []string{body[:cut], body[cut:]} {
+				if at >= 0 {
+					break
+				}
+				end, err := c.feed([]byte(part))
+				if err != nil {
+					t.Fatalf("%q cut at %d: %v", body, cut, err)
+				}
+				if end >= 0 {
+					at = end + off*cut
+				}
+			}
+			if at != len(body) {
+				t.Errorf("%q cut at %d: end found at %d, want %d", body, cut, at, len(body))
+			}
+		}
+	}
+	var c chunks
+	if _, err := c.feed([]byte("fffffffffffffffffff\r\n")); err == nil {
+		t.Error("a chunk size past 2^40 was taken")
+	}
 }
