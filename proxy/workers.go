@@ -20,15 +20,18 @@ import (
 // Idle workers wait in a stack, the last to go idle on top (its stack is
 // the warmest, and the ones at the bottom are the ones to end). One sweep
 // every wait ends those idle for longer, in one cut; a worker itself has
-// no timer. After close, work runs on a goroutine of its own and no
-// worker stays idle.
+// no timer. The sweeper runs only while workers are idle, so a proxy at
+// rest is back to the goroutines it started with (the fault suite checks
+// that). After close, work runs on a goroutine of its own and no worker
+// stays idle.
 type workers struct {
 	wait time.Duration
+	stop chan struct{} // closed by close: the sweeper ends
 
-	mu     sync.Mutex
-	idle   []*worker
-	closed bool
-	sweep  chan struct{} // closed by close; nil until the first worker
+	mu       sync.Mutex
+	idle     []*worker
+	closed   bool
+	sweeping bool // a sweeper runs
 }
 
 type worker struct {
@@ -44,7 +47,9 @@ var idleWorkers atomic.Int64
 // (fasthttp's MaxIdleWorkerDuration is 10 s).
 const workerWait = 2 * time.Second
 
-func newWorkers(wait time.Duration) *workers { return &workers{wait: wait} }
+func newWorkers(wait time.Duration) *workers {
+	return &workers{wait: wait, stop: make(chan struct{})}
+}
 
 // run runs f on an idle worker, or on a new one when none is idle. It
 // never waits: the event loop's goroutine calls it.
@@ -59,16 +64,12 @@ func (w *workers) run(f func()) {
 		k.work <- f
 		return
 	}
-	if w.closed {
-		w.mu.Unlock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
 		go f()
 		return
 	}
-	if w.sweep == nil {
-		w.sweep = make(chan struct{})
-		go w.sweeper(w.sweep)
-	}
-	w.mu.Unlock()
 	go w.serve(&worker{work: make(chan func(), 1)}, f)
 }
 
@@ -83,20 +84,24 @@ func (w *workers) serve(k *worker, f func()) {
 		}
 		w.idle = append(w.idle, k)
 		idleWorkers.Add(1)
+		if !w.sweeping {
+			w.sweeping = true
+			go w.sweeper()
+		}
 		w.mu.Unlock()
 		f = <-k.work
 	}
 }
 
 // sweeper ends, every wait, the workers idle for longer than wait: the
-// bottom of the stack, cut in one pass.
-func (w *workers) sweeper(stop <-chan struct{}) {
+// bottom of the stack, cut in one pass. It ends when none is left idle.
+func (w *workers) sweeper() {
 	t := time.NewTicker(w.wait)
 	defer t.Stop()
 	var ending []*worker
 	for {
 		select {
-		case <-stop:
+		case <-w.stop:
 			return
 		case now := <-t.C:
 			w.mu.Lock()
@@ -109,10 +114,17 @@ func (w *workers) sweeper(stop <-chan struct{}) {
 			clear(w.idle[m:])
 			w.idle = w.idle[:m]
 			idleWorkers.Add(-int64(n))
+			done := len(w.idle) == 0
+			if done {
+				w.sweeping = false
+			}
 			w.mu.Unlock()
 			for i, k := range ending {
 				k.work <- nil
 				ending[i] = nil
+			}
+			if done {
+				return
 			}
 		}
 	}
@@ -127,9 +139,7 @@ func (w *workers) close() {
 		return
 	}
 	w.closed = true
-	if w.sweep != nil {
-		close(w.sweep)
-	}
+	close(w.stop)
 	for i, k := range w.idle {
 		k.work <- nil
 		w.idle[i] = nil

@@ -10,8 +10,9 @@ import (
 
 // TestWorkers: work runs on the worker the work before it left idle (its
 // goroutine, with the stack it grew); work given at once runs at once, on
-// as many workers as it takes; idle workers end after their wait, and at
-// close, after which work still runs.
+// as many workers as it takes; idle workers end after their wait, and the
+// sweeper with the last of them (a proxy at rest has the goroutines it
+// started with), and at close, after which work still runs.
 func TestWorkers(t *testing.T) {
 	g0 := runtime.NumGoroutine()
 	w := newWorkers(time.Hour)
@@ -68,8 +69,8 @@ func TestWorkers(t *testing.T) {
 			t.Fatalf("%d workers still idle long after their wait", w.idleCount())
 		}
 	}
-	w.close() // the sweeper
-	waitGoroutines(t, g0)
+	waitGoroutines(t, g0) // the sweeper too, with nothing left to sweep
+	w.close()
 }
 
 // TestWorkersUnderLoad: work given from many goroutines at once, as
