@@ -23,8 +23,7 @@ import (
 // by BenchmarkPassThrough's open=1024 with the loop off: one stream in
 // 1,024; its moment is too narrow for this test to meet it reliably.)
 func TestClientsLeaveEdgeStreams(t *testing.T) {
-	defer func(on bool) { loopEngines = on }(loopEngines)
-	loopEngines = false
+	noLoop(t)
 	m := fixtures.DefaultModel()
 	m.FirstEventDelay, m.TBTBase, m.TBTPerRunning, m.TBTPerKTokens = time.Millisecond, 20*time.Microsecond, 0, 0
 	m.KVCapacity, m.MaxRunning = 1<<24, 1024
@@ -90,10 +89,9 @@ func TestClientsLeaveEdgeStreams(t *testing.T) {
 // it, the moment that once deadlocked: the close waited for the callback,
 // and the callback for the lock the watcher held around the close.
 func TestClientGoneInsideAnEdgeRead(t *testing.T) {
-	defer func(on bool) { loopEngines = on }(loopEngines)
-	loopEngines = false
+	noLoop(t)
 	var once sync.Once
-	defer func() { edgeHook = nil }()
+	t.Cleanup(func() { edgeHook = nil }) // after the proxy's Close (cleanups run last first)
 	edgeHook = func(x *exchange) {
 		once.Do(func() {
 			go x.clientGone()
@@ -115,4 +113,13 @@ func TestClientGoneInsideAnEdgeRead(t *testing.T) {
 	if r := recs[0]; r.Outcome != record.Cancelled || r.Blame != record.BlameClient {
 		t.Errorf("record %s/%s, want cancelled by the client", r.Outcome, r.Blame)
 	}
+}
+
+// noLoop turns the event loop off for engine connections until the test's
+// proxies have closed: a cleanup registered before theirs runs after them,
+// so no dial reads the seam while it is restored.
+func noLoop(t *testing.T) {
+	on := loopEngines
+	t.Cleanup(func() { loopEngines = on })
+	loopEngines = false
 }
