@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,4 +123,124 @@ func noLoop(t *testing.T) {
 	on := loopEngines
 	t.Cleanup(func() { loopEngines = on })
 	loopEngines = false
+}
+
+// floodEngine answers every request with a stream of 16 KiB events sent
+// as fast as the proxy takes them, until the connection breaks.
+func floodEngine(t *testing.T) (string, *atomic.Int64) {
+	var sent atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ev := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("x", 16<<10) + "\"}}]}\n\n"
+	chunk := strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n"
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for head := ""; !strings.Contains(head, "}"); { // the body's end: chatBody's last byte
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					head += string(buf[:n])
+				}
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+					return
+				}
+				for {
+					n, err := io.WriteString(c, chunk)
+					sent.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), &sent
+}
+
+// TestCutsReachAnEdgeStreamBlockedOnItsClient: on the path without the
+// event loop the body is passed on inside a read of the engine's socket
+// (writeToEdge), so a client that does not read blocks that read in its
+// write, for up to the idle timeout. Closing the engine's connection waits
+// for the read; the shutdown's cut (which holds the list of open requests
+// while it closes) and a client's half-close (the watcher) must end the
+// write first, not wait for the idle timeout with everything they hold.
+// With the loop, the write that waits is the backlog's (afterDrain): the
+// same cuts end it as promptly.
+func TestCutsReachAnEdgeStreamBlockedOnItsClient(t *testing.T) {
+	for _, tt := range []struct {
+		how  string
+		loop bool
+	}{{"shutdown", false}, {"half-close", false}, {"shutdown", true}, {"half-close", true}} {
+		how := tt.how
+		name := how + map[bool]string{false: ", no event loop", true: ", event loop"}[tt.loop]
+		t.Run(name, func(t *testing.T) {
+			if !tt.loop {
+				noLoop(t)
+			}
+			url, sent := floodEngine(t)
+			h := startProxy(t, url, func(c *Config) { c.IdleTimeout = 30 * time.Second })
+			c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.(*net.TCPConn).SetReadBuffer(4096)
+			b := chatBody("m", 100, true, "")
+			io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
+			// Never read: wait until the proxy's writes to this client stall
+			// (the engine has sent what the sockets between hold).
+			waitStalled(t, sent)
+			start := time.Now()
+			var took time.Duration
+			switch how {
+			case "shutdown":
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				h.p.Close(ctx)
+				took = time.Since(start)
+			case "half-close":
+				c.(*net.TCPConn).CloseWrite()
+				h.waitRecords(t, 1)
+				took = time.Since(start)
+			}
+			recs := h.records()
+			if len(recs) != 1 {
+				t.Fatalf("%d records after the cut, want 1", len(recs))
+			}
+			want := map[string]record.Blame{"shutdown": record.BlameTokentap, "half-close": record.BlameClient}[how]
+			t.Logf("%s: ended in %v; record %s/%s (%s)", how, took.Round(time.Millisecond), recs[0].Outcome, recs[0].Blame, recs[0].Error)
+			if took > 3*time.Second {
+				t.Errorf("%s took %v with the client's writes blocked (idle timeout 30s): the cut waited for the write", how, took)
+			}
+			if recs[0].Blame != want {
+				t.Errorf("record blames %s (%s), want %s", recs[0].Blame, recs[0].Error, want)
+			}
+		})
+	}
+}
+
+// waitStalled waits until the engine has sent nothing more for 300 ms.
+func waitStalled(t *testing.T, sent *atomic.Int64) {
+	t.Helper()
+	last, still := int64(-1), time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		n := sent.Load()
+		if n != last {
+			last, still = n, time.Now()
+		} else if n > 0 && time.Since(still) > 300*time.Millisecond {
+			return
+		}
+	}
+	t.Fatal("the stream never stalled on its client")
 }

@@ -75,6 +75,9 @@ type xstate struct {
 	resends int         // times the request was sent again
 	gone    atomic.Bool // the client left (the watcher, or the loop's watch)
 	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
+	// The engine's head came (readResponse): a cut from then on stops the
+	// client's writes; before, the client is answered a 503 (fail).
+	answered atomic.Bool
 	early   bool        // the engine answered before it read the whole request: the connection is not reused
 
 	head     bool // HEAD request: no body
@@ -171,6 +174,7 @@ func (x *exchange) readResponse(conn net.Conn, dl time.Time) error {
 	if err := x.checkHead(); err != nil {
 		return err
 	}
+	x.answered.Store(true)
 	sc := x.hdr.StatusCode()
 	switch cl := x.hdr.ContentLength(); {
 	case x.head || sc == fasthttp.StatusNoContent || sc == fasthttp.StatusNotModified:
@@ -271,6 +275,7 @@ func (x *exchange) releaseConn(discard bool) {
 // engine (vLLM and its kind abort a request whose connection closes).
 func (x *exchange) clientGone() {
 	x.gone.Store(true)
+	x.stopClientWrites()
 	x.mu.Lock()
 	if x.conn != nil {
 		_ = x.conn.Close()
@@ -280,15 +285,60 @@ func (x *exchange) clientGone() {
 
 // cutShutdown cuts the request at the proxy's shutdown, its time to end
 // having passed: the engine's connection is closed (the engine cancels
-// it), and the client's, in case the stream waits on a client that does
-// not read. The request ends, and is recorded, as cut by tokentap.
+// it), and the client's writes are stopped once the engine has answered
+// (then cutClient closes the client's connection, in case the stream
+// waits on a client that does not read). The request ends, and is
+// recorded, as cut by tokentap.
 func (x *exchange) cutShutdown() {
 	x.cut.Store(true)
+	if x.answered.Load() {
+		x.stopClientWrites()
+	}
 	x.mu.Lock()
 	if x.conn != nil {
 		_ = x.conn.Close()
 	}
 	x.mu.Unlock()
+}
+
+// stopClientWrites ends a write to the client now, and every later one,
+// by a write deadline in the past: the client left, or the request is cut.
+// It comes before the engine's connection is closed: where the body is
+// passed on inside a read of that connection (writeToEdge), a write
+// blocked on a client that does not read holds the read, and the close
+// waits for the read (for up to the idle timeout, with x.mu held, and at
+// shutdown the list of open requests too).
+func (x *exchange) stopClientWrites() {
+	if x.client != nil {
+		_ = x.client.SetWriteDeadline(aLongTimeAgo)
+	}
+}
+
+// setWriteDeadline sets the client's write deadline, unless writes were
+// stopped (stopClientWrites): set again after, so a stop that came
+// between the check and the set still wins.
+func (x *exchange) setWriteDeadline(t time.Time) {
+	_ = x.client.SetWriteDeadline(t)
+	if x.gone.Load() || x.cut.Load() && x.answered.Load() {
+		_ = x.client.SetWriteDeadline(aLongTimeAgo)
+	}
+}
+
+// writeFailed ends the measurement of a body whose write to the client
+// failed and returns the error to hand fasthttp: a write stopped by a
+// cut or by the client's leaving says so.
+func (x *exchange) writeFailed(err error) error {
+	switch {
+	case x.cut.Load():
+		x.end(errShutdown, record.BlameTokentap)
+		return errShutdown
+	case x.gone.Load():
+		x.end(errClientGone, record.BlameClient)
+		return errClientGone
+	}
+	err = fmt.Errorf("writing to the client: %w", err)
+	x.end(err, record.BlameClient)
+	return err
 }
 
 // cutClient closes the client's connection of a request cutShutdown could
@@ -467,7 +517,7 @@ func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 		wn, werr := w.Write(x.out)
 		n = int64(wn)
 		if werr != nil {
-			x.end(fmt.Errorf("writing to the client: %w", werr), record.BlameClient)
+			werr = x.writeFailed(werr)
 			x.shrinkOut()
 			return n, true, werr
 		}
@@ -693,7 +743,7 @@ func (x *exchange) finish() {
 		// fasthttp's last flush (the terminating chunk, a buffered tail)
 		// comes after this: it too gives up on a client that stopped
 		// reading. serve clears the deadline for the next request.
-		_ = x.client.SetWriteDeadline(time.Now().Add(x.p.cfg.IdleTimeout))
+		x.setWriteDeadline(time.Now().Add(x.p.cfg.IdleTimeout))
 		if cc := baseConn(x.client); cc != nil {
 			cc.deadline = true
 		}
@@ -730,7 +780,7 @@ func (x *exchange) touchWrite() {
 	now := time.Now()
 	if x.writeDL.Sub(now) < idle-idle/8 && x.client != nil {
 		x.writeDL = now.Add(idle)
-		_ = x.client.SetWriteDeadline(x.writeDL)
+		x.setWriteDeadline(x.writeDL)
 	}
 }
 
@@ -744,7 +794,7 @@ func (x *exchange) armWrite() {
 func (x *exchange) disarmWrite() {
 	if !x.writeDL.IsZero() && x.client != nil {
 		x.writeDL = time.Time{}
-		_ = x.client.SetWriteDeadline(time.Time{})
+		x.setWriteDeadline(time.Time{})
 	}
 }
 

@@ -315,11 +315,18 @@ func (x *exchange) afterDrain(err error, cc *clientConn) (done bool, res error) 
 	}
 	if len(cc.backlog) > 0 {
 		x.armWrite() // the writes that wait for the client
+		// The loop watched the client; while its backlog is written here,
+		// the watcher does, so a client that leaves without reading ends
+		// the wait at once (clientGone stops the writes), not at the idle
+		// timeout.
+		watching := x.peer != nil && x.watch.start(x.client, x.goneFn)
 		ferr := cc.flushBacklog()
+		if watching {
+			x.watch.stop()
+		}
 		x.resumed = time.Now()
 		if ferr != nil {
-			x.end(fmt.Errorf("writing to the client: %w", ferr), record.BlameClient)
-			return true, ferr
+			return true, x.writeFailed(ferr)
 		}
 	}
 	switch {
