@@ -126,46 +126,33 @@ func noLoop(t *testing.T) {
 }
 
 // floodEngine answers every request with a stream of 16 KiB events sent
-// as fast as the proxy takes them, until the connection breaks.
-func floodEngine(t *testing.T) (string, *atomic.Int64) {
-	var sent atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+// as fast as the proxy takes them, until the connection breaks; sent
+// counts the bytes written.
+func floodEngine(t *testing.T) (url string, sent *atomic.Int64) {
+	sent = new(atomic.Int64)
 	ev := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("x", 16<<10) + "\"}}]}\n\n"
 	chunk := strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n"
-	go func() {
-		for {
-			c, err := ln.Accept()
+	url = rawEngine(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for head := ""; !strings.Contains(head, "}"); { // the body's end: chatBody's last byte
+			n, err := c.Read(buf)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for head := ""; !strings.Contains(head, "}"); { // the body's end: chatBody's last byte
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					head += string(buf[:n])
-				}
-				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
-					return
-				}
-				for {
-					n, err := io.WriteString(c, chunk)
-					sent.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
+			head += string(buf[:n])
 		}
-	}()
-	return "http://" + ln.Addr().String(), &sent
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return
+		}
+		for {
+			n, err := io.WriteString(c, chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	return url, sent
 }
 
 // TestCutsReachAnEdgeStreamBlockedOnItsClient: on the path without the

@@ -78,7 +78,7 @@ type xstate struct {
 	// The engine's head came (readResponse): a cut from then on stops the
 	// client's writes; before, the client is answered a 503 (fail).
 	answered atomic.Bool
-	early   bool        // the engine answered before it read the whole request: the connection is not reused
+	early    bool // the engine answered before it read the whole request: the connection is not reused
 
 	head     bool // HEAD request: no body
 	direct   bool // the body has a Content-Length: WriteTo writes it to the client's connection
@@ -328,13 +328,8 @@ func (x *exchange) setWriteDeadline(t time.Time) {
 // failed and returns the error to hand fasthttp: a write stopped by a
 // cut or by the client's leaving says so.
 func (x *exchange) writeFailed(err error) error {
-	switch {
-	case x.cut.Load():
-		x.end(errShutdown, record.BlameTokentap)
-		return errShutdown
-	case x.gone.Load():
-		x.end(errClientGone, record.BlameClient)
-		return errClientGone
+	if err := x.endStopped(); err != nil {
+		return err
 	}
 	err = fmt.Errorf("writing to the client: %w", err)
 	x.end(err, record.BlameClient)
@@ -539,9 +534,9 @@ func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 	}
 }
 
-// readFailed ends the measurement of a body the engine's side broke off
-// and returns the error to hand fasthttp.
-func (x *exchange) readFailed(err error) error {
+// endStopped ends the measurement of a request its client left or the
+// shutdown cut, and returns the error to hand fasthttp; nil for any other.
+func (x *exchange) endStopped() error {
 	switch {
 	case x.gone.Load():
 		x.end(errClientGone, record.BlameClient)
@@ -549,6 +544,17 @@ func (x *exchange) readFailed(err error) error {
 	case x.cut.Load():
 		x.end(errShutdown, record.BlameTokentap)
 		return errShutdown
+	}
+	return nil
+}
+
+// readFailed ends the measurement of a body the engine's side broke off
+// and returns the error to hand fasthttp.
+func (x *exchange) readFailed(err error) error {
+	if err := x.endStopped(); err != nil {
+		return err
+	}
+	switch {
 	case isTimeout(err):
 		err = fmt.Errorf("no byte from the engine for %v (idle timeout): %w", x.p.cfg.IdleTimeout, err)
 		x.end(err, record.BlameEngine)
