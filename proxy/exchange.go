@@ -75,10 +75,12 @@ type xstate struct {
 	resends int         // times the request was sent again
 	gone    atomic.Bool // the client left (the watcher, or the loop's watch)
 	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
-	// The engine's head came (readResponse): a cut from then on stops the
-	// client's writes; before, the client is answered a 503 (fail).
-	answered atomic.Bool
-	early    bool // the engine answered before it read the whole request: the connection is not reused
+	// The body is being passed on (WriteTo, startOnLoop): a cut from then
+	// on stops the client's writes; before, the client still gets what
+	// fasthttp writes (a 503 from fail, a bodiless answer whole).
+	passing atomic.Bool
+	stopBy  atomic.Int32 // which came first, the client's leaving or the cut (stopGone, stopCut): the record's reason
+	early   bool         // the engine answered before it read the whole request: the connection is not reused
 
 	head     bool // HEAD request: no body
 	direct   bool // the body has a Content-Length: WriteTo writes it to the client's connection
@@ -174,7 +176,6 @@ func (x *exchange) readResponse(conn net.Conn, dl time.Time) error {
 	if err := x.checkHead(); err != nil {
 		return err
 	}
-	x.answered.Store(true)
 	sc := x.hdr.StatusCode()
 	switch cl := x.hdr.ContentLength(); {
 	case x.head || sc == fasthttp.StatusNoContent || sc == fasthttp.StatusNotModified:
@@ -274,7 +275,7 @@ func (x *exchange) releaseConn(discard bool) {
 // connection: closing the upstream connection cancels the request at the
 // engine (vLLM and its kind abort a request whose connection closes).
 func (x *exchange) clientGone() {
-	x.gone.Store(true)
+	x.markGone()
 	x.stopClientWrites()
 	x.mu.Lock()
 	if x.conn != nil {
@@ -283,15 +284,46 @@ func (x *exchange) clientGone() {
 	x.mu.Unlock()
 }
 
+// markGone says the client left (the watcher, or the loop's watch of the
+// client).
+func (x *exchange) markGone() {
+	x.stopBy.CompareAndSwap(0, stopGone)
+	x.gone.Store(true)
+}
+
+// What stopped a request first (xstate.stopBy): the record says that one.
+// The other may follow from it: a cut closes the client's connection,
+// which the watcher then sees as the client leaving.
+const (
+	stopGone = 1 + iota
+	stopCut
+)
+
+// startPassing marks the body as being passed on, before its first write
+// to the client. Each of it and cutShutdown sets its flag, then reads the
+// other's: one of them sees both, and the writes are stopped.
+func (x *exchange) startPassing() {
+	x.passing.Store(true)
+	if x.cut.Load() {
+		x.stopClientWrites()
+	}
+}
+
+// writesStopped says whether the client's writes were stopped.
+func (x *exchange) writesStopped() bool {
+	return x.gone.Load() || x.cut.Load() && x.passing.Load()
+}
+
 // cutShutdown cuts the request at the proxy's shutdown, its time to end
 // having passed: the engine's connection is closed (the engine cancels
-// it), and the client's writes are stopped once the engine has answered
-// (then cutClient closes the client's connection, in case the stream
+// it), and the client's writes are stopped once the body is being passed
+// on (then cutClient closes the client's connection, in case the stream
 // waits on a client that does not read). The request ends, and is
 // recorded, as cut by tokentap.
 func (x *exchange) cutShutdown() {
+	x.stopBy.CompareAndSwap(0, stopCut)
 	x.cut.Store(true)
-	if x.answered.Load() {
+	if x.passing.Load() { // see startPassing
 		x.stopClientWrites()
 	}
 	x.mu.Lock()
@@ -319,7 +351,7 @@ func (x *exchange) stopClientWrites() {
 // between the check and the set still wins.
 func (x *exchange) setWriteDeadline(t time.Time) {
 	_ = x.client.SetWriteDeadline(t)
-	if x.gone.Load() || x.cut.Load() && x.answered.Load() {
+	if x.writesStopped() {
 		_ = x.client.SetWriteDeadline(aLongTimeAgo)
 	}
 }
@@ -349,7 +381,8 @@ var errShutdown = errors.New("cut at the proxy's shutdown: the request was still
 
 // fail answers a request that got no response from the engine.
 func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
-	if x.gone.Load() || errors.Is(err, errClientGone) {
+	by := x.stopBy.Load()
+	if by == stopGone || by == 0 && errors.Is(err, errClientGone) {
 		x.end(errClientGone, record.BlameClient)
 		// The client left (or half-closed): nothing goes on the wire, not
 		// even nginx's 499, which is not an HTTP status; the connection
@@ -358,7 +391,7 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 		ctx.Hijack(func(c net.Conn) { _ = c.Close() }) // the server keeps hijacked connections open
 		return
 	}
-	if x.cut.Load() || errors.Is(err, errShutdown) {
+	if by == stopCut || errors.Is(err, errShutdown) {
 		x.end(errShutdown, record.BlameTokentap)
 		if x.rec != nil && x.measure {
 			x.rec.Outcome = record.Broken // the engine had it: not a connect error
@@ -459,6 +492,7 @@ func (x *exchange) WriteTo(w io.Writer) (n int64, err error) {
 			err = errInternal
 		}
 	}()
+	x.startPassing()
 	if x.direct {
 		// A body of known length goes straight to the client's connection
 		// (its head is out already): fasthttp's writer would hold it until
@@ -537,11 +571,11 @@ func (x *exchange) pass(w io.Writer) (n int64, done bool, err error) {
 // endStopped ends the measurement of a request its client left or the
 // shutdown cut, and returns the error to hand fasthttp; nil for any other.
 func (x *exchange) endStopped() error {
-	switch {
-	case x.gone.Load():
+	switch x.stopBy.Load() {
+	case stopGone:
 		x.end(errClientGone, record.BlameClient)
 		return errClientGone
-	case x.cut.Load():
+	case stopCut:
 		x.end(errShutdown, record.BlameTokentap)
 		return errShutdown
 	}
@@ -693,7 +727,7 @@ func (x *exchange) CloseWithError(err error) error {
 		if err == nil {
 			err = errors.New("the response body was not sent")
 		}
-		x.end(fmt.Errorf("writing to the client: %w", err), record.BlameClient)
+		_ = x.writeFailed(err)
 	}
 	x.watch.stop()
 	x.finish()

@@ -38,9 +38,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 		x.finish()
 		return x
 	}
+	if respondHook != nil {
+		respondHook(x)
+	}
 	x.respond(ctx, watching)
 	return x
 }
+
+// respondHook, when set (by tests), runs between the engine's head and
+// respond: the moment before the body is passed on.
+var respondHook func(x *exchange)
 
 // admit gives the body's share of the budget back (it is in), and refuses
 // what is not a request for the engine: CONNECT, a malformed head, a

@@ -110,6 +110,7 @@ func (x *exchange) respondOnLoop(ctx *fasthttp.RequestCtx, srv *fasthttp.Server)
 func (x *exchange) startOnLoop() (h handback, ended bool) {
 	defer x.loopRecover(&h, &ended)
 	cc := x.client.(*clientConn)
+	x.startPassing()
 	x.armWrite()
 	_, err := cc.write(x.lhead)
 	if cap(x.lhead) > 1<<10 {
@@ -253,7 +254,7 @@ func (x *exchange) resumeSafely(err error) (h handback, ended bool) {
 	if !hijacked(&x.hj, x.hold) {
 		// fasthttp never let the connection go (it failed as the handler
 		// returned): the client is gone.
-		x.gone.Store(true)
+		x.markGone()
 		err = errClientGone
 	}
 	cc := x.client.(*clientConn)

@@ -311,7 +311,7 @@ func (x *exchange) afterDrain(err error, cc *clientConn) (done bool, res error) 
 		x.watch.start(x.client, x.goneFn)
 		return false, nil
 	case errors.Is(err, evloop.ErrPeerGone):
-		x.gone.Store(true) // as the watcher's clientGone: readFailed blames the client
+		x.markGone() // as the watcher's clientGone: readFailed blames the client
 	}
 	if len(cc.backlog) > 0 {
 		x.armWrite() // the writes that wait for the client
