@@ -693,7 +693,7 @@ func TestUnbreakableBigEvent(t *testing.T) {
 			delaysOut <- delays
 		}()
 		<-flowing
-		cpu0, wait0 := cpuTime(p.cmd.Process.Pid), runQueueWait(p.cmd.Process.Pid)
+		cpu0, wait0, self0 := cpuTime(p.cmd.Process.Pid), runQueueWait(p.cmd.Process.Pid), runQueueWait(os.Getpid())
 		req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(chat(5, "BIG-EVENT")))
 		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}).Do(req)
 		if err != nil {
@@ -713,6 +713,9 @@ func TestUnbreakableBigEvent(t *testing.T) {
 		cpu := cpuTime(p.cmd.Process.Pid) - cpu0
 		delays := <-delaysOut
 		waited := runQueueWait(p.cmd.Process.Pid) - wait0
+		// The engine that stamps the events and the client that reads them
+		// are this process's: their wait for a CPU delays the events too.
+		waitedHere := runQueueWait(os.Getpid()) - self0
 		var worst time.Duration
 		late := 0
 		for _, d := range delays {
@@ -721,17 +724,19 @@ func TestUnbreakableBigEvent(t *testing.T) {
 				late++
 			}
 		}
-		t.Logf("the other stream: %d events, the longest from the engine's write to the client %v, %d over 500 ms; the proxy's CPU for the event: %v, its threads' wait for a CPU meanwhile %v; RSS: %d MiB",
-			len(delays), worst, late, cpu, waited, vmRSSMiB(p.cmd.Process.Pid))
+		t.Logf("the other stream: %d events, the longest from the engine's write to the client %v, %d over 500 ms; the proxy's CPU for the event: %v, its threads' wait for a CPU meanwhile %v (the test process's: %v); RSS: %d MiB",
+			len(delays), worst, late, cpu, waited, waitedHere, vmRSSMiB(p.cmd.Process.Pid))
 		if cpu > time.Second {
 			t.Errorf("the proxy spent %v of CPU passing one 15 MB event on, want under 1 s (linear)", cpu)
 		}
 		// A loop held by the big event holds every event of the other
 		// stream meanwhile (1.7 s: some 85 of them); a process the machine
 		// starves for a moment, one or two. A longer delay than the time
-		// the proxy's threads waited for a CPU (the kernel's run-queue
-		// delay, /proc/PID/task/*/schedstat) is the proxy's own.
-		if len(delays) < 250 || (late > 3 && worst > 500*time.Millisecond+waited) {
+		// the proxy's threads and this process's (the engine's and the
+		// client's) waited for a CPU (the kernel's run-queue delay,
+		// /proc/PID/task/*/schedstat) is the proxy's own. (Issue 33's busy
+		// run with more load beside it: 778 ms, the proxy's wait 250 ms.)
+		if len(delays) < 250 || (late > 3 && worst > 500*time.Millisecond+waited+waitedHere) {
 			t.Errorf("the other stream beside the 15 MB event: %d events of 300 came, %d over 500 ms after the engine wrote them (longest %v), want at most 3",
 				len(delays), late, worst)
 		}

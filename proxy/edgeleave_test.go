@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,6 +287,47 @@ func TestStoppedBetweenHeadAndBody(t *testing.T) {
 			})
 		}
 	}
+	// A body the proxy holds whole when the cut comes reaches the client
+	// whole (cutGraceWrites).
+	const whole = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	for _, loop := range []bool{false, true} {
+		t.Run("cut, a body in hand"+map[bool]string{false: ", no event loop", true: ", event loop"}[loop], func(t *testing.T) {
+			if !loop {
+				noLoop(t)
+			}
+			url := rawEngine(t, func(c net.Conn) {
+				buf := make([]byte, 64<<10)
+				for head := ""; !strings.Contains(head, "}"); {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					head += string(buf[:n])
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(whole))+"\r\n\r\n"+whole)
+				time.Sleep(time.Second)
+			})
+			t.Cleanup(func() { respondHook = nil })
+			h := startProxy(t, url, nil)
+			respondHook = stopNow("cut")
+			c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			b := chatBody("m", 5, false, "")
+			io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			if string(got) != whole {
+				t.Errorf("the client got %q (%v), want the answer the proxy held whole", got, err)
+			}
+		})
+	}
 	t.Run("cut, no body", func(t *testing.T) {
 		url := rawEngine(t, func(c net.Conn) {
 			buf := make([]byte, 64<<10)
@@ -389,5 +431,66 @@ func TestShutdownAmidClientsOfEveryKind(t *testing.T) {
 				t.Errorf("Close took %v", took)
 			}
 		})
+	}
+}
+
+// TestCutAfterTheStreamsEnd: a cut that comes after a stream's end was
+// recorded (inside writeToEdge's last read) and before fasthttp wrote the
+// closing chunk: the client gets the stream whole, as its record says.
+func TestCutAfterTheStreamsEnd(t *testing.T) {
+	noLoop(t)
+	url := rawEngine(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for head := ""; !strings.Contains(head, "}"); {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			head += string(buf[:n])
+		}
+		ev := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		time.Sleep(20 * time.Millisecond) // the body comes in a read of its own
+		io.WriteString(c, strconv.FormatInt(int64(len(ev)), 16)+"\r\n"+ev+"\r\n0\r\n\r\n")
+		time.Sleep(time.Second)
+	})
+	var once sync.Once
+	t.Cleanup(func() { edgeHook = nil }) // after the proxy's Close
+	h := startProxy(t, url, nil)
+	cut := make(chan struct{})
+	edgeHook = func(x *exchange) {
+		if x.ended && x.endErr == nil {
+			once.Do(func() {
+				// From a goroutine of its own: the cut closes the engine's
+				// connection, which waits for this callback; its stop of
+				// the client's writes comes first.
+				go func() { x.p.eachOpen((*exchange).cutShutdown); close(cut) }()
+				for x.stopDL.Load() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := chatBody("m", 5, true, "")
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rerr := io.ReadAll(resp.Body)
+	<-cut
+	r := h.waitRecords(t, 1)[0]
+	t.Logf("the client got %d, %q (%v); record %s/%s (%q)", resp.StatusCode, got, rerr, r.Outcome, r.Blame, r.Error)
+	if rerr != nil && r.Outcome == record.OK {
+		t.Errorf("the record says the stream ended whole (%s), but the client's body broke off: %v", r.Outcome, rerr)
+	}
+	if rerr == nil && !strings.Contains(string(got), "[DONE]") {
+		t.Errorf("the client got %q, want the whole stream", got)
 	}
 }

@@ -76,10 +76,11 @@ type xstate struct {
 	gone    atomic.Bool // the client left (the watcher, or the loop's watch)
 	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
 	// The body is being passed on (WriteTo, startOnLoop): a cut from then
-	// on stops the client's writes; before, the client still gets what
-	// fasthttp writes (a 503 from fail, a bodiless answer whole).
+	// on stops the client's writes after cutGraceWrites; before, the
+	// client gets what fasthttp writes (a 503 from fail, a bodiless answer).
 	passing atomic.Bool
 	stopBy  atomic.Int32 // which came first, the client's leaving or the cut (stopGone, stopCut): the record's reason
+	stopDL  atomic.Int64 // the client's write deadline a stop set (unix ns; 0: writes not stopped): see stopClientWrites
 	early   bool         // the engine answered before it read the whole request: the connection is not reused
 
 	head     bool // HEAD request: no body
@@ -276,7 +277,7 @@ func (x *exchange) releaseConn(discard bool) {
 // engine (vLLM and its kind abort a request whose connection closes).
 func (x *exchange) clientGone() {
 	x.markGone()
-	x.stopClientWrites()
+	x.stopClientWrites(0)
 	x.mu.Lock()
 	if x.conn != nil {
 		_ = x.conn.Close()
@@ -305,27 +306,35 @@ const (
 func (x *exchange) startPassing() {
 	x.passing.Store(true)
 	if x.cut.Load() {
-		x.stopClientWrites()
+		x.stopClientWrites(cutGraceWrites)
 	}
-}
-
-// writesStopped says whether the client's writes were stopped.
-func (x *exchange) writesStopped() bool {
-	return x.gone.Load() || x.cut.Load() && x.passing.Load()
 }
 
 // cutShutdown cuts the request at the proxy's shutdown, its time to end
-// having passed: the engine's connection is closed (the engine cancels
-// it), and the client's writes are stopped once the body is being passed
-// on (then cutClient closes the client's connection, in case the stream
-// waits on a client that does not read). The request ends, and is
-// recorded, as cut by tokentap.
+// having passed: once the body is being passed on, the client's writes
+// stop after cutGraceWrites, and the engine's connection is closed (the
+// engine cancels it); then cutClient closes the client's connection, in
+// case the stream waits on a client that does not read. The request
+// ends, and is recorded, as cut by tokentap.
 func (x *exchange) cutShutdown() {
+	x.markCut()
+	x.closeEngine()
+}
+
+// markCut is cutShutdown's first half: every open request is marked, and
+// its writes given their deadline, before any engine connection is closed
+// (closeEngine), since a close can wait for a write blocked on a client
+// that does not read (see stopClientWrites): the waits then overlap.
+func (x *exchange) markCut() {
 	x.stopBy.CompareAndSwap(0, stopCut)
 	x.cut.Store(true)
 	if x.passing.Load() { // see startPassing
-		x.stopClientWrites()
+		x.stopClientWrites(cutGraceWrites)
 	}
+}
+
+// closeEngine closes the engine's connection of a cut request.
+func (x *exchange) closeEngine() {
 	x.mu.Lock()
 	if x.conn != nil {
 		_ = x.conn.Close()
@@ -333,26 +342,44 @@ func (x *exchange) cutShutdown() {
 	x.mu.Unlock()
 }
 
-// stopClientWrites ends a write to the client now, and every later one,
-// by a write deadline in the past: the client left, or the request is cut.
-// It comes before the engine's connection is closed: where the body is
-// passed on inside a read of that connection (writeToEdge), a write
-// blocked on a client that does not read holds the read, and the close
-// waits for the read (for up to the idle timeout, with x.mu held, and at
-// shutdown the list of open requests too).
-func (x *exchange) stopClientWrites() {
-	if x.client != nil {
-		_ = x.client.SetWriteDeadline(aLongTimeAgo)
+// stopClientWrites gives the client's writes a deadline grace from now
+// (0: in the past, at once), kept for every later write: the client left
+// (no grace), or the request is cut (cutGraceWrites: what the proxy holds
+// already, a body whole in its buffer or a stream's last chunk, still
+// reaches a client that reads). It comes before the engine's connection
+// is closed: where the body is passed on inside a read of that connection
+// (writeToEdge), a write blocked on a client that does not read holds the
+// read, and the close waits for the read (for up to the idle timeout,
+// with x.mu held, and at shutdown the list of open requests too). Of two
+// stops, the earlier deadline holds.
+func (x *exchange) stopClientWrites(grace time.Duration) {
+	if x.client == nil {
+		return
 	}
+	dl := aLongTimeAgo.UnixNano()
+	if grace > 0 {
+		dl = time.Now().Add(grace).UnixNano()
+	}
+	for {
+		old := x.stopDL.Load()
+		if old != 0 && old <= dl || x.stopDL.CompareAndSwap(old, dl) {
+			break
+		}
+	}
+	_ = x.client.SetWriteDeadline(time.Unix(0, x.stopDL.Load()))
 }
 
+// cutGraceWrites is how long a client whose request the shutdown cut
+// has to take what is being written to it.
+const cutGraceWrites = 500 * time.Millisecond
+
 // setWriteDeadline sets the client's write deadline, unless writes were
-// stopped (stopClientWrites): set again after, so a stop that came
-// between the check and the set still wins.
+// stopped (stopClientWrites): their deadline is set again after, so a
+// stop that came between the set and the check still holds.
 func (x *exchange) setWriteDeadline(t time.Time) {
 	_ = x.client.SetWriteDeadline(t)
-	if x.writesStopped() {
-		_ = x.client.SetWriteDeadline(aLongTimeAgo)
+	if dl := x.stopDL.Load(); dl != 0 {
+		_ = x.client.SetWriteDeadline(time.Unix(0, dl))
 	}
 }
 

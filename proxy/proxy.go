@@ -482,7 +482,8 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 	if n := p.active.Load(); n > 0 {
 		p.log.Warn().Int64("open", n).Msg("shutting down: cutting the requests still open; each keeps its record")
-		p.eachOpen((*exchange).cutShutdown)
+		p.eachOpen((*exchange).markCut)
+		p.eachOpen((*exchange).closeEngine)
 		// A request cut before the engine answered gets its 503, and a
 		// stream its end, in a moment; one still open then waits on its
 		// client, whose connection is closed.

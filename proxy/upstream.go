@@ -462,6 +462,21 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 				continue
 			}
 		}
+		if x.cut.Load() && x.br.Buffered() > 0 {
+			// The cut closed the connection with bytes of the body read
+			// already (a body whole with its head, say): a closed socket
+			// runs no callback, so they are passed on here, in the cut's
+			// grace for writes, as the callback would have.
+			x.src.fd = -1
+			for !finished && x.br.Buffered() > 0 {
+				n, done, err := x.pass(w)
+				total += n
+				finished, res = done, err
+			}
+			if finished {
+				return total, res
+			}
+		}
 		return total, x.readFailed(rerr)
 	}
 }
