@@ -74,7 +74,7 @@ type xstate struct {
 	spliced bool
 	resends int         // times the request was sent again
 	gone    atomic.Bool // the client left (the watcher, or the loop's watch)
-	cut     atomic.Bool // cut at the proxy's shutdown (cutShutdown)
+	cut     atomic.Bool // cut at the proxy's shutdown (markCut)
 	// The body is being passed on (WriteTo, startOnLoop): a cut from then
 	// on stops the client's writes after cutGraceWrites; before, the
 	// client gets what fasthttp writes (a 503 from fail, a bodiless answer).
@@ -301,7 +301,7 @@ const (
 )
 
 // startPassing marks the body as being passed on, before its first write
-// to the client. Each of it and cutShutdown sets its flag, then reads the
+// to the client. Each of it and markCut sets its flag, then reads the
 // other's: one of them sees both, and the writes are stopped.
 func (x *exchange) startPassing() {
 	x.passing.Store(true)
@@ -310,21 +310,15 @@ func (x *exchange) startPassing() {
 	}
 }
 
-// cutShutdown cuts the request at the proxy's shutdown, its time to end
-// having passed: once the body is being passed on, the client's writes
-// stop after cutGraceWrites, and the engine's connection is closed (the
-// engine cancels it); then cutClient closes the client's connection, in
-// case the stream waits on a client that does not read. The request
-// ends, and is recorded, as cut by tokentap.
-func (x *exchange) cutShutdown() {
-	x.markCut()
-	x.closeEngine()
-}
-
-// markCut is cutShutdown's first half: every open request is marked, and
-// its writes given their deadline, before any engine connection is closed
-// (closeEngine), since a close can wait for a write blocked on a client
-// that does not read (see stopClientWrites): the waits then overlap.
+// The proxy's shutdown cuts a request whose time to end has passed
+// (Close): markCut marks it and, once the body is being passed on, stops
+// the client's writes after cutGraceWrites; closeEngine closes the
+// engine's connection (the engine cancels it); then cutClient closes the
+// client's connection, in case the stream waits on a client that does not
+// read. The request ends, and is recorded, as cut by tokentap. Every open
+// request is marked before any engine connection is closed, since a close
+// can wait for a write blocked on a client that does not read (see
+// stopClientWrites): the waits then overlap.
 func (x *exchange) markCut() {
 	x.stopBy.CompareAndSwap(0, stopCut)
 	x.cut.Store(true)
@@ -395,7 +389,7 @@ func (x *exchange) writeFailed(err error) error {
 	return err
 }
 
-// cutClient closes the client's connection of a request cutShutdown could
+// cutClient closes the client's connection of a request the cut could
 // not end (a stream waiting on a client that does not read).
 func (x *exchange) cutClient() {
 	if x.client != nil {

@@ -406,7 +406,7 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 	lastByte := time.Now()
 	// The deadline is set on the connection taken here, without x.mu: the
 	// callback runs inside a read of the socket, and a Close under x.mu
-	// (clientGone, cutShutdown) waits for that read to end; taking x.mu
+	// (clientGone, closeEngine) waits for that read to end; taking x.mu
 	// there would wait for the Close: a deadlock, the stream, its record
 	// and a shutdown stuck for good. The connection stays this exchange's
 	// until WriteTo returns (releaseConn comes after it).
