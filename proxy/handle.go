@@ -27,7 +27,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 	if !ok {
 		return nil
 	}
-	x = p.take(ctx, &sent)
+	if x = p.take(ctx, &sent); x == nil {
+		p.refuseShutdown(ctx)
+		return nil
+	}
 	x.prepare(ctx, target, slash, sent)
 	watching := x.watch.start(x.client, x.goneFn)
 	if err := x.roundTrip(); err != nil {
@@ -83,12 +86,17 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx) (target []byte, slash, ok bool) 
 
 // take takes an exchange for the request and readies its client's
 // connection for it; sent becomes when the request's last byte arrived,
-// where the connection knows (the kernel's receive stamp).
+// where the connection knows (the kernel's receive stamp). It returns nil
+// once the shutdown's cut has begun (live): the request is refused.
 func (p *Proxy) take(ctx *fasthttp.RequestCtx, sent *time.Duration) *exchange {
 	p.active.Add(1)
 	x := p.getExchange()
 	x.client = ctx.Conn() // before live: Close reads it from the open set
-	p.live(x)
+	if !p.live(x) {
+		x.put()
+		p.active.Add(-1)
+		return nil
+	}
 	if cc := baseConn(x.client); cc != nil {
 		*sent = cc.sent(p.clock, *sent)
 		if cc.deadline {

@@ -27,7 +27,7 @@ const (
 	rejectConnsPerIP                          // a connection over Config.MaxConnsPerIP
 	rejectClientConns                         // a connection over Config.MaxClientConns
 	rejectBodyMemory                          // a body over what is left of Config.MaxBodyMemory
-	rejectShutdown                            // a body still arriving when the proxy shut down
+	rejectShutdown                            // stopped by the shutdown before the engine: a body still arriving, or a request after the cut
 	nRejectReasons
 )
 

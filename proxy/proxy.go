@@ -168,6 +168,7 @@ type Proxy struct {
 
 	liveMu   sync.Mutex
 	open     map[*exchange]struct{}        // the requests being served, for a shutdown's cut
+	cutting  bool                          // the shutdown's cut has begun: no request goes live (live)
 	idle     map[*clientConn]struct{}      // connections waiting for their next request after a stream (keepAlive)
 	held     map[*clientConn]chan net.Conn // hijacked connections fasthttp has not let go yet (releasing)
 	heldN    atomic.Int64
@@ -414,10 +415,17 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	return srv.Serve(cl)
 }
 
-func (p *Proxy) live(x *exchange) {
+// live adds x to the requests being served, unless the shutdown's cut has
+// begun (false). Close sets cutting and marks the open requests under the
+// same lock: a request is either marked or never sent to the engine.
+func (p *Proxy) live(x *exchange) bool {
 	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	if p.cutting {
+		return false
+	}
 	p.open[x] = struct{}{}
-	p.liveMu.Unlock()
+	return true
 }
 
 // eachOpen calls fn for every request being served.
@@ -464,6 +472,13 @@ func (p *Proxy) Close(ctx context.Context) error {
 	for p.active.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
+	// fasthttp's shutdown resets its stop flag when it returns (when ctx
+	// is done, v1.78.0 server.go:2210): a connection the client kept alive
+	// is served again. From here no request reaches the engine: one that
+	// comes is refused (take); the open ones are cut below.
+	p.liveMu.Lock()
+	p.cutting = true
+	p.liveMu.Unlock()
 	if err == nil && p.active.Load() > 0 {
 		// Open requests outlived ctx (the server's shutdown does not wait
 		// for the streams the loop passes on, which left it): they are
@@ -641,17 +656,34 @@ func baseConn(c net.Conn) *clientConn {
 	return cc
 }
 
-// refuse answers a request the proxy will not send to the engine.
+// refuse answers a request the proxy will not send to the engine, the
+// client's fault.
 func (p *Proxy) refuse(ctx *fasthttp.RequestCtx, status int, reason rejectReason, msg string) {
+	p.refuseAs(ctx, status, reason, record.BlameClient, "invalid_request_error", msg)
+}
+
+// refuseAs answers a request the proxy will not send to the engine, with
+// the error type kind, and records it (every measured request has a
+// record) with blame.
+func (p *Proxy) refuseAs(ctx *fasthttp.RequestCtx, status int, reason rejectReason, blame record.Blame, kind, msg string) {
 	p.m.rejected(reason)
 	if ctx.IsPost() && measuredPath(ctx.Path()) {
-		p.refusedRecord(ctx, status, record.BlameClient, msg) // every measured request has a record
+		p.refusedRecord(ctx, status, blame, msg)
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(openAIError(msg, "invalid_request_error", status))
+	ctx.SetBody(openAIError(msg, kind, status))
 	ctx.SetConnectionClose()
+}
+
+// refuseShutdown answers a request that came after the shutdown gave up
+// waiting (on a connection the client kept alive): it is not sent to the
+// engine, and it is tokentap's doing, not the client's.
+func (p *Proxy) refuseShutdown(ctx *fasthttp.RequestCtx) {
+	p.refuseAs(ctx, fasthttp.StatusServiceUnavailable, rejectShutdown, record.BlameTokentap, "proxy_shutting_down",
+		"tokentap proxy: the proxy is shutting down; this request came on a connection kept alive from before and was not sent to the engine: send it again (to another replica)")
+	ctx.Response.Header.Set("Retry-After", "1")
 }
 
 // begin starts measuring a chat or completions request.
