@@ -106,3 +106,57 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 		})
 	}
 }
+
+// TestCutDrainOnAnOpenSocket: the cut marks every open request (markCut)
+// before it closes any engine connection (closeEngine). A probe's timeout
+// in between finds the request cut with a partial line of the body in
+// hand, and passes on what it holds: a read for the rest must not wait on
+// the engine, which sends nothing more, until the idle timeout.
+func TestCutDrainOnAnOpenSocket(t *testing.T) {
+	noLoop(t)
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) }) // before the engine's listener closes
+	ev := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	url := rawEngine(t, func(c net.Conn) {
+		if !readChat(c) {
+			return
+		}
+		// One whole event, then the first byte of the next chunk's size
+		// line, and nothing more.
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			strconv.FormatInt(int64(len(ev)), 16)+"\r\n"+ev+"\r\n1")
+		<-hold
+	})
+	h := startProxy(t, url, func(c *Config) { c.IdleTimeout = 30 * time.Second })
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := chatBody("m", 5, true, "")
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the first event never came: %v", err)
+		}
+		if strings.HasPrefix(line, "data:") {
+			break
+		}
+	}
+	start := time.Now()
+	h.p.eachOpen((*exchange).markCut) // and no closeEngine: the gap, held open
+	for len(h.records()) == 0 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("no record %v after the cut marked the stream (the idle timeout is 30 s): the cut's drain waits on the engine", time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r := h.records()[0]
+	t.Logf("record after %v: %s/%s (%s)", time.Since(start).Round(time.Millisecond), r.Outcome, r.Blame, r.Error)
+	if r.Blame != record.BlameTokentap || r.Error != errShutdown.Error() {
+		t.Errorf("record %s/%s (%s), want cut by the shutdown", r.Outcome, r.Blame, r.Error)
+	}
+}

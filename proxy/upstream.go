@@ -466,7 +466,11 @@ func (x *exchange) writeToEdge(w io.Writer, rc syscall.RawConn) (int64, error) {
 			// The cut closed the connection with bytes of the body read
 			// already (a body whole with its head, say): a closed socket
 			// runs no callback, so they are passed on here, in the cut's
-			// grace for writes, as the callback would have.
+			// grace for writes, as the callback would have. The cut may
+			// not have closed it yet (markCut comes first, closeEngine
+			// after): closed here, a read for the rest fails at once
+			// instead of waiting for the engine, or for closeEngine.
+			_ = conn.Close()
 			x.src.fd = -1
 			for !finished && x.br.Buffered() > 0 {
 				n, done, err := x.pass(w)
