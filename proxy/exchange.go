@@ -360,7 +360,22 @@ func (x *exchange) stopClientWrites(grace time.Duration) {
 			break
 		}
 	}
-	_ = x.client.SetWriteDeadline(time.Unix(0, x.stopDL.Load()))
+	x.applyStop()
+}
+
+// applyStop sets the client's write deadline to the stop's (stopDL), until
+// stopDL is the same after the set as before: of two stops at once, or a
+// stop and setWriteDeadline, the last set on the socket is the earlier
+// deadline, not whichever call came last.
+func (x *exchange) applyStop() {
+	for dl := x.stopDL.Load(); ; {
+		_ = x.client.SetWriteDeadline(time.Unix(0, dl))
+		now := x.stopDL.Load()
+		if now == dl {
+			return
+		}
+		dl = now
+	}
 }
 
 // cutGraceWrites is how long a client whose request the shutdown cut
@@ -372,8 +387,8 @@ const cutGraceWrites = 500 * time.Millisecond
 // stop that came between the set and the check still holds.
 func (x *exchange) setWriteDeadline(t time.Time) {
 	_ = x.client.SetWriteDeadline(t)
-	if dl := x.stopDL.Load(); dl != 0 {
-		_ = x.client.SetWriteDeadline(time.Unix(0, dl))
+	if x.stopDL.Load() != 0 {
+		x.applyStop()
 	}
 }
 

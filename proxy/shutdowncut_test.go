@@ -160,3 +160,48 @@ func TestCutDrainOnAnOpenSocket(t *testing.T) {
 		t.Errorf("record %s/%s (%s), want cut by the shutdown", r.Outcome, r.Blame, r.Error)
 	}
 }
+
+// deadlineConn is a client connection that keeps the last write deadline
+// set on it, and yields inside the set, so that two stops at once
+// interleave there.
+type deadlineConn struct {
+	net.Conn
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (d *deadlineConn) SetWriteDeadline(t time.Time) error {
+	time.Sleep(time.Duration(t.UnixNano()%7) * time.Microsecond)
+	d.mu.Lock()
+	d.last = t
+	d.mu.Unlock()
+	return d.Conn.SetWriteDeadline(t)
+}
+
+// TestTwoStopsLeaveTheEarlierDeadline: a cut (a deadline cutGraceWrites
+// ahead) and a client's leaving (one in the past) at once: the socket is
+// left with the earlier, whichever set came last, as is stopDL.
+func TestTwoStopsLeaveTheEarlierDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	bad := 0
+	const rounds = 2000
+	for range rounds {
+		dc := &deadlineConn{Conn: a}
+		x := &exchange{}
+		x.client = dc
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); x.stopClientWrites(cutGraceWrites) }()
+		go func() { defer wg.Done(); x.stopClientWrites(0) }()
+		go func() { defer wg.Done(); x.setWriteDeadline(time.Now().Add(time.Hour)) }()
+		wg.Wait()
+		if want := time.Unix(0, x.stopDL.Load()); !dc.last.Equal(want) || want != aLongTimeAgo {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d rounds left a deadline other than the earlier stop's (%v) on the socket", bad, rounds, aLongTimeAgo)
+	}
+}
