@@ -327,10 +327,12 @@ func (x *exchange) markCut() {
 	}
 }
 
-// closeEngine closes the engine's connection of a cut request.
+// closeEngine closes the engine's connection of a cut request; of no
+// other (an exchange marked, then finished and taken by a new request
+// before the second pass: its cut was reset).
 func (x *exchange) closeEngine() {
 	x.mu.Lock()
-	if x.conn != nil {
+	if x.conn != nil && x.cut.Load() {
 		_ = x.conn.Close()
 	}
 	x.mu.Unlock()

@@ -205,3 +205,24 @@ func TestTwoStopsLeaveTheEarlierDeadline(t *testing.T) {
 		t.Errorf("%d of %d rounds left a deadline other than the earlier stop's (%v) on the socket", bad, rounds, aLongTimeAgo)
 	}
 }
+
+// TestCloseEngineOnlyOfACutRequest: Close's second pass closes the engine
+// connections of the requests the first marked; an exchange that finished
+// in between and serves another request keeps its connection.
+func TestCloseEngineOnlyOfACutRequest(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		a, b := net.Pipe()
+		x := &exchange{}
+		x.conn = a
+		x.cut.Store(cut)
+		x.closeEngine()
+		go a.Write([]byte("x"))
+		b.SetReadDeadline(time.Now().Add(time.Second))
+		_, err := b.Read(make([]byte, 1))
+		if open := err == nil; open == cut {
+			t.Errorf("cut %v: the engine connection open %v after closeEngine, want %v", cut, open, !cut)
+		}
+		a.Close()
+		b.Close()
+	}
+}
