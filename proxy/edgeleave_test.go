@@ -105,13 +105,8 @@ func TestClientGoneInsideAnEdgeRead(t *testing.T) {
 	m.FirstEventDelay, m.TBTBase = time.Millisecond, time.Millisecond
 	e := fixtures.StartTest(t, m)
 	h := startProxy(t, e.URL(), nil)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody(m.Name, 1000, true, ""))
 	defer c.Close()
-	b := chatBody(m.Name, 1000, true, "")
-	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 	recs := h.waitRecords(t, 1)
 	if r := recs[0]; r.Outcome != record.Cancelled || r.Blame != record.BlameClient {
 		t.Errorf("record %s/%s, want cancelled by the client", r.Outcome, r.Blame)
@@ -278,13 +273,8 @@ func TestStoppedBetweenHeadAndBody(t *testing.T) {
 				e := fixtures.StartTest(t, m)
 				h := startProxy(t, e.URL(), nil)
 				respondHook = stopNow(how)
-				c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-				if err != nil {
-					t.Fatal(err)
-				}
+				c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody(m.Name, 50, true, ""))
 				defer c.Close()
-				b := chatBody(m.Name, 50, true, "")
-				io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				got, _ := io.ReadAll(c)
 				r := h.waitRecords(t, 1)[0]
@@ -317,13 +307,8 @@ func TestStoppedBetweenHeadAndBody(t *testing.T) {
 			t.Cleanup(func() { respondHook = nil })
 			h := startProxy(t, url, nil)
 			respondHook = stopNow("cut")
-			c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody("m", 5, false, ""))
 			defer c.Close()
-			b := chatBody("m", 5, false, "")
-			io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
@@ -346,13 +331,8 @@ func TestStoppedBetweenHeadAndBody(t *testing.T) {
 		t.Cleanup(func() { respondHook = nil })
 		h := startProxy(t, url, nil)
 		respondHook = stopNow("cut")
-		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody("m", 5, false, ""))
 		defer c.Close()
-		b := chatBody("m", 5, false, "")
-		io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		got, _ := bufio.NewReader(c).ReadString('\n')
 		if !strings.HasPrefix(got, "HTTP/1.1 204 ") {
@@ -468,13 +448,8 @@ func TestCutAfterTheStreamsEnd(t *testing.T) {
 			})
 		}
 	}
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody("m", 5, true, ""))
 	defer c.Close()
-	b := chatBody("m", 5, true, "")
-	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {

@@ -55,16 +55,12 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 					}
 				})
 			}
-			c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			addr := strings.TrimPrefix(h.url, "http://")
+			req := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
+			c := rawRequest(t, addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(10 * time.Second))
 			br := bufio.NewReader(c)
-			b := chatBody("m", 5, false, "")
-			req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + b
-			io.WriteString(c, req)
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -128,13 +124,8 @@ func TestCutDrainOnAnOpenSocket(t *testing.T) {
 		<-hold
 	})
 	h := startProxy(t, url, func(c *Config) { c.IdleTimeout = 30 * time.Second })
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rawRequest(t, strings.TrimPrefix(h.url, "http://"), "/v1/chat/completions", chatBody("m", 5, true, ""))
 	defer c.Close()
-	b := chatBody("m", 5, true, "")
-	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	for {
