@@ -44,13 +44,16 @@ type bodyBudget struct {
 	// (fasthttp's ConnState): over TLS, where no head is scanned, the
 	// shutdown's cut finds a body arriving among them.
 	active map[net.Conn]struct{}
-	total  atomic.Int64 // the most held at once, for tests and /stats
+	// waits are the client connections waiting for a request's first
+	// byte: new, or kept alive after an answer (fasthttp's ConnState).
+	waits map[net.Conn]struct{}
+	total atomic.Int64 // the most held at once, for tests and /stats
 }
 
 func newBodyBudget(max int64) *bodyBudget {
 	return &bodyBudget{max: max, held: map[*fasthttp.RequestHeader]int64{}, over: map[*fasthttp.RequestHeader]bool{},
 		posts: map[*fasthttp.RequestHeader]string{},
-		cut:   map[*clientConn]struct{}{}, active: map[net.Conn]struct{}{}}
+		cut:   map[*clientConn]struct{}{}, active: map[net.Conn]struct{}{}, waits: map[net.Conn]struct{}{}}
 }
 
 // take reserves n bytes for the body of the request with head h; false
@@ -125,15 +128,59 @@ func (b *bodyBudget) settled(c *clientConn) {
 	b.mu.Unlock()
 }
 
-// connState is fasthttp's ConnState hook: it keeps the active set.
+// connState is fasthttp's ConnState hook: it keeps the active and
+// waiting sets.
 func (b *bodyBudget) connState(c net.Conn, state fasthttp.ConnState) {
 	b.mu.Lock()
-	if state == fasthttp.StateActive {
+	delete(b.active, c)
+	delete(b.waits, c)
+	switch state {
+	case fasthttp.StateActive:
 		b.active[c] = struct{}{}
-	} else {
-		delete(b.active, c)
+	case fasthttp.StateNew, fasthttp.StateIdle:
+		b.waits[c] = struct{}{}
 	}
 	b.mu.Unlock()
+}
+
+// endWaits ends every client connection's wait for a request's first
+// byte, at the shutdown's end: fasthttp's own shutdown gave up when its
+// context ran out and serves kept-alive connections again, so one left
+// would be served after Close returned, its record lost. The wait fails
+// at once and fasthttp closes the connection without an answer (nothing
+// of a request was read: RFC 9112 §9.6's close of an idle connection); a
+// request pipelined behind the last, which the proxy holds already, is
+// still read and refused with a record (take).
+func (b *bodyBudget) endWaits() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.waits {
+		if cc := baseConn(c); cc != nil {
+			cc.cut.Store(true)
+			_ = c.SetReadDeadline(time.Now())
+		} else {
+			_ = c.Close()
+		}
+	}
+}
+
+// heldConns is how many client connections the server holds (not hijacked).
+func (b *bodyBudget) heldConns() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waits) + len(b.active)
+}
+
+// closeHeld closes the client connections the server still holds.
+func (b *bodyBudget) closeHeld() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.waits {
+		_ = c.Close()
+	}
+	for c := range b.active {
+		_ = c.Close()
+	}
 }
 
 // cutArriving ends the wait for every request still arriving: on a plain

@@ -386,8 +386,10 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if c.cut.Load() {
-		return 0, c.opErr("read", os.ErrDeadlineExceeded) // the shutdown's cut
+	if c.cut.Load() && len(c.pre) == 0 {
+		// The shutdown's cut. What was read already (a request pipelined
+		// behind the last) is still given: it is refused with a record.
+		return 0, c.opErr("read", os.ErrDeadlineExceeded)
 	}
 	if c.probe {
 		return 0, errProbe

@@ -113,9 +113,6 @@ func TestClientGoneInsideAnEdgeRead(t *testing.T) {
 	}
 }
 
-// noLoop turns the event loop off for engine connections until the test's
-// proxies have closed: a cleanup registered before theirs runs after them,
-// so no dial reads the seam while it is restored.
 // readChat reads a request of the tests' engines, its body whole; false:
 // the connection broke first.
 func readChat(c net.Conn) bool {
@@ -133,6 +130,9 @@ func cutNow(x *exchange) {
 	x.closeEngine()
 }
 
+// noLoop turns the event loop off for engine connections until the test's
+// proxies have closed: a cleanup registered before theirs runs after them,
+// so no dial reads the seam while it is restored.
 func noLoop(t *testing.T) {
 	on := loopEngines
 	t.Cleanup(func() { loopEngines = on })

@@ -327,9 +327,11 @@ func (x *exchange) markCut() {
 	}
 }
 
-// closeEngine closes the engine's connection of a cut request; of no
-// other (an exchange marked, then finished and taken by a new request
-// before the second pass: its cut was reset).
+// closeEngine closes the engine's connection of a cut request, and of no
+// other: an exchange that was marked, then finished and taken by another
+// request has its cut reset. (Close's passes cannot meet one, since no
+// request goes live once the cut began; a caller that does not hold that
+// rule, a test, can.)
 func (x *exchange) closeEngine() {
 	x.mu.Lock()
 	if x.conn != nil && x.cut.Load() {

@@ -28,7 +28,15 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) (x *exchange) {
 		return nil
 	}
 	if x = p.take(ctx, &sent); x == nil {
+		// The stop of the last request's writes may have left its deadline
+		// on the connection (the cut's grace, or one past): the refusal gets
+		// one of its own, as short.
+		_ = ctx.Conn().SetWriteDeadline(time.Now().Add(cutGraceWrites))
+		if cc := baseConn(ctx.Conn()); cc != nil {
+			cc.deadline = true
+		}
 		p.refuseShutdown(ctx)
+		p.active.Add(-1) // after its record: Close waits for it
 		return nil
 	}
 	x.prepare(ctx, target, slash, sent)
@@ -87,14 +95,14 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx) (target []byte, slash, ok bool) 
 // take takes an exchange for the request and readies its client's
 // connection for it; sent becomes when the request's last byte arrived,
 // where the connection knows (the kernel's receive stamp). It returns nil
-// once the shutdown's cut has begun (live): the request is refused.
+// once the shutdown's cut has begun (live): the request is refused, and
+// the caller gives back its count in active once it is recorded.
 func (p *Proxy) take(ctx *fasthttp.RequestCtx, sent *time.Duration) *exchange {
 	p.active.Add(1)
 	x := p.getExchange()
 	x.client = ctx.Conn() // before live: Close reads it from the open set
 	if !p.live(x) {
 		x.put()
-		p.active.Add(-1)
 		return nil
 	}
 	if cc := baseConn(x.client); cc != nil {

@@ -511,6 +511,15 @@ func (p *Proxy) Close(ctx context.Context) error {
 		p.eachOpen((*exchange).cutClient)
 		wait(cutGrace)
 	}
+	// fasthttp's shutdown gave up when ctx ran out and serves the client
+	// connections it holds again: each is ended here, a request pipelined
+	// behind the last refused with its record, the rest closed, so that
+	// nothing is served after Close returns.
+	p.bodies.endWaits()
+	for deadline := time.Now().Add(time.Second); (p.bodies.heldConns() > 0 || p.active.Load() > 0) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.bodies.closeHeld()
 	if n := p.active.Load(); n > 0 {
 		p.log.Error().Int64("open", n).Msg("shutting down: requests still open after being cut; their records are lost (please report)")
 	}

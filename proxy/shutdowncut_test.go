@@ -19,87 +19,131 @@ import (
 // TestNothingReachesTheEngineAfterTheCut: fasthttp's shutdown resets its
 // stop flag when its context runs out, which is when the cut comes, so a
 // connection whose answer ended cleanly in the cut's grace stays kept
-// alive and is served again. The client's next request on it must not
-// reach the engine: it gets a 503 saying the proxy is shutting down (and
-// the connection closes), counted as refused by the shutdown, and its
-// record, blamed on tokentap, is kept or counted lost.
+// alive and is served again. A request that comes on it after the cut
+// must not reach the engine, and must not be served once Close returned:
+// one the proxy holds (pipelined behind the cut one, or come while Close
+// runs) gets a 503 saying the proxy is shutting down, the connection
+// closes, and its record, blamed on tokentap, is kept, not counted lost;
+// the connection of one sent later is closed by then, without an answer.
 func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 	const whole = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	const pipelined, atOnce, later, afterClose = "pipelined", "at once", "700 ms later", "after Close returned"
 	for _, loop := range []bool{false, true} {
-		t.Run(map[bool]string{false: "no event loop", true: "event loop"}[loop], func(t *testing.T) {
-			if !loop {
-				noLoop(t)
-			}
-			var asked atomic.Int64
-			url := rawEngine(t, func(c net.Conn) {
-				for readChat(c) {
-					asked.Add(1)
-					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(whole))+"\r\n\r\n"+whole); err != nil {
-						return
+		for _, when := range []string{pipelined, atOnce, later, afterClose} {
+			t.Run(map[bool]string{false: "no event loop", true: "event loop"}[loop]+", "+when, func(t *testing.T) {
+				if !loop {
+					noLoop(t)
+				}
+				var asked atomic.Int64
+				url := rawEngine(t, func(c net.Conn) {
+					for readChat(c) {
+						asked.Add(1)
+						if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(whole))+"\r\n\r\n"+whole); err != nil {
+							return
+						}
+					}
+				})
+				t.Cleanup(func() { respondHook = nil }) // after the proxy's Close
+				h := startProxy(t, url, nil)
+				closed := make(chan error, 1)
+				var once sync.Once
+				respondHook = func(x *exchange) {
+					once.Do(func() {
+						// The engine answered; the shutdown's time runs out
+						// now, and the cut finds the answer whole in the
+						// proxy's hands.
+						ctx, cancel := context.WithCancel(context.Background())
+						cancel()
+						go func() { closed <- x.p.Close(ctx) }()
+						for !x.cut.Load() {
+							time.Sleep(time.Millisecond)
+						}
+					})
+				}
+				addr := strings.TrimPrefix(h.url, "http://")
+				req := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
+				first := req
+				if when == pipelined {
+					first += req
+				}
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.WriteString(c, first)
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				if string(got) != whole {
+					t.Fatalf("the first answer: %q (%v), want the one the proxy held whole at the cut", got, err)
+				}
+				var closeErr error
+				switch when {
+				case later:
+					time.Sleep(700 * time.Millisecond) // past the cut's grace for writes
+				case afterClose:
+					closeErr = <-closed
+				}
+				second := "no answer: " // the connection closed
+				answered := false
+				if when != pipelined && !resp.Close {
+					_, err = io.WriteString(c, req)
+				}
+				if err == nil {
+					var resp2 *http.Response
+					if resp2, err = http.ReadResponse(br, nil); err == nil {
+						body, _ := io.ReadAll(resp2.Body)
+						second, answered = strconv.Itoa(resp2.StatusCode)+" "+string(body), true
+						if resp2.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "proxy_shutting_down") || !resp2.Close {
+							t.Errorf("a request after the cut got %d %s (Connection: close %v), want a 503 proxy_shutting_down and the connection closed", resp2.StatusCode, body, resp2.Close)
+						}
+					}
+				}
+				if err != nil {
+					second += err.Error()
+				}
+				if when != afterClose {
+					closeErr = <-closed
+				}
+				if closeErr != nil && closeErr != context.Canceled {
+					t.Errorf("Close: %v", closeErr)
+				}
+				t.Logf("the request after the cut: %s", second)
+				switch {
+				case when == pipelined && !answered:
+					t.Errorf("a request pipelined behind the cut one got %s, want a 503 (the proxy held it)", second)
+				case when == afterClose && answered:
+					t.Errorf("a request sent after Close returned was answered: the proxy still served its connection")
+				}
+				if n := asked.Load(); n != 1 {
+					t.Errorf("the engine was asked %d times, want once: a request reached it after the cut", n)
+				}
+				recs, late := h.records(), h.p.m.recordsLate.Load()
+				if late != 0 {
+					t.Errorf("%d records counted lost: a refused request's record came after Close", late)
+				}
+				want := 1
+				if answered {
+					want = 2
+				}
+				if len(recs) != want {
+					t.Errorf("%d records, want %d", len(recs), want)
+				}
+				if refused := h.p.m.rejects[rejectShutdown].Load(); refused != uint64(want-1) {
+					t.Errorf("%d requests refused by the shutdown, want %d", refused, want-1)
+				}
+				for _, r := range recs[min(1, len(recs)):] {
+					if r.Status != http.StatusServiceUnavailable || r.Blame != record.BlameTokentap {
+						t.Errorf("the refused request's record: %d %s/%s (%s), want a 503 blamed on tokentap", r.Status, r.Outcome, r.Blame, r.Error)
 					}
 				}
 			})
-			t.Cleanup(func() { respondHook = nil }) // after the proxy's Close
-			h := startProxy(t, url, nil)
-			closed := make(chan error, 1)
-			var once sync.Once
-			respondHook = func(x *exchange) {
-				once.Do(func() {
-					// The engine answered; the shutdown's time runs out now,
-					// and the cut finds the answer whole in the proxy's hands.
-					ctx, cancel := context.WithCancel(context.Background())
-					cancel()
-					go func() { closed <- x.p.Close(ctx) }()
-					for !x.cut.Load() {
-						time.Sleep(time.Millisecond)
-					}
-				})
-			}
-			addr := strings.TrimPrefix(h.url, "http://")
-			req := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
-			c := rawRequest(t, addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(resp.Body)
-			if string(got) != whole {
-				t.Fatalf("the first answer: %q (%v), want the one the proxy held whole at the cut", got, err)
-			}
-			second := "the connection closed"
-			if !resp.Close {
-				// Kept alive: what fasthttp does once its shutdown gave up.
-				io.WriteString(c, req)
-				resp2, err := http.ReadResponse(br, nil)
-				if err == nil {
-					body, _ := io.ReadAll(resp2.Body)
-					second = strconv.Itoa(resp2.StatusCode) + " " + string(body)
-					if resp2.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "proxy_shutting_down") || !resp2.Close {
-						t.Errorf("a request after the cut got %d %s (Connection: close %v), want a 503 proxy_shutting_down and the connection closed", resp2.StatusCode, body, resp2.Close)
-					}
-				}
-			}
-			if err := <-closed; err != nil && err != context.Canceled {
-				t.Errorf("Close: %v", err)
-			}
-			t.Logf("the request after the cut: %s", second)
-			if n := asked.Load(); n != 1 {
-				t.Errorf("the engine was asked %d times, want once: a request reached it after the cut", n)
-			}
-			refused := h.p.m.rejects[rejectShutdown].Load()
-			recs, late := h.records(), h.p.m.recordsLate.Load()
-			if want := 1 + refused; uint64(len(recs))+late != want {
-				t.Errorf("%d records and %d counted lost, want %d in all", len(recs), late, want)
-			}
-			for _, r := range recs[min(1, len(recs)):] {
-				if r.Status != http.StatusServiceUnavailable || r.Blame != record.BlameTokentap {
-					t.Errorf("the refused request's record: %d %s/%s (%s), want a 503 blamed on tokentap", r.Status, r.Outcome, r.Blame, r.Error)
-				}
-			}
-		})
+		}
 	}
 }
 
