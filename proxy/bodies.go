@@ -189,15 +189,25 @@ func (b *bodyBudget) closeHeld() {
 // requests being served): a head arriving, or over TLS (where no head is
 // scanned) a body. The read in progress fails at once and
 // fasthttp calls the error handler, which sees the connection marked and
-// answers 503 with a record (clientError). It returns the connections cut.
+// answers 503 with a record (clientError). It returns the connections cut
+// that can be answered now: a request pipelined behind one being served
+// is marked too, but answered only after that one, which the cut ends.
 func (b *bodyBudget) cutArriving(serving map[net.Conn]bool) []net.Conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	behind := map[*clientConn]bool{}
+	for c := range serving {
+		if cc := baseConn(c); cc != nil {
+			behind[cc] = true
+		}
+	}
 	var cut []net.Conn
 	for c := range b.cut {
 		c.cut.Store(true)
 		_ = c.SetReadDeadline(time.Now())
-		cut = append(cut, c)
+		if !behind[c] {
+			cut = append(cut, c)
+		}
 	}
 	for c := range b.active {
 		cc := baseConn(c)
