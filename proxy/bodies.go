@@ -152,9 +152,7 @@ func (b *bodyBudget) connState(c net.Conn, state fasthttp.ConnState) {
 // request pipelined behind the last, which the proxy holds already, is
 // still read and refused with a record (take).
 func (b *bodyBudget) endWaits() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for c := range b.waits {
+	for _, c := range b.conns(false) {
 		if cc := baseConn(c); cc != nil {
 			cc.cut.Store(true)
 			_ = c.SetReadDeadline(time.Now())
@@ -164,6 +162,24 @@ func (b *bodyBudget) endWaits() {
 	}
 }
 
+// conns is a copy of the waiting connections, and of the active ones too
+// if all: a close outside b.mu, since a connection's Close settles its
+// bodies under it (clientConn.Close).
+func (b *bodyBudget) conns(all bool) []net.Conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cs := make([]net.Conn, 0, len(b.waits)+len(b.active))
+	for c := range b.waits {
+		cs = append(cs, c)
+	}
+	if all {
+		for c := range b.active {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
 // heldConns is how many client connections the server holds (not hijacked).
 func (b *bodyBudget) heldConns() int {
 	b.mu.Lock()
@@ -171,14 +187,13 @@ func (b *bodyBudget) heldConns() int {
 	return len(b.waits) + len(b.active)
 }
 
-// closeHeld closes the client connections the server still holds.
+// closeHeld closes the client connections the server still holds, as
+// cut by the shutdown (an error answer fasthttp still makes on one says so).
 func (b *bodyBudget) closeHeld() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for c := range b.waits {
-		_ = c.Close()
-	}
-	for c := range b.active {
+	for _, c := range b.conns(true) {
+		if cc := baseConn(c); cc != nil {
+			cc.cut.Store(true)
+		}
 		_ = c.Close()
 	}
 }

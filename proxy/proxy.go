@@ -512,9 +512,15 @@ func (p *Proxy) Close(ctx context.Context) error {
 		wait(cutGrace)
 	}
 	// fasthttp's shutdown gave up when ctx ran out and serves the client
-	// connections it holds again: each is ended here, a request pipelined
-	// behind the last refused with its record, the rest closed, so that
-	// nothing is served after Close returns.
+	// connections it holds again: each is ended here, so that nothing is
+	// served after Close returns. A request that began arriving since the
+	// first cut gets its 503 and record (clientError), a request pipelined
+	// behind the last is refused with its record (take), a connection
+	// waiting for a request is closed; what is still held after a second
+	// is closed.
+	serving = map[net.Conn]bool{}
+	p.eachOpen(func(x *exchange) { serving[x.client] = true })
+	p.bodies.cutArriving(serving)
 	p.bodies.endWaits()
 	for deadline := time.Now().Add(time.Second); (p.bodies.heldConns() > 0 || p.active.Load() > 0) && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
@@ -693,6 +699,12 @@ func (p *Proxy) refuseShutdown(ctx *fasthttp.RequestCtx) {
 	p.refuseAs(ctx, fasthttp.StatusServiceUnavailable, rejectShutdown, record.BlameTokentap, "proxy_shutting_down",
 		"tokentap proxy: the proxy is shutting down; this request came on a connection kept alive from before and was not sent to the engine: send it again (to another replica)")
 	ctx.Response.Header.Set("Retry-After", "1")
+	if cc := baseConn(ctx.Conn()); cc != nil && cc.nLines > 1 {
+		// More requests are pipelined behind this one: the connection
+		// stays open for their refusals and records; the last closes it,
+		// or Close does.
+		ctx.Response.Header.ResetConnectionClose()
+	}
 }
 
 // begin starts measuring a chat or completions request.

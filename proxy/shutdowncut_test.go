@@ -64,7 +64,7 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 				req := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
 				first := req
 				if when == pipelined {
-					first += req
+					first += req + req + req
 				}
 				c, err := net.Dial("tcp", addr)
 				if err != nil {
@@ -89,23 +89,30 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 				case afterClose:
 					closeErr = <-closed
 				}
-				second := "no answer: " // the connection closed
-				answered := false
-				if when != pipelined && !resp.Close {
-					_, err = io.WriteString(c, req)
-				}
-				if err == nil {
-					var resp2 *http.Response
-					if resp2, err = http.ReadResponse(br, nil); err == nil {
-						body, _ := io.ReadAll(resp2.Body)
-						second, answered = strconv.Itoa(resp2.StatusCode)+" "+string(body), true
-						if resp2.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "proxy_shutting_down") || !resp2.Close {
-							t.Errorf("a request after the cut got %d %s (Connection: close %v), want a 503 proxy_shutting_down and the connection closed", resp2.StatusCode, body, resp2.Close)
-						}
+				// The requests sent after the first: three pipelined behind it,
+				// or one on the connection kept alive. Each the proxy answers
+				// gets a 503, the last with the connection's close.
+				behind := 0
+				if when == pipelined {
+					behind = 3
+				} else if !resp.Close {
+					if _, err := io.WriteString(c, req); err == nil {
+						behind = 1
 					}
 				}
-				if err != nil {
-					second += err.Error()
+				answered, after := 0, "no answer"
+				for answered < behind {
+					resp2, err := http.ReadResponse(br, nil)
+					if err != nil {
+						after += ": " + err.Error() // the connection closed
+						break
+					}
+					body, _ := io.ReadAll(resp2.Body)
+					answered++
+					after = strconv.Itoa(resp2.StatusCode) + " " + string(body)
+					if last := answered == behind; resp2.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "proxy_shutting_down") || resp2.Close != last {
+						t.Errorf("request %d after the cut got %d %s (Connection: close %v), want a 503 proxy_shutting_down, the connection closed after the last", answered, resp2.StatusCode, body, resp2.Close)
+					}
 				}
 				if when != afterClose {
 					closeErr = <-closed
@@ -113,11 +120,11 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 				if closeErr != nil && closeErr != context.Canceled {
 					t.Errorf("Close: %v", closeErr)
 				}
-				t.Logf("the request after the cut: %s", second)
+				t.Logf("%d of %d requests after the cut answered; the last: %s", answered, behind, after)
 				switch {
-				case when == pipelined && !answered:
-					t.Errorf("a request pipelined behind the cut one got %s, want a 503 (the proxy held it)", second)
-				case when == afterClose && answered:
+				case when == pipelined && answered != behind:
+					t.Errorf("of %d requests pipelined behind the cut one, %d were answered, want each refused (the proxy held them)", behind, answered)
+				case when == afterClose && answered > 0:
 					t.Errorf("a request sent after Close returned was answered: the proxy still served its connection")
 				}
 				if n := asked.Load(); n != 1 {
@@ -127,10 +134,7 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 				if late != 0 {
 					t.Errorf("%d records counted lost: a refused request's record came after Close", late)
 				}
-				want := 1
-				if answered {
-					want = 2
-				}
+				want := 1 + answered
 				if len(recs) != want {
 					t.Errorf("%d records, want %d", len(recs), want)
 				}
@@ -259,5 +263,73 @@ func TestCloseEngineOnlyOfACutRequest(t *testing.T) {
 		}
 		a.Close()
 		b.Close()
+	}
+}
+
+// TestArrivingWhileTheCutWaits: a request that begins to arrive on a
+// connection opened before the shutdown, after its first cut of arriving
+// bodies, while a cut stream whose client does not read holds Close: its
+// head alone, or its head and part of its body. It gets its 503 and a
+// record blamed on the shutdown, and Close returns.
+func TestArrivingWhileTheCutWaits(t *testing.T) {
+	for _, part := range []string{"head", "head and part of the body"} {
+		t.Run(part, func(t *testing.T) {
+			url, sent := floodEngine(t)
+			h := startProxy(t, url, nil)
+			addr := strings.TrimPrefix(h.url, "http://")
+			a, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			a.(*net.TCPConn).SetReadBuffer(4096)
+			io.WriteString(a, requestText(addr, "/v1/chat/completions", chatBody("m", 5, true, "")))
+			waitStalled(t, sent) // a stream that waits on its client
+			b, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- h.p.Close(ctx) }()
+			for cut := false; !cut; time.Sleep(time.Millisecond) {
+				h.p.eachOpen(func(x *exchange) { cut = cut || x.cut.Load() })
+			}
+			text := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
+			if part == "head" {
+				text = text[:40] // the request line and part of a header
+			} else {
+				text = text[:len(text)-10]
+			}
+			io.WriteString(b, text)
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Close did not return in 20 s")
+			}
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(b), nil)
+			if err != nil {
+				t.Fatalf("the request arriving at the cut got no answer: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "shut down") {
+				t.Errorf("the request arriving at the cut got %d %s, want a 503 saying the proxy shut down", resp.StatusCode, body)
+			}
+			recs := h.records()
+			if late := h.p.m.recordsLate.Load(); late != 0 || len(recs) != 2 {
+				t.Errorf("%d records and %d counted lost, want 2 records (the stream cut, the request refused)", len(recs), late)
+			}
+			for _, r := range recs {
+				if r.Blame != record.BlameTokentap {
+					t.Errorf("record %d %s/%s (%s), want blamed on tokentap", r.Status, r.Outcome, r.Blame, r.Error)
+				}
+			}
+		})
 	}
 }
