@@ -390,8 +390,10 @@ func runProxy(args []string, stdout, stderr io.Writer) (code int) {
 	defer cancel()
 	if n := p.Open(); n > 0 {
 		fmt.Fprintf(stderr, "tokentap proxy: stopping: waiting up to %v (--shutdown-timeout) for %d open requests to finish (Ctrl-C again cuts them now)\n", cfg.ShutdownTimeout, n)
-		defer cutOnSignal(sctx, cancel)()
 	}
+	// Whatever the count: a body still arriving, or a request that starts
+	// in the drain, is not in it, and Ctrl-C again must still cut.
+	defer cutOnSignal(sctx, cancel)()
 	switch err := p.Close(sctx); {
 	case errors.Is(err, context.Canceled):
 		// A second Ctrl-C: the open requests were cut, as asked.
