@@ -143,39 +143,47 @@ func (b *bodyBudget) connState(c net.Conn, state fasthttp.ConnState) {
 	b.mu.Unlock()
 }
 
-// endWaits ends every client connection's wait for a request's first
-// byte, at the shutdown's end: fasthttp's own shutdown gave up when its
-// context ran out and serves kept-alive connections again, so one left
-// would be served after Close returned, its record lost. The wait fails
-// at once and fasthttp closes the connection without an answer (nothing
-// of a request was read: RFC 9112 §9.6's close of an idle connection); a
-// request pipelined behind the last, which the proxy holds already, is
-// still read and refused with a record (take).
-func (b *bodyBudget) endWaits() {
-	for _, c := range b.conns(false) {
+// cutHeld is the shutdown's last sweep. fasthttp's own shutdown gave up
+// when its context ran out and serves the connections it holds again, so
+// one left would be served after Close returned, its record lost. It cuts
+// what cutArriving cuts (a request that began arriving since: a 503 and a
+// record) and ends every connection's wait for a request's first byte:
+// the wait fails at once and fasthttp closes the connection without an
+// answer (nothing of a request was read: RFC 9112 §9.6's close of an idle
+// connection), while a request pipelined behind the last, which the proxy
+// holds already, is still read and refused with a record (take). Both
+// under one lock, so that no connection goes from waiting to active
+// between them unmarked.
+func (b *bodyBudget) cutHeld(serving map[net.Conn]bool) {
+	var others []net.Conn
+	b.mu.Lock()
+	b.cutArrivingLocked(serving)
+	for c := range b.waits {
 		if cc := baseConn(c); cc != nil {
 			cc.cut.Store(true)
 			_ = c.SetReadDeadline(time.Now())
 		} else {
-			_ = c.Close()
+			others = append(others, c)
 		}
+	}
+	b.mu.Unlock()
+	for _, c := range others {
+		_ = c.Close() // outside b.mu: see conns
 	}
 }
 
-// conns is a copy of the waiting connections, and of the active ones too
-// if all: a close outside b.mu, since a connection's Close settles its
-// bodies under it (clientConn.Close).
-func (b *bodyBudget) conns(all bool) []net.Conn {
+// conns is a copy of the connections the server holds, to close outside
+// b.mu: a connection's Close settles its bodies under it
+// (clientConn.Close).
+func (b *bodyBudget) conns() []net.Conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cs := make([]net.Conn, 0, len(b.waits)+len(b.active))
 	for c := range b.waits {
 		cs = append(cs, c)
 	}
-	if all {
-		for c := range b.active {
-			cs = append(cs, c)
-		}
+	for c := range b.active {
+		cs = append(cs, c)
 	}
 	return cs
 }
@@ -187,10 +195,11 @@ func (b *bodyBudget) heldConns() int {
 	return len(b.waits) + len(b.active)
 }
 
-// closeHeld closes the client connections the server still holds, as
-// cut by the shutdown (an error answer fasthttp still makes on one says so).
+// closeHeld closes the client connections the server still holds (a
+// client that does not take its 503, a request the cut could not end):
+// marked cut first, so that a read that fails on one is the shutdown's.
 func (b *bodyBudget) closeHeld() {
-	for _, c := range b.conns(true) {
+	for _, c := range b.conns() {
 		if cc := baseConn(c); cc != nil {
 			cc.cut.Store(true)
 		}
@@ -210,6 +219,10 @@ func (b *bodyBudget) closeHeld() {
 func (b *bodyBudget) cutArriving(serving map[net.Conn]bool) []net.Conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.cutArrivingLocked(serving)
+}
+
+func (b *bodyBudget) cutArrivingLocked(serving map[net.Conn]bool) []net.Conn {
 	behind := map[*clientConn]bool{}
 	for c := range serving {
 		if cc := baseConn(c); cc != nil {

@@ -403,6 +403,11 @@ func (c *clientConn) Read(p []byte) (int, error) {
 				// Between reads of a body, not over the whole of it: a large
 				// body arriving steadily is never cut (nginx's client_body_timeout).
 				_ = c.SetReadDeadline(time.Now().Add(t))
+				if c.cut.Load() {
+					// A cut that came since the check above: its deadline
+					// was just moved.
+					return 0, c.opErr("read", os.ErrDeadlineExceeded)
+				}
 			}
 		}
 		if len(p) >= aheadMin {

@@ -179,6 +179,46 @@ func (p *Proxy) refusedRecord(ctx *fasthttp.RequestCtx, status int, blame record
 	p.emit(rec)
 }
 
+// unanswered records the measured requests whose heads were scanned on a
+// client connection that ends at shutdown before fasthttp read them: ones
+// pipelined behind an answer that closed the connection (fasthttp drops
+// what its reader holds then), or a head cut off by Close's last sweep.
+// No handler ran for them, so no other record is theirs; the client got
+// no answer, which the record says. It runs where the connection is let
+// go, on the goroutine that scanned it.
+func (p *Proxy) unanswered(cc *clientConn) {
+	if !p.closing.Load() {
+		return
+	}
+	for _, line := range cc.lines[:cc.nLines] {
+		f := strings.Fields(string(line))
+		if len(f) < 2 || f[0] != fasthttp.MethodPost {
+			continue
+		}
+		path, _, _ := strings.Cut(f[1], "?")
+		if !measuredPath([]byte(path)) {
+			continue
+		}
+		p.m.rejected(rejectShutdown)
+		now := p.clock.Now()
+		rec := recordPool.Get().(*record.Record)
+		rec.ID = p.idPrefix + strconv.FormatUint(p.seq.Add(1), 10)
+		rec.API = record.Chat
+		if path == string(completionsPath) {
+			rec.API = record.Completions
+		}
+		rec.Sent, rec.End = cc.sent(p.clock, now), now
+		rec.Wall = p.clock.Wall(rec.Sent)
+		rec.Outcome, rec.Blame, rec.Error = record.Broken, record.BlameTokentap, errUnanswered.Error()
+		p.emit(rec)
+	}
+	cc.nLines = 0
+}
+
+// errUnanswered ends a request the shutdown closed the connection of
+// before the proxy read it.
+var errUnanswered = errors.New("not answered: the proxy shut down and closed the connection before it read this request (pipelined behind another, or still arriving); it was not sent to the engine: send it again")
+
 // emit hands a finished record to the recorder (dropped once the proxy is
 // closed).
 func (p *Proxy) emit(rec *record.Record) {

@@ -154,6 +154,11 @@ func (p *Proxy) releasing(cc *clientConn) chan net.Conn {
 // hijacked one (releasing), the server's count of a handed-back one
 // (handIn).
 func (p *Proxy) connState(c net.Conn, state fasthttp.ConnState) {
+	if state == fasthttp.StateClosed {
+		if cc := baseConn(c); cc != nil {
+			p.unanswered(cc) // before the body budget lets it go: Close's last sweep waits for that
+		}
+	}
 	p.bodies.connState(c, state)
 	if p.heldN.Load() == 0 && p.handingN.Load() == 0 {
 		return
@@ -328,6 +333,9 @@ type handback struct {
 func (h handback) run() {
 	cc := h.cc
 	if !h.keep || h.p.closing.Load() || !hijacked(&h.hj, h.hold) {
+		if h.p.closing.Load() && hijacked(&h.hj, h.hold) {
+			h.p.unanswered(cc) // fasthttp has let it go: its scan is this goroutine's
+		}
 		_ = cc.Close()
 		return
 	}

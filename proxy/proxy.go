@@ -180,6 +180,10 @@ type Proxy struct {
 
 	mu  sync.Mutex
 	srv *fasthttp.Server
+	ln  net.Listener // the listener srv serves, closed by Close whatever the server did
+
+	closed   chan struct{} // Close is done: a second Close waits for it
+	closeErr error         // the first Close's error, once closed
 
 	panicLogged    atomic.Bool
 	internalLogged atomic.Bool
@@ -259,9 +263,10 @@ func New(cfg Config) (*Proxy, error) {
 	prefix := strings.TrimRight(u.EscapedPath(), "/")
 	prefix = strings.TrimSuffix(prefix, "/v1")
 	p := &Proxy{
-		cfg:   cfg,
-		shown: u.Redacted(),
-		host:  u.Host,
+		closed: make(chan struct{}),
+		cfg:    cfg,
+		shown:  u.Redacted(),
+		host:   u.Host,
 		hc: &fasthttp.HostClient{
 			Addr:                     addr,
 			IsTLS:                    u.Scheme == "https",
@@ -397,13 +402,6 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 // Config.TLS is set).
 func (p *Proxy) Serve(ln net.Listener) error {
 	srv := p.NewServer()
-	p.mu.Lock()
-	if p.closing.Load() {
-		p.mu.Unlock()
-		return errors.New("proxy is closed")
-	}
-	p.srv = srv
-	p.mu.Unlock()
 	var cl net.Listener = newClientListener(ln, p)
 	if p.cfg.TLS != nil {
 		tc := p.cfg.TLS.Clone()
@@ -412,8 +410,22 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 		cl = tls.NewListener(cl, tc)
 	}
+	p.mu.Lock()
+	if p.closing.Load() {
+		p.mu.Unlock()
+		return errors.New("proxy is closed")
+	}
+	p.srv, p.ln = srv, cl
+	p.mu.Unlock()
+	if serveHook != nil {
+		serveHook(p)
+	}
 	return srv.Serve(cl)
 }
+
+// serveHook, when set (by tests), runs in Serve between the server's
+// setting up and its serving: where a Close can come in between.
+var serveHook func(p *Proxy)
 
 // live adds x to the requests being served, unless the shutdown's cut has
 // begun (false). Close sets cutting and marks the open requests under the
@@ -453,21 +465,39 @@ const cutGrace = 5 * time.Second
 // the rest. Every request, cut ones included, is recorded, and the capture
 // flushed, before Close returns; a capture that could not be written is
 // an error, whether or not a stream was cut. A ctx cancelled (not timed
-// out) returns context.Canceled after the same cut: a second Ctrl-C.
+// out) returns context.Canceled after the same cut: a second Ctrl-C. A
+// second Close, or one alongside, waits for the first (or its own ctx)
+// and returns the first's error.
 func (p *Proxy) Close(ctx context.Context) error {
 	if p.closing.Swap(true) {
-		return nil
+		select {
+		case <-p.closed:
+			return p.closeErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	p.closeErr = p.shutdown(ctx)
+	close(p.closed)
+	return p.closeErr
+}
+
+// shutdown is Close's work, done once.
+func (p *Proxy) shutdown(ctx context.Context) error {
 	p.draining.Store(true)
 	p.closeIdle()
 	p.workers.close()
 	p.handedBack(ctx)
 	p.mu.Lock()
-	srv := p.srv
+	srv, ln := p.srv, p.ln
 	p.mu.Unlock()
 	var err error
 	if srv != nil {
 		err = srv.ShutdownWithContext(ctx)
+		// A Serve that had not yet given the server its listener left it
+		// open (the server's shutdown found none to close): closed here,
+		// its Serve returns and nothing is accepted after Close.
+		_ = ln.Close()
 	}
 	for p.active.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
@@ -520,8 +550,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	// is closed.
 	serving = map[net.Conn]bool{}
 	p.eachOpen(func(x *exchange) { serving[x.client] = true })
-	p.bodies.cutArriving(serving)
-	p.bodies.endWaits()
+	p.bodies.cutHeld(serving)
 	for deadline := time.Now().Add(time.Second); (p.bodies.heldConns() > 0 || p.active.Load() > 0) && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -699,10 +728,13 @@ func (p *Proxy) refuseShutdown(ctx *fasthttp.RequestCtx) {
 	p.refuseAs(ctx, fasthttp.StatusServiceUnavailable, rejectShutdown, record.BlameTokentap, "proxy_shutting_down",
 		"tokentap proxy: the proxy is shutting down; this request came on a connection kept alive from before and was not sent to the engine: send it again (to another replica)")
 	ctx.Response.Header.Set("Retry-After", "1")
-	if cc := baseConn(ctx.Conn()); cc != nil && cc.nLines > 1 {
-		// More requests are pipelined behind this one: the connection
-		// stays open for their refusals and records; the last closes it,
-		// or Close does.
+	_, overTLS := ctx.Conn().(*tls.Conn)
+	if cc := baseConn(ctx.Conn()); cc != nil && (overTLS || cc.nLines > 1) {
+		// More requests may be pipelined behind this one (scanned, or
+		// over TLS not known): the connection stays open for their
+		// refusals and records, and is cut, so that it reads nothing more
+		// than what the proxy holds already, then closes.
+		cc.cut.Store(true)
 		ctx.Response.Header.ResetConnectionClose()
 	}
 }
