@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -109,6 +110,51 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a second Ctrl-C did not stop the proxy at once")
+	}
+}
+
+// TestProxySecondCtrlCWithABodyArriving: a second Ctrl-C cuts the
+// shutdown at once even when no request was open at the first (a body
+// still arriving is not counted as one): it used to wait out
+// --shutdown-timeout.
+func TestProxySecondCtrlCWithABodyArriving(t *testing.T) {
+	fakeURL, _ := startFake(t)
+	var errb lockedBuffer
+	cmd := exec.Command(bin(t), "proxy", "--upstream", strings.TrimPrefix(fakeURL, "http://"), "--listen", "127.0.0.1:0", "--admin", "", "--shutdown-timeout", "20s")
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the proxy printed no URL: %v\n%s", err, errb.String())
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSpace(line), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+	time.Sleep(200 * time.Millisecond) // the head is in, the body trickles
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Logf("stopped %v after the second Ctrl-C", time.Since(start).Round(time.Millisecond))
+		if err := interrupted(err); err != nil {
+			t.Errorf("a stop asked for twice: %v\n%s", err, errb.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a second Ctrl-C did not stop the proxy (--shutdown-timeout 20s)\n%s", errb.String())
 	}
 }
 
