@@ -195,7 +195,14 @@ func (p *Proxy) unanswered(cc *clientConn) {
 		if len(f) < 2 || f[0] != fasthttp.MethodPost {
 			continue
 		}
-		path, _, _ := strings.Cut(f[1], "?")
+		// The path as the handler would have read it (ctx.Path()): an
+		// absolute form, %xx, dot segments and // normalised. A host is
+		// given, so that "//v1/..." is a path, not an authority.
+		var u fasthttp.URI
+		if u.Parse([]byte("h"), []byte(f[1])) != nil {
+			continue
+		}
+		path := string(u.Path())
 		if !measuredPath([]byte(path)) {
 			continue
 		}

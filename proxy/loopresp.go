@@ -333,7 +333,7 @@ type handback struct {
 func (h handback) run() {
 	cc := h.cc
 	if !h.keep || h.p.closing.Load() || !hijacked(&h.hj, h.hold) {
-		if h.p.closing.Load() && hijacked(&h.hj, h.hold) {
+		if h.p.closing.Load() && (h.hj != nil || h.hold != nil) && hijacked(&h.hj, h.hold) {
 			h.p.unanswered(cc) // fasthttp has let it go: its scan is this goroutine's
 		}
 		_ = cc.Close()

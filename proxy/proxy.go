@@ -467,7 +467,8 @@ const cutGrace = 5 * time.Second
 // an error, whether or not a stream was cut. A ctx cancelled (not timed
 // out) returns context.Canceled after the same cut: a second Ctrl-C. A
 // second Close, or one alongside, waits for the first (or its own ctx)
-// and returns the first's error.
+// and returns the first's error; so Close must not be called from
+// OnRecord, which the first Close waits for.
 func (p *Proxy) Close(ctx context.Context) error {
 	if p.closing.Swap(true) {
 		select {
@@ -728,6 +729,9 @@ func (p *Proxy) refuseShutdown(ctx *fasthttp.RequestCtx) {
 	p.refuseAs(ctx, fasthttp.StatusServiceUnavailable, rejectShutdown, record.BlameTokentap, "proxy_shutting_down",
 		"tokentap proxy: the proxy is shutting down; this request came on a connection kept alive from before and was not sent to the engine: send it again (to another replica)")
 	ctx.Response.Header.Set("Retry-After", "1")
+	// The client may have sent more behind it: a close with that unread
+	// would reset the answers on their way (clientError lingers the same).
+	setLinger(ctx.Conn())
 	_, overTLS := ctx.Conn().(*tls.Conn)
 	if cc := baseConn(ctx.Conn()); cc != nil && (overTLS || cc.nLines > 1) {
 		// More requests may be pipelined behind this one (scanned, or

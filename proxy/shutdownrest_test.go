@@ -404,3 +404,93 @@ func TestServeAfterClose(t *testing.T) {
 		t.Error("Serve after Close returned nil; want an error")
 	}
 }
+
+// TestUnansweredTargetForms: a request pipelined behind a stream the cut
+// ends, its target in a form the handler reads as /v1/chat/completions
+// (ctx.Path(): absolute form, %xx, //, dot segments) though its request
+// line does not spell it so: it has its record as one written plainly.
+func TestUnansweredTargetForms(t *testing.T) {
+	for _, target := range []string{"http://127.0.0.1/v1/chat/completions", "/v1/%63hat/completions", "//v1/chat/completions", "/v1/./chat/completions"} {
+		t.Run(target, func(t *testing.T) {
+			h := startProxy(t, slowStreamEngine(t), nil)
+			addr := strings.TrimPrefix(h.url, "http://")
+			req := requestText(addr, chat, chatBody("m", 5, true, ""))
+			second := strings.Replace(req, "POST "+chat+" ", "POST "+target+" ", 1)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, req+second)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			go io.Copy(io.Discard, br)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			h.p.Close(ctx)
+			wantRecords(t, h, 2, 1)
+		})
+	}
+}
+
+// TestRefusalsAfterTheCutReachTheClient: requests pipelined after the cut,
+// more than the proxy reads ahead (4 KiB, laid out to end between two
+// requests): each it holds is refused with a record, and each of those
+// 503s reaches the client; the close after them, with the rest unread,
+// lingers rather than resetting the answers on their way.
+func TestRefusalsAfterTheCutReachTheClient(t *testing.T) {
+	const tiny = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" // 68 bytes
+	url, sent := floodEngine(t)
+	h := startProxy(t, url, nil)
+	addr := strings.TrimPrefix(h.url, "http://")
+	a, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.(*net.TCPConn).SetReadBuffer(4096)
+	io.WriteString(a, requestText(addr, chat, chatBody("m", 5, true, "")))
+	waitStalled(t, sent) // a stream that waits on its client holds Close in its cut
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	closed := make(chan struct{})
+	go func() { h.p.Close(ctx); close(closed) }()
+	for cutting := false; !cutting; time.Sleep(time.Millisecond) {
+		h.p.liveMu.Lock()
+		cutting = h.p.cutting
+		h.p.liveMu.Unlock()
+	}
+	// 4096 = 60 × 68 + 16: the first request is 16 bytes longer, so the
+	// read ahead ends after the 60th.
+	first := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length:18\r\n\r\n{}" + strings.Repeat(" ", 16)
+	io.WriteString(c, first+strings.Repeat(tiny, 100))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	answers := 0
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			break
+		}
+		io.Copy(io.Discard, resp.Body)
+		answers++
+	}
+	<-closed
+	recs := h.records()
+	t.Logf("%d answers, %d records besides the stream's, %d counted lost", answers, len(recs)-1, h.p.m.recordsLate.Load())
+	if answers == 0 || len(recs)-1 != answers {
+		t.Errorf("%d records of a 503 the client got (besides the stream's), but the client read %d answers", len(recs)-1, answers)
+	}
+}
