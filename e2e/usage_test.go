@@ -79,70 +79,21 @@ func TestProxyStartAndStopSaySo(t *testing.T) {
 	resp.Body.Close()
 	model := models.Data[0].ID
 
-	errb = lockedBuffer{}
-	cmd = exec.Command(bin(t), "proxy", "--upstream", strings.TrimPrefix(fakeURL, "http://"), "--listen", "127.0.0.1:0", "--admin", "")
-	cmd.Stderr = &errb
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the proxy printed no URL: %v\n%s", err, errb.String())
-	}
-	waitFor(t, "proxy", errb.String, "the upstream serves "+model, 10*time.Second)
-	startStream(t, strings.TrimSpace(line), model)
+	cmd, url, errs := startProxyCmd(t, fakeURL)
+	waitFor(t, "proxy", errs.String, "the upstream serves "+model, 10*time.Second)
+	startStream(t, url, model)
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	waitFor(t, "proxy", errb.String, "waiting up to 25s (--shutdown-timeout) for 1 open requests", 2*time.Second)
-	start := time.Now()
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		t.Logf("stopped %v after the second Ctrl-C", time.Since(start).Round(time.Millisecond))
-		if err := interrupted(err); err != nil || !strings.Contains(errb.String(), "stopped at once") || strings.Contains(errb.String(), "context canceled") {
-			t.Errorf("a stop asked for twice: %v\n%s", err, errb.String())
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("a second Ctrl-C did not stop the proxy at once")
+	waitFor(t, "proxy", errs.String, "waiting up to 25s (--shutdown-timeout) for 1 open requests", 2*time.Second)
+	secondCtrlC(t, cmd, errs, 3*time.Second)
+	if !strings.Contains(errs.String(), "stopped at once") || strings.Contains(errs.String(), "context canceled") {
+		t.Errorf("a stop asked for twice says:\n%s", errs.String())
 	}
 }
 
-// TestProxySecondCtrlCWithABodyArriving: a second Ctrl-C cuts the
-// shutdown at once even when no request was open at the first (a body
-// still arriving is not counted as one): it used to wait out
-// --shutdown-timeout.
-func TestProxySecondCtrlCWithABodyArriving(t *testing.T) {
-	fakeURL, _ := startFake(t)
-	var errb lockedBuffer
-	cmd := exec.Command(bin(t), "proxy", "--upstream", strings.TrimPrefix(fakeURL, "http://"), "--listen", "127.0.0.1:0", "--admin", "", "--shutdown-timeout", "20s")
-	cmd.Stderr = &errb
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the proxy printed no URL: %v\n%s", err, errb.String())
-	}
-	c, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSpace(line), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
-	time.Sleep(200 * time.Millisecond) // the head is in, the body trickles
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	time.Sleep(300 * time.Millisecond)
+// secondCtrlC sends the proxy a second Ctrl-C and wants it to exit 130
+// within d.
+func secondCtrlC(t *testing.T, cmd *exec.Cmd, errs *lockedBuffer, d time.Duration) {
+	t.Helper()
 	start := time.Now()
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
@@ -151,11 +102,52 @@ func TestProxySecondCtrlCWithABodyArriving(t *testing.T) {
 	case err := <-done:
 		t.Logf("stopped %v after the second Ctrl-C", time.Since(start).Round(time.Millisecond))
 		if err := interrupted(err); err != nil {
-			t.Errorf("a stop asked for twice: %v\n%s", err, errb.String())
+			t.Errorf("a stop asked for twice: %v\n%s", err, errs.String())
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("a second Ctrl-C did not stop the proxy (--shutdown-timeout 20s)\n%s", errb.String())
+	case <-time.After(d):
+		t.Fatalf("a second Ctrl-C did not stop the proxy in %v\n%s", d, errs.String())
 	}
+}
+
+// startProxyCmd starts the proxy binary in front of upstream, with args
+// besides, and returns it, the URL it printed, and its stderr.
+func startProxyCmd(t *testing.T, upstream string, args ...string) (*exec.Cmd, string, *lockedBuffer) {
+	t.Helper()
+	errb := &lockedBuffer{}
+	cmd := exec.Command(bin(t), append([]string{"proxy", "--upstream", strings.TrimPrefix(upstream, "http://"), "--listen", "127.0.0.1:0", "--admin", ""}, args...)...)
+	cmd.Stderr = errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the proxy printed no URL: %v\n%s", err, errb.String())
+	}
+	return cmd, strings.TrimSpace(line), errb
+}
+
+// TestProxySecondCtrlCWithABodyArriving: a second Ctrl-C cuts the
+// shutdown at once even when no request was open at the first (a body
+// still arriving is not counted as one): it used to wait out
+// --shutdown-timeout.
+func TestProxySecondCtrlCWithABodyArriving(t *testing.T) {
+	fakeURL, _ := startFake(t)
+	cmd, url, errb := startProxyCmd(t, fakeURL, "--shutdown-timeout", "20s")
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+	time.Sleep(200 * time.Millisecond) // the head is in, the body trickles
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond)
+	secondCtrlC(t, cmd, errb, 5*time.Second) // of a 20 s --shutdown-timeout
 }
 
 // TestFirstSightCLI: the user-visible promises of the issue, through the

@@ -26,7 +26,6 @@ import (
 // closes, and its record, blamed on tokentap, is kept, not counted lost;
 // the connection of one sent later is closed by then, without an answer.
 func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
-	const whole = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
 	const pipelined, atOnce, later, afterClose = "pipelined", "at once", "700 ms later", "after Close returned"
 	for _, loop := range []bool{false, true} {
 		for _, when := range []string{pipelined, atOnce, later, afterClose} {
@@ -35,31 +34,9 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 					noLoop(t)
 				}
 				var asked atomic.Int64
-				url := rawEngine(t, func(c net.Conn) {
-					for readChat(c) {
-						asked.Add(1)
-						if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(whole))+"\r\n\r\n"+whole); err != nil {
-							return
-						}
-					}
-				})
-				t.Cleanup(func() { respondHook = nil }) // after the proxy's Close
+				url := wholeEngine(t, &asked)
+				closed := closeAtTheAnswer(t)
 				h := startProxy(t, url, nil)
-				closed := make(chan error, 1)
-				var once sync.Once
-				respondHook = func(x *exchange) {
-					once.Do(func() {
-						// The engine answered; the shutdown's time runs out
-						// now, and the cut finds the answer whole in the
-						// proxy's hands.
-						ctx, cancel := context.WithCancel(context.Background())
-						cancel()
-						go func() { closed <- x.p.Close(ctx) }()
-						for !x.cut.Load() {
-							time.Sleep(time.Millisecond)
-						}
-					})
-				}
 				addr := strings.TrimPrefix(h.url, "http://")
 				req := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
 				first := req
@@ -79,7 +56,7 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 					t.Fatal(err)
 				}
 				got, err := io.ReadAll(resp.Body)
-				if string(got) != whole {
+				if string(got) != wholeAnswer {
 					t.Fatalf("the first answer: %q (%v), want the one the proxy held whole at the cut", got, err)
 				}
 				var closeErr error
@@ -148,6 +125,103 @@ func TestNothingReachesTheEngineAfterTheCut(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// wholeAnswer is an engine's answer to a request without streaming.
+const wholeAnswer = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+
+// wholeEngine answers every request with wholeAnswer, its Content-Length
+// given; asked counts the requests.
+func wholeEngine(t *testing.T, asked *atomic.Int64) string {
+	return answerEach(t, func(c net.Conn, _ []byte) bool {
+		asked.Add(1)
+		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(wholeAnswer))+"\r\n\r\n"+wholeAnswer)
+		return err == nil
+	})
+}
+
+// closeAtTheAnswer runs out the shutdown's time as the engine's first
+// answer arrives (respondHook): the cut finds that answer whole in the
+// proxy's hands. Close's error comes on the channel. Called before
+// startProxy, so that the hook is restored after the proxy's Close.
+func closeAtTheAnswer(t *testing.T) <-chan error {
+	t.Cleanup(func() { respondHook = nil })
+	closed := make(chan error, 1)
+	var once sync.Once
+	respondHook = func(x *exchange) {
+		once.Do(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			go func() { closed <- x.p.Close(ctx) }()
+			for !x.cut.Load() {
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	return closed
+}
+
+// holdTheCut opens, through a proxy of floodEngine's, a stream whose
+// client does not read, and waits until it waits on that client: a cut
+// then holds Close for cutGraceWrites. conn dials the proxy (TLS or not).
+func holdTheCut(t *testing.T, sent *atomic.Int64, conn func() net.Conn) {
+	a := conn()
+	t.Cleanup(func() { a.Close() })
+	io.WriteString(a, requestText("x", chat, chatBody("m", 5, true, "")))
+	waitStalled(t, sent)
+}
+
+// smallReader dials addr with a 4 KiB receive buffer.
+func smallReader(t *testing.T, addr string) net.Conn {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	return c
+}
+
+// startCut starts Close with ctx's time nearly gone, and returns once the
+// cut marked an open request (after its first cut of arriving bodies);
+// Close's error comes on the channel.
+func startCut(t *testing.T, h *harness) <-chan error {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	t.Cleanup(cancel)
+	closed := make(chan error, 1)
+	go func() { closed <- h.p.Close(ctx) }()
+	for cut := false; !cut; time.Sleep(time.Millisecond) {
+		h.p.eachOpen(func(x *exchange) { cut = cut || x.cut.Load() })
+	}
+	return closed
+}
+
+// cutWithAClient starts a proxy whose cut a stream waiting on its client
+// holds, opens a client connection before its shutdown, and starts the
+// cut: it returns the proxy, its address, the connection (closed at the
+// test's end) and Close's channel.
+func cutWithAClient(t *testing.T) (h *harness, addr string, c net.Conn, closed <-chan error) {
+	url, sent := floodEngine(t)
+	h = startProxy(t, url, nil)
+	addr = strings.TrimPrefix(h.url, "http://")
+	holdTheCut(t, sent, func() net.Conn { return smallReader(t, addr) })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return h, addr, c, startCut(t, h)
+}
+
+// closedWithin waits for Close's return, failing the test after d.
+func closedWithin(t *testing.T, closed <-chan error, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-closed:
+		return err
+	case <-time.After(d):
+		t.Fatalf("Close did not return in %v", d)
+		return nil
 	}
 }
 
@@ -274,29 +348,7 @@ func TestCloseEngineOnlyOfACutRequest(t *testing.T) {
 func TestArrivingWhileTheCutWaits(t *testing.T) {
 	for _, part := range []string{"head", "head and part of the body"} {
 		t.Run(part, func(t *testing.T) {
-			url, sent := floodEngine(t)
-			h := startProxy(t, url, nil)
-			addr := strings.TrimPrefix(h.url, "http://")
-			a, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			a.(*net.TCPConn).SetReadBuffer(4096)
-			io.WriteString(a, requestText(addr, "/v1/chat/completions", chatBody("m", 5, true, "")))
-			waitStalled(t, sent) // a stream that waits on its client
-			b, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			closed := make(chan error, 1)
-			go func() { closed <- h.p.Close(ctx) }()
-			for cut := false; !cut; time.Sleep(time.Millisecond) {
-				h.p.eachOpen(func(x *exchange) { cut = cut || x.cut.Load() })
-			}
+			h, addr, b, closed := cutWithAClient(t)
 			text := requestText(addr, "/v1/chat/completions", chatBody("m", 5, false, ""))
 			if part == "head" {
 				text = text[:40] // the request line and part of a header
@@ -304,13 +356,8 @@ func TestArrivingWhileTheCutWaits(t *testing.T) {
 				text = text[:len(text)-10]
 			}
 			io.WriteString(b, text)
-			select {
-			case err := <-closed:
-				if err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("Close did not return in 20 s")
+			if err := closedWithin(t, closed, 20*time.Second); err != nil {
+				t.Errorf("Close: %v", err)
 			}
 			b.SetReadDeadline(time.Now().Add(5 * time.Second))
 			resp, err := http.ReadResponse(bufio.NewReader(b), nil)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,37 +63,43 @@ func wantRecords(t *testing.T, h *harness, n, first int) {
 
 // TestStreamCutWithPipelinedBehind: a stream cut at shutdown with a
 // request the client pipelined behind it. The cut ends the connection, so
-// the second is never answered; it has its record all the same.
+// the second is never answered; it has its record all the same, whatever
+// the form of its target the handler would have read as
+// /v1/chat/completions (ctx.Path(): an absolute form, %xx, //, dot
+// segments), though its request line does not spell it so.
 func TestStreamCutWithPipelinedBehind(t *testing.T) {
 	for _, loop := range []bool{false, true} {
-		t.Run(map[bool]string{false: "no event loop", true: "event loop"}[loop], func(t *testing.T) {
-			if !loop {
-				noLoop(t)
-			}
-			h := startProxy(t, slowStreamEngine(t), nil)
-			addr := strings.TrimPrefix(h.url, "http://")
-			req := requestText(addr, chat, chatBody("m", 5, true, ""))
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			io.WriteString(c, req+req) // two, pipelined, in one write
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-				t.Fatal(err)
-			}
-			go io.Copy(io.Discard, br)
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			h.p.Close(ctx)
-			wantRecords(t, h, 2, 1)
-		})
+		for _, target := range []string{chat, "http://127.0.0.1/v1/chat/completions", "/v1/%63hat/completions", "//v1/chat/completions", "/v1/./chat/completions"} {
+			t.Run(map[bool]string{false: "no event loop", true: "event loop"}[loop]+", "+target, func(t *testing.T) {
+				if !loop {
+					noLoop(t)
+				}
+				h := startProxy(t, slowStreamEngine(t), nil)
+				addr := strings.TrimPrefix(h.url, "http://")
+				req := requestText(addr, chat, chatBody("m", 5, true, ""))
+				second := strings.Replace(req, "POST "+chat+" ", "POST "+target+" ", 1)
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				io.WriteString(c, req+second) // two, pipelined, in one write
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+					t.Fatal(err)
+				}
+				go io.Copy(io.Discard, br)
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				h.p.Close(ctx)
+				wantRecords(t, h, 2, 1)
+			})
+		}
 	}
 }
 
@@ -103,7 +108,6 @@ func TestStreamCutWithPipelinedBehind(t *testing.T) {
 // fasthttp closes the connection after the first answer and drops what its
 // reader holds; the second has its record all the same.
 func TestDrainWithPipelinedBehind(t *testing.T) {
-	const whole = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
 	ev := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
 	chunk := strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n"
 	for _, stream := range []bool{false, true} {
@@ -121,7 +125,7 @@ func TestDrainWithPipelinedBehind(t *testing.T) {
 						if stream {
 							_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk+"0\r\n\r\n")
 						} else {
-							_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(whole))+"\r\n\r\n"+whole)
+							_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(wholeAnswer))+"\r\n\r\n"+wholeAnswer)
 						}
 						if err != nil {
 							return
@@ -162,31 +166,11 @@ func TestDrainWithPipelinedBehind(t *testing.T) {
 // answer the proxy holds whole at the cut, over TLS, where the proxy sees
 // no heads: each is refused with its record.
 func TestTLSPipelinedAfterTheCut(t *testing.T) {
-	const whole = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
 	var asked atomic.Int64
-	url := rawEngine(t, func(c net.Conn) {
-		for readChat(c) {
-			asked.Add(1)
-			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(whole))+"\r\n\r\n"+whole); err != nil {
-				return
-			}
-		}
-	})
+	url := wholeEngine(t, &asked)
 	pki := newTestPKI(t)
-	t.Cleanup(func() { respondHook = nil }) // after the proxy's Close
+	closed := closeAtTheAnswer(t)
 	h := startProxy(t, url, func(c *Config) { c.TLS = &tls.Config{Certificates: []tls.Certificate{pki.leaf}} })
-	closed := make(chan error, 1)
-	var once sync.Once
-	respondHook = func(x *exchange) {
-		once.Do(func() {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			go func() { closed <- x.p.Close(ctx) }()
-			for !x.cut.Load() {
-				time.Sleep(time.Millisecond)
-			}
-		})
-	}
 	addr := strings.TrimPrefix(h.url, "http://")
 	req := requestText(addr, chat, chatBody("m", 5, false, ""))
 	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.pool})
@@ -224,34 +208,18 @@ func TestTLSArrivingWhileTheCutWaits(t *testing.T) {
 	url, sent := floodEngine(t)
 	h := startProxy(t, url, func(c *Config) { c.TLS = &tls.Config{Certificates: []tls.Certificate{pki.leaf}} })
 	addr := strings.TrimPrefix(h.url, "http://")
-	raw, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw.(*net.TCPConn).SetReadBuffer(4096)
-	a := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
-	defer a.Close()
-	io.WriteString(a, requestText(addr, chat, chatBody("m", 5, true, "")))
-	waitStalled(t, sent) // a stream that waits on its client
+	holdTheCut(t, sent, func() net.Conn {
+		return tls.Client(smallReader(t, addr), &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+	})
 	b, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.pool})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	closed := make(chan error, 1)
-	go func() { closed <- h.p.Close(ctx) }()
-	for cut := false; !cut; time.Sleep(time.Millisecond) {
-		h.p.eachOpen(func(x *exchange) { cut = cut || x.cut.Load() })
-	}
+	closed := startCut(t, h)
 	text := requestText(addr, chat, chatBody("m", 5, false, ""))
 	io.WriteString(b, text[:len(text)-10])
-	select {
-	case <-closed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close did not return in 20 s")
-	}
+	closedWithin(t, closed, 20*time.Second)
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(b), nil)
 	if err != nil {
@@ -267,31 +235,7 @@ func TestTLSArrivingWhileTheCutWaits(t *testing.T) {
 // the cut began, reading the answers. Close stays bounded, every answer
 // the client got has its record, and none comes after the recorder closed.
 func TestFloodAfterTheCut(t *testing.T) {
-	url, sentE := floodEngine(t)
-	h := startProxy(t, url, nil)
-	addr := strings.TrimPrefix(h.url, "http://")
-	a, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.(*net.TCPConn).SetReadBuffer(4096)
-	io.WriteString(a, requestText(addr, chat, chatBody("m", 5, true, "")))
-	waitStalled(t, sentE) // a stream whose client does not read holds Close in its cut
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	closed := make(chan struct{})
-	go func() { h.p.Close(ctx); close(closed) }()
-	for cutting := false; !cutting; time.Sleep(time.Millisecond) {
-		h.p.liveMu.Lock()
-		cutting = h.p.cutting
-		h.p.liveMu.Unlock()
-	}
+	h, addr, c, closed := cutWithAClient(t)
 	batch := strings.Repeat(requestText(addr, chat, chatBody("m", 5, false, "")), 20)
 	go func() {
 		for {
@@ -314,11 +258,7 @@ func TestFloodAfterTheCut(t *testing.T) {
 			got.Add(1)
 		}
 	}()
-	select {
-	case <-closed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close did not return in 20 s")
-	}
+	closedWithin(t, closed, 20*time.Second)
 	<-read // the connection closes with Close
 	recs, late := h.records(), h.p.m.recordsLate.Load()
 	t.Logf("%d answers read, %d records, %d refused", got.Load(), len(recs), h.p.m.rejects[rejectShutdown].Load())
@@ -405,41 +345,6 @@ func TestServeAfterClose(t *testing.T) {
 	}
 }
 
-// TestUnansweredTargetForms: a request pipelined behind a stream the cut
-// ends, its target in a form the handler reads as /v1/chat/completions
-// (ctx.Path(): absolute form, %xx, //, dot segments) though its request
-// line does not spell it so: it has its record as one written plainly.
-func TestUnansweredTargetForms(t *testing.T) {
-	for _, target := range []string{"http://127.0.0.1/v1/chat/completions", "/v1/%63hat/completions", "//v1/chat/completions", "/v1/./chat/completions"} {
-		t.Run(target, func(t *testing.T) {
-			h := startProxy(t, slowStreamEngine(t), nil)
-			addr := strings.TrimPrefix(h.url, "http://")
-			req := requestText(addr, chat, chatBody("m", 5, true, ""))
-			second := strings.Replace(req, "POST "+chat+" ", "POST "+target+" ", 1)
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			io.WriteString(c, req+second)
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-				t.Fatal(err)
-			}
-			go io.Copy(io.Discard, br)
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			h.p.Close(ctx)
-			wantRecords(t, h, 2, 1)
-		})
-	}
-}
-
 // TestRefusalsAfterTheCutReachTheClient: requests pipelined after the cut,
 // more than the proxy reads ahead (4 KiB, laid out to end between two
 // requests): each it holds is refused with a record, and each of those
@@ -447,31 +352,7 @@ func TestUnansweredTargetForms(t *testing.T) {
 // lingers rather than resetting the answers on their way.
 func TestRefusalsAfterTheCutReachTheClient(t *testing.T) {
 	const tiny = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" // 68 bytes
-	url, sent := floodEngine(t)
-	h := startProxy(t, url, nil)
-	addr := strings.TrimPrefix(h.url, "http://")
-	a, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.(*net.TCPConn).SetReadBuffer(4096)
-	io.WriteString(a, requestText(addr, chat, chatBody("m", 5, true, "")))
-	waitStalled(t, sent) // a stream that waits on its client holds Close in its cut
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	closed := make(chan struct{})
-	go func() { h.p.Close(ctx); close(closed) }()
-	for cutting := false; !cutting; time.Sleep(time.Millisecond) {
-		h.p.liveMu.Lock()
-		cutting = h.p.cutting
-		h.p.liveMu.Unlock()
-	}
+	h, _, c, closed := cutWithAClient(t)
 	// 4096 = 60 × 68 + 16: the first request is 16 bytes longer, so the
 	// read ahead ends after the 60th.
 	first := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length:18\r\n\r\n{}" + strings.Repeat(" ", 16)
@@ -487,7 +368,7 @@ func TestRefusalsAfterTheCutReachTheClient(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		answers++
 	}
-	<-closed
+	closedWithin(t, closed, 20*time.Second)
 	recs := h.records()
 	t.Logf("%d answers, %d records besides the stream's, %d counted lost", answers, len(recs)-1, h.p.m.recordsLate.Load())
 	if answers == 0 || len(recs)-1 != answers {
