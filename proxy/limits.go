@@ -27,7 +27,7 @@ const (
 	rejectConnsPerIP                          // a connection over Config.MaxConnsPerIP
 	rejectClientConns                         // a connection over Config.MaxClientConns
 	rejectBodyMemory                          // a body over what is left of Config.MaxBodyMemory
-	rejectShutdown                            // stopped by the shutdown before the engine: a body still arriving, or a request after the cut
+	rejectShutdown                            // stopped by the shutdown before the engine: a body still arriving, a request after the cut, or one closed unanswered (unanswered)
 	nRejectReasons
 )
 
